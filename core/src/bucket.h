@@ -1,0 +1,45 @@
+/*
+ * The token-bucket arithmetic, pure: time is passed in. lua/token_bucket.lua
+ * performs the same operations in the same order, so both give the same
+ * doubles bit for bit (the shared test vectors check it).
+ */
+#ifndef HIRATE_BUCKET_H
+#define HIRATE_BUCKET_H
+
+#include <stdint.h>
+
+#include "hirate.h"
+
+typedef struct hirate_bucket {
+    double tokens;   /* level at ts */
+    int64_t ts;      /* µs */
+} hirate_bucket;
+
+typedef struct hirate_bucket_cfg {
+    int64_t capacity;
+    double capacity_d;
+    double rate;     /* tokens per second */
+} hirate_bucket_cfg;
+
+/* Checks capacity and rate; fills cfg. Returns 0 or a HIRATE_E* code with a
+ * message in err. */
+int hirate_bucket_cfg_init(hirate_bucket_cfg *cfg, int64_t capacity, double rate,
+                           char *err, size_t errlen);
+
+/* Checks a cost. Returns 0 or HIRATE_ECOST with a message in err. */
+int hirate_bucket_check_cost(int64_t cost, char *err, size_t errlen);
+
+/* Decides cost at now for the bucket *b (pass a full bucket at now for a key
+ * that has none). Fills *d. Returns 1 when *b changed and must be stored,
+ * 0 when the stored state stays as it was (a refusal or a peek). */
+int hirate_bucket_decide(const hirate_bucket_cfg *cfg, hirate_bucket *b, int64_t now,
+                         int64_t cost, int spend, hirate_decision *d);
+
+/* The level at now, without storing anything. */
+double hirate_bucket_level(const hirate_bucket_cfg *cfg, const hirate_bucket *b, int64_t now);
+
+/* Microseconds until the level reaches target: the least r with
+ * tokens + r * rate / 1e6 >= target. */
+int64_t hirate_bucket_until(double tokens, double target, double rate);
+
+#endif

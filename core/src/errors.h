@@ -1,0 +1,17 @@
+/* Error messages: formatting a detail into a buffer, and the limiter's copy. */
+#ifndef HIRATE_ERRORS_H
+#define HIRATE_ERRORS_H
+
+#include <stddef.h>
+
+#if defined(__GNUC__)
+#  define HIRATE_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#  define HIRATE_PRINTF(f, a)
+#endif
+
+/* Writes the message into buf (when buf is not NULL) and returns code, so
+ * that `return hirate__fail(buf, n, HIRATE_EKEY, "key is empty");` reads well. */
+int hirate__fail(char *buf, size_t len, int code, const char *fmt, ...) HIRATE_PRINTF(4, 5);
+
+#endif

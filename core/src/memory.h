@@ -1,0 +1,38 @@
+/*
+ * The in-memory backend: a sharded, bounded hash table of buckets. Each shard
+ * has its own lock and least-recently-used list; a new key in a full shard
+ * evicts a bucket that has refilled to full (which loses nothing: a missing
+ * key is a full bucket), else the fullest of the least recently used few.
+ */
+#ifndef HIRATE_MEMORY_H
+#define HIRATE_MEMORY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bucket.h"
+
+typedef struct hirate_memory hirate_memory;
+
+/* max_keys >= 1. Returns NULL when out of memory. */
+hirate_memory *hirate_memory_new(size_t max_keys);
+void hirate_memory_free(hirate_memory *m);
+
+/* Decides cost at now for key. Returns 0 or HIRATE_ENOMEM. */
+int hirate_memory_decide(hirate_memory *m, const hirate_bucket_cfg *cfg, const void *key,
+                         size_t keylen, int64_t now, int64_t cost, int spend, hirate_decision *d);
+
+void hirate_memory_reset(hirate_memory *m, const void *key, size_t keylen);
+
+/* Buckets held now, and the bytes they take (entries, keys and tables). */
+size_t hirate_memory_count(hirate_memory *m);
+size_t hirate_memory_bytes(hirate_memory *m);
+
+/* fork(): hold every lock across it, release them on both sides. */
+void hirate_memory_lock_all(hirate_memory *m);
+void hirate_memory_unlock_all(hirate_memory *m);
+
+/* CLOCK_MONOTONIC in microseconds. */
+int64_t hirate_monotonic_us(void);
+
+#endif

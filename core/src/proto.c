@@ -1,0 +1,385 @@
+/* RESP2 encoding of the script call and in-place parsing of its reply. */
+#define _GNU_SOURCE /* strtod_l, uselocale: numbers on the wire ignore the locale */
+#include <locale.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+#include "script.h"
+
+/* The "C" locale, so that a host program's setlocale() (LC_NUMERIC="de_DE"
+ * writes "0,1") cannot change what goes on the wire or how it is read. */
+static locale_t c_locale;
+static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
+
+static void make_c_locale(void)
+{
+    c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+}
+
+static locale_t wire_locale(void)
+{
+    pthread_once(&c_locale_once, make_c_locale);
+    return c_locale;
+}
+
+/* ---- parsing ------------------------------------------------------------ */
+
+/* Index of the '\r' of the line starting at pos, 0 when the line is not
+ * complete yet, or HIRATE_EPROTO. A line never starts at 0, so 0 is free. */
+static long find_crlf(const char *buf, size_t len, size_t pos, const char **why)
+{
+    const char *cr = pos < len ? memchr(buf + pos, '\r', len - pos) : NULL;
+    if (!cr) {
+        if (len - pos > HIRATE_PROTO_MAX_REPLY) {
+            *why = "line too long";
+            return HIRATE_EPROTO;
+        }
+        return 0;
+    }
+    size_t i = (size_t)(cr - buf);
+    if (i + 1 >= len)
+        return 0;
+    if (buf[i + 1] != '\n') {
+        *why = "CR without LF";
+        return HIRATE_EPROTO;
+    }
+    return (long)i;
+}
+
+/* A RESP integer: an optional '-' and 1 to 18 digits, nothing else. */
+static int parse_i64(const char *s, size_t n, int64_t *out)
+{
+    int neg = n > 0 && s[0] == '-';
+    size_t i = (size_t)neg;
+    if (n - i < 1 || n - i > 18)
+        return -1;
+    int64_t v = 0;
+    for (; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = neg ? -v : v;
+    return 0;
+}
+
+/* Parses the scalar at pos into *e. Returns the position after it, 0 when
+ * incomplete, or HIRATE_EPROTO. */
+static long parse_scalar(const char *buf, size_t len, size_t pos, hirate_reply_elem *e,
+                         const char **why)
+{
+    if (pos >= len)
+        return 0;
+    char type = buf[pos];
+    long eol = find_crlf(buf, len, pos + 1, why);
+    if (eol <= 0)
+        return eol;
+    const char *s = buf + pos + 1;
+    size_t n = (size_t)eol - pos - 1;
+    int64_t blen;
+
+    e->str = NULL;
+    e->len = 0;
+    e->integer = 0;
+    switch (type) {
+    case '+':
+    case '-':
+        e->type = type;
+        e->str = s;
+        e->len = n;
+        return eol + 2;
+    case ':':
+        if (parse_i64(s, n, &e->integer) < 0) {
+            *why = "malformed integer";
+            return HIRATE_EPROTO;
+        }
+        e->type = ':';
+        return eol + 2;
+    case '$':
+        if (parse_i64(s, n, &blen) < 0 || blen < -1 || blen > HIRATE_PROTO_MAX_REPLY) {
+            *why = "bulk length out of range";
+            return HIRATE_EPROTO;
+        }
+        if (blen == -1) {
+            e->type = 0;
+            return eol + 2;
+        }
+        if (len < (size_t)eol + 2 + (size_t)blen + 2)
+            return 0;
+        if (buf[eol + 2 + blen] != '\r' || buf[eol + 3 + blen] != '\n') {
+            *why = "bulk string not terminated by CRLF";
+            return HIRATE_EPROTO;
+        }
+        e->type = '$';
+        e->str = buf + eol + 2;
+        e->len = (size_t)blen;
+        return eol + 2 + (long)blen + 2;
+    case '*':
+        *why = "nested array";
+        return HIRATE_EPROTO;
+    default:
+        *why = "unknown reply type";
+        return HIRATE_EPROTO;
+    }
+}
+
+long hirate_proto_parse(const char *buf, size_t len, hirate_reply *r)
+{
+    r->why = NULL;
+    r->nelem = 0;
+    if (len == 0)
+        return 0;
+    if (buf[0] != '*')
+        return parse_scalar(buf, len, 0, &r->top, &r->why);
+
+    long eol = find_crlf(buf, len, 1, &r->why);
+    if (eol <= 0)
+        return eol;
+    int64_t count;
+    if (parse_i64(buf + 1, (size_t)eol - 1, &count) < 0 || count < -1 ||
+        count > HIRATE_REPLY_MAX_ELEMS) {
+        r->why = "array length out of range";
+        return HIRATE_EPROTO;
+    }
+    r->top.type = count < 0 ? 0 : '*';
+    r->top.str = NULL;
+    r->top.len = 0;
+    r->top.integer = count;
+    long pos = eol + 2;
+    for (int64_t i = 0; i < count; i++) {
+        pos = parse_scalar(buf, len, (size_t)pos, &r->elem[i], &r->why);
+        if (pos <= 0)
+            return pos;
+    }
+    r->nelem = count < 0 ? 0 : (size_t)count;
+    return pos;
+}
+
+/* ---- encoding ----------------------------------------------------------- */
+
+/* Decimal digits of v, written backwards from end; returns the start. */
+static char *u64_digits(char *end, uint64_t v)
+{
+    do {
+        *--end = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return end;
+}
+
+/* The length "$<n>\r\n<data>\r\n" takes. */
+static size_t bulk_size(size_t n)
+{
+    char tmp[24];
+    return 1 + (size_t)(tmp + sizeof tmp - u64_digits(tmp + sizeof tmp, n)) + 2 + n + 2;
+}
+
+/* Writes a header such as "$12\r\n" or "*8\r\n" at p; returns the end. */
+static char *put_header(char *p, char type, uint64_t n)
+{
+    char tmp[24];
+    char *s = u64_digits(tmp + sizeof tmp, n);
+    size_t len = (size_t)(tmp + sizeof tmp - s);
+    *p++ = type;
+    memcpy(p, s, len);
+    p += len;
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
+static char *put_bulk(char *p, const void *data, size_t n)
+{
+    p = put_header(p, '$', n);
+    memcpy(p, data, n);
+    p += n;
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
+static size_t int_bulk_size(int64_t v)
+{
+    char tmp[24];
+    return bulk_size((size_t)(tmp + sizeof tmp - u64_digits(tmp + sizeof tmp, (uint64_t)v)));
+}
+
+static char *put_int_bulk(char *p, int64_t v)
+{
+    char tmp[24];
+    char *s = u64_digits(tmp + sizeof tmp, (uint64_t)v);
+    return put_bulk(p, s, (size_t)(tmp + sizeof tmp - s));
+}
+
+size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int eval)
+{
+    static const char evalsha[] = "$7\r\nEVALSHA\r\n";
+    static const char evalcmd[] = "$4\r\nEVAL\r\n";
+    static const char one_key[] = "$1\r\n1\r\n";
+    const char *body = eval ? hirate__script : hirate__script_sha1;
+    size_t bodylen = eval ? hirate__script_len : 40;
+    int has_time = c->now_us >= 0;
+
+    size_t need = 4 + (eval ? sizeof evalcmd : sizeof evalsha) - 1 + bulk_size(bodylen) +
+                  sizeof one_key - 1 + bulk_size(c->prefixlen + c->keylen) + c->argslen +
+                  int_bulk_size(c->cost) + 7 + (has_time ? int_bulk_size(c->now_us) : 0);
+    if (need > cap)
+        return need;
+
+    char *p = buf;
+    memcpy(p, has_time ? "*9\r\n" : "*8\r\n", 4);
+    p += 4;
+    if (eval) {
+        memcpy(p, evalcmd, sizeof evalcmd - 1);
+        p += sizeof evalcmd - 1;
+    } else {
+        memcpy(p, evalsha, sizeof evalsha - 1);
+        p += sizeof evalsha - 1;
+    }
+    p = put_bulk(p, body, bodylen);
+    memcpy(p, one_key, sizeof one_key - 1);
+    p += sizeof one_key - 1;
+    p = put_header(p, '$', c->prefixlen + c->keylen);
+    memcpy(p, c->prefix, c->prefixlen);
+    p += c->prefixlen;
+    memcpy(p, c->key, c->keylen);
+    p += c->keylen;
+    *p++ = '\r';
+    *p++ = '\n';
+    memcpy(p, c->args, c->argslen);
+    p += c->argslen;
+    p = put_int_bulk(p, c->cost);
+    memcpy(p, c->spend ? "$1\r\n1\r\n" : "$1\r\n0\r\n", 7);
+    p += 7;
+    if (has_time)
+        p = put_int_bulk(p, c->now_us);
+    return (size_t)(p - buf);
+}
+
+size_t hirate_proto_encode_limits(char *buf, size_t cap, int64_t capacity, double rate)
+{
+    char r[32];
+    /* The shortest form that reads back as the same double: "0.1", not
+     * "0.10000000000000001"; Lua's tonumber() reads it back exactly. */
+    locale_t old = uselocale(wire_locale());
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(r, sizeof r, "%.*g", prec, rate);
+        if (strtod(r, NULL) == rate)
+            break;
+    }
+    uselocale(old);
+    size_t need = int_bulk_size(capacity) + bulk_size(strlen(r));
+    if (need > cap)
+        return need;
+    char *p = put_int_bulk(buf, capacity);
+    put_bulk(p, r, strlen(r));
+    return need;
+}
+
+size_t hirate_proto_encode_argv(char *buf, size_t cap, int argc, const char *const *argv,
+                                const size_t *lens)
+{
+    char tmp[24];
+    size_t need = 1 + (size_t)(tmp + sizeof tmp - u64_digits(tmp + sizeof tmp, (uint64_t)argc)) + 2;
+    for (int i = 0; i < argc; i++)
+        need += bulk_size(lens[i]);
+    if (need > cap)
+        return need;
+    char *p = put_header(buf, '*', (uint64_t)argc);
+    for (int i = 0; i < argc; i++)
+        p = put_bulk(p, argv[i], lens[i]);
+    return need;
+}
+
+/* ---- meaning -------------------------------------------------------------- */
+
+/* Is the first word of the error message exactly word? */
+static int first_word_is(const char *msg, size_t len, const char *word)
+{
+    size_t n = strlen(word);
+    return len >= n && memcmp(msg, word, n) == 0 && (len == n || msg[n] == ' ');
+}
+
+int hirate_proto_error_class(const char *msg, size_t len)
+{
+    static const char *const unavailable[] = {
+        "OOM", "BUSY", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
+        "MISCONF", "NOREPLICAS",
+    };
+    if (first_word_is(msg, len, "NOSCRIPT"))
+        return HIRATE_PROTO_NOSCRIPT;
+    for (size_t i = 0; i < sizeof unavailable / sizeof *unavailable; i++)
+        if (first_word_is(msg, len, unavailable[i]))
+            return HIRATE_ESERVER;
+    if (first_word_is(msg, len, "WRONGPASS") || first_word_is(msg, len, "NOAUTH"))
+        return HIRATE_EAUTH;
+    if (first_word_is(msg, len, "NOPERM"))
+        return HIRATE_ENOPERM;
+    return HIRATE_EREPLY;
+}
+
+int hirate_proto_error_drops_connection(const char *msg, size_t len)
+{
+    return first_word_is(msg, len, "READONLY") || first_word_is(msg, len, "LOADING") ||
+           first_word_is(msg, len, "MASTERDOWN");
+}
+
+int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t capacity,
+                          hirate_decision *d, double *tokens, const char **why)
+{
+    static const char shape[] = "::::$:$";
+    const hirate_reply_elem *e = r->elem;
+
+    if (r->top.type == '-')
+        return hirate_proto_error_class(r->top.str, r->top.len);
+    if (r->top.type != '*' || r->nelem != sizeof shape - 1) {
+        *why = "the script's reply is not an array of 7";
+        return HIRATE_EPROTO;
+    }
+    for (size_t i = 0; i < r->nelem; i++) {
+        if (e[i].type != shape[i]) {
+            *why = "the script's reply has an element of the wrong type";
+            return HIRATE_EPROTO;
+        }
+    }
+    /* The echoed key proves that this reply answers this call. */
+    if (e[6].len != c->prefixlen + c->keylen ||
+        memcmp(e[6].str, c->prefix, c->prefixlen) != 0 ||
+        memcmp(e[6].str + c->prefixlen, c->key, c->keylen) != 0) {
+        *why = "the reply is for another key";
+        return HIRATE_EPROTO;
+    }
+    int64_t allowed = e[0].integer, remaining = e[1].integer, retry = e[2].integer;
+    int64_t reset = e[3].integer, now = e[5].integer;
+    if ((allowed != 0 && allowed != 1) || remaining < 0 || remaining > capacity ||
+        retry < -1 || (allowed && retry != 0) || reset < 0 || reset > HIRATE_EXACT_MAX ||
+        now < 0 || e[4].len == 0 || e[4].len > 31) {
+        *why = "the script's reply has a value out of range";
+        return HIRATE_EPROTO;
+    }
+    char num[32];
+    memcpy(num, e[4].str, e[4].len);
+    num[e[4].len] = '\0';
+    char *end;
+    *tokens = strtod_l(num, &end, wire_locale());
+    /* The script writes the %.17g of a level from 0 to the capacity whose
+     * floor is remaining; NaN, infinities, hex, spaces or a NUL never. */
+    if (*end != '\0' || strspn(num, "0123456789.e+-") != e[4].len || !(*tokens >= 0) ||
+        *tokens > (double)capacity || (int64_t)floor(*tokens) != remaining) {
+        *why = "the script's reply has a malformed token level";
+        return HIRATE_EPROTO;
+    }
+    d->allowed = (int)allowed;
+    d->source = HIRATE_SOURCE_REDIS;
+    d->error = 0;
+    d->limit = capacity;
+    d->remaining = remaining;
+    d->retry_after_us = retry < 0 ? HIRATE_NEVER : retry;
+    d->reset_after_us = reset;
+    d->time_us = now;
+    return 0;
+}

@@ -1,0 +1,89 @@
+/*
+ * The wire, without I/O: encode a script call into caller memory, parse one
+ * RESP2 reply in place, turn a reply into a decision. The C client, asyncio
+ * and OpenResty all send these bytes and read replies through this code.
+ *
+ * Parsing contract (as picohttpparser's): hirate_proto_parse() looks at
+ * [buf, buf+len) and returns the number of bytes one whole reply takes, 0 when
+ * the reply is not complete yet (call again with more bytes, from the same
+ * start), or HIRATE_EPROTO when the bytes cannot be a reply this library
+ * accepts. It never allocates: strings in the result point into buf. Only
+ * scalars and one level of array (at most HIRATE_REPLY_MAX_ELEMS) are
+ * accepted, and no element may claim more than HIRATE_PROTO_MAX_REPLY bytes,
+ * so a hostile server cannot make it allocate or recurse.
+ */
+#ifndef HIRATE_PROTO_H
+#define HIRATE_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hirate.h"
+
+#define HIRATE_REPLY_MAX_ELEMS 8
+#define HIRATE_PROTO_MAX_REPLY 4096
+/* An EVALSHA call without its key never needs more than this. */
+#define HIRATE_PROTO_CALL_OVERHEAD 320
+
+typedef struct hirate_reply_elem {
+    char type;              /* '+' status, '-' error, ':' integer, '$' bulk, 0 nil */
+    const char *str;        /* status, error and bulk text (not NUL-terminated) */
+    size_t len;
+    int64_t integer;
+} hirate_reply_elem;
+
+typedef struct hirate_reply {
+    hirate_reply_elem top;  /* type '*' for an array */
+    size_t nelem;
+    hirate_reply_elem elem[HIRATE_REPLY_MAX_ELEMS];
+    const char *why;        /* after HIRATE_EPROTO: what was wrong */
+} hirate_reply;
+
+long hirate_proto_parse(const char *buf, size_t len, hirate_reply *r);
+
+/* One script call. args is capacity and rate already encoded as two RESP bulk
+ * strings (hirate_proto_encode_limits), since they are the same every call. */
+typedef struct hirate_call {
+    const char *prefix;
+    size_t prefixlen;
+    const void *key;
+    size_t keylen;
+    const char *args;
+    size_t argslen;
+    int64_t cost;
+    int spend;
+    int64_t now_us;         /* < 0: Redis' clock (every production call) */
+} hirate_call;
+
+/* Encodes EVALSHA (eval == 0) or EVAL (eval == 1) of the script. Returns the
+ * length the call takes; writes it only when that is at most cap. */
+size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int eval);
+
+/* Encodes capacity and rate as the two bulk strings of hirate_call.args; the
+ * rate in the fewest digits that read back as the same double. */
+size_t hirate_proto_encode_limits(char *buf, size_t cap, int64_t capacity, double rate);
+
+/* Encodes any command from argc byte strings. Returns the length it takes;
+ * writes only when that is at most cap. */
+size_t hirate_proto_encode_argv(char *buf, size_t cap, int argc, const char *const *argv,
+                                const size_t *lens);
+
+/* What an error reply means: HIRATE_ESERVER (the server cannot serve now:
+ * OOM, BUSY, READONLY, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN),
+ * HIRATE_EAUTH, HIRATE_ENOPERM, or HIRATE_EREPLY; HIRATE_PROTO_NOSCRIPT for
+ * NOSCRIPT, the one reply after which a call is sent again (as EVAL). */
+#define HIRATE_PROTO_NOSCRIPT 1
+int hirate_proto_error_class(const char *msg, size_t len);
+
+/* True when the error says this server is the wrong one to talk to now
+ * (READONLY, LOADING, MASTERDOWN): drop the connection, reconnect later. */
+int hirate_proto_error_drops_connection(const char *msg, size_t len);
+
+/* Checks the script's reply and fills *d (source HIRATE_SOURCE_REDIS). The
+ * reply must echo the full key (prefix + key), so that a reply can never be
+ * taken for another call's. tokens gets the exact level. Returns 0,
+ * HIRATE_EPROTO with *why set, or the class of an error reply. */
+int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t capacity,
+                          hirate_decision *d, double *tokens, const char **why);
+
+#endif

@@ -1,0 +1,518 @@
+/* The Redis backend: connection pool, handshake, one round trip per call. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "errors.h"
+#include "memory.h"
+#include "redis.h"
+
+/* Reconnection backoff after a failed connect: doubles from the first to the
+ * last, each wait jittered by ±25% so that processes do not connect in step. */
+#define BACKOFF_FIRST_MS 10
+#define BACKOFF_LAST_MS 1000
+
+typedef struct conn {
+    redisContext *ctx;      /* opened the socket; not used for I/O afterwards */
+    int fd;
+    int timeo_changed;      /* SO_RCVTIMEO shortened for the rest of a call */
+    struct conn *next;      /* in the idle list */
+    size_t rlen;
+    char rbuf[HIRATE_PROTO_MAX_REPLY];
+} conn;
+
+struct hirate_redis {
+    hirate_redis_cfg cfg;
+    pthread_mutex_t lock;
+    pthread_cond_t freed;       /* a connection went back to the pool */
+    conn **all;                 /* cfg.pool_size slots, NULL when free */
+    conn *idle;
+    int open;                   /* connections open or being opened */
+    int failing;                /* the last connect failed */
+    int backoff_ms;
+    int64_t next_connect_us;
+    uint64_t jitter_state;
+    char connect_err[160];
+    hirate_redis_stats stats;   /* updated with relaxed atomics */
+};
+
+#define STAT_INC(r, field) __atomic_fetch_add(&(r)->stats.field, 1, __ATOMIC_RELAXED)
+
+static struct timeval ms_to_tv(int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
+/* "127.0.0.1:6379" or the socket path, for messages (never the password). */
+static void describe_server(const hirate_url *u, char *buf, size_t len)
+{
+    if (u->is_unix)
+        snprintf(buf, len, "%s", u->path);
+    else if (strchr(u->host, ':'))
+        snprintf(buf, len, "[%s]:%d", u->host, u->port);
+    else
+        snprintf(buf, len, "%s:%d", u->host, u->port);
+}
+
+/* ---- one connection -------------------------------------------------------- */
+
+static void conn_close(conn *c)
+{
+    redisFree(c->ctx);   /* close(2) only: nothing is sent */
+    free(c);
+}
+
+/* AUTH and SELECT through hiredis, before hirate takes over the socket. */
+static int handshake(hirate_redis *r, redisContext *ctx, char *err, size_t errlen)
+{
+    const hirate_url *u = &r->cfg.url;
+    char db[16];
+    redisReply *rep;
+
+    if (u->password[0]) {
+        const char *argv[3] = {"AUTH", u->user, u->password};
+        size_t lens[3] = {4, strlen(u->user), strlen(u->password)};
+        int skip = u->user[0] ? 0 : 1;   /* no user: AUTH <password> */
+        argv[skip] = "AUTH";
+        lens[skip] = 4;
+        rep = redisCommandArgv(ctx, 3 - skip, argv + skip, lens + skip);
+        if (!rep)
+            return hirate__fail(err, errlen, ctx->err == REDIS_ERR_IO && errno == EAGAIN
+                                ? HIRATE_ETIMEDOUT : HIRATE_EIO, "AUTH: %s", ctx->errstr);
+        if (rep->type == REDIS_REPLY_ERROR) {
+            int rc = hirate__fail(err, errlen, HIRATE_EAUTH, "AUTH refused: %.100s", rep->str);
+            freeReplyObject(rep);
+            return rc;
+        }
+        freeReplyObject(rep);
+    }
+    if (u->db) {
+        snprintf(db, sizeof db, "%d", u->db);
+        const char *argv[2] = {"SELECT", db};
+        size_t lens[2] = {6, strlen(db)};
+        rep = redisCommandArgv(ctx, 2, argv, lens);
+        if (!rep)
+            return hirate__fail(err, errlen, ctx->err == REDIS_ERR_IO && errno == EAGAIN
+                                ? HIRATE_ETIMEDOUT : HIRATE_EIO, "SELECT: %s", ctx->errstr);
+        if (rep->type == REDIS_REPLY_ERROR) {
+            int rc = hirate_proto_error_class(rep->str, rep->len);
+            rc = hirate__fail(err, errlen, rc < 0 ? rc : HIRATE_EREPLY,
+                              "SELECT %d refused: %.100s", u->db, rep->str);
+            freeReplyObject(rep);
+            return rc;
+        }
+        freeReplyObject(rep);
+    }
+    return 0;
+}
+
+static int conn_open(hirate_redis *r, conn **out, char *err, size_t errlen)
+{
+    const hirate_url *u = &r->cfg.url;
+    char where[300];
+    struct timeval ctv = ms_to_tv(r->cfg.connect_timeout_ms);
+
+    STAT_INC(r, connects);
+    describe_server(u, where, sizeof where);
+    redisContext *ctx = u->is_unix ? redisConnectUnixWithTimeout(u->path, ctv)
+                                   : redisConnectWithTimeout(u->host, u->port, ctv);
+    if (!ctx)
+        return hirate__fail(err, errlen, HIRATE_ENOMEM, "connect to %s: out of memory", where);
+    if (ctx->err) {
+        int rc = hirate__fail(err, errlen, HIRATE_ECONNECT, "connect to %s: %s", where, ctx->errstr);
+        redisFree(ctx);
+        return rc;
+    }
+    if (!u->is_unix)
+        redisEnableKeepAlive(ctx);
+    int rc = redisSetTimeout(ctx, ms_to_tv(r->cfg.timeout_ms)) == REDIS_OK
+             ? handshake(r, ctx, err, errlen)
+             : hirate__fail(err, errlen, HIRATE_EIO, "connect to %s: %s", where, ctx->errstr);
+    if (rc < 0) {
+        redisFree(ctx);
+        return rc;
+    }
+    conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        redisFree(ctx);
+        return hirate__fail(err, errlen, HIRATE_ENOMEM, "connect to %s: out of memory", where);
+    }
+    c->ctx = ctx;
+    c->fd = ctx->fd;
+    *out = c;
+    return 0;
+}
+
+static int conn_send(hirate_redis *r, conn *c, const char *buf, size_t len, char *err, size_t errlen)
+{
+    while (len) {
+        /* MSG_NOSIGNAL: a peer that closed must not SIGPIPE the process. */
+        ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            buf += n;
+            len -= (size_t)n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return hirate__fail(err, errlen, HIRATE_ETIMEDOUT,
+                                "sending to Redis took over %d ms", r->cfg.timeout_ms);
+        } else {
+            return hirate__fail(err, errlen, HIRATE_EIO, "send to Redis: %s",
+                                n < 0 ? strerror(errno) : "nothing written");
+        }
+    }
+    return 0;
+}
+
+/* Reads exactly one reply, by deadline. Bytes beyond it mean the stream is
+ * out of step, which this connection can never recover from. */
+static int conn_recv(hirate_redis *r, conn *c, int64_t deadline, hirate_reply *rep,
+                     char *err, size_t errlen)
+{
+    if (c->timeo_changed) {
+        struct timeval tv = ms_to_tv(r->cfg.timeout_ms);
+        setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        c->timeo_changed = 0;
+    }
+    c->rlen = 0;
+    for (;;) {
+        ssize_t n = recv(c->fd, c->rbuf + c->rlen, sizeof c->rbuf - c->rlen, 0);
+        if (n > 0) {
+            c->rlen += (size_t)n;
+            long used = hirate_proto_parse(c->rbuf, c->rlen, rep);
+            if (used > 0 && (size_t)used == c->rlen)
+                return 0;
+            if (used > 0)
+                return hirate__fail(err, errlen, HIRATE_EPROTO,
+                                    "malformed reply from Redis: bytes after the reply");
+            if (used < 0)
+                return hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: %s",
+                                    rep->why);
+            if (c->rlen == sizeof c->rbuf)
+                return hirate__fail(err, errlen, HIRATE_EPROTO,
+                                    "malformed reply from Redis: longer than %zu bytes",
+                                    sizeof c->rbuf);
+        } else if (n == 0) {
+            return hirate__fail(err, errlen, HIRATE_EIO, "Redis closed the connection");
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            return hirate__fail(err, errlen, HIRATE_ETIMEDOUT, "no reply from Redis within %d ms",
+                                r->cfg.timeout_ms);
+        } else if (errno != EINTR) {
+            return hirate__fail(err, errlen, HIRATE_EIO, "receive from Redis: %s", strerror(errno));
+        }
+        /* Part of a reply, or a signal: wait only for what is left of the
+         * deadline, so that a trickle cannot stretch the call. */
+        int64_t left = deadline - hirate_monotonic_us();
+        if (left <= 0)
+            return hirate__fail(err, errlen, HIRATE_ETIMEDOUT, "no whole reply from Redis within %d ms",
+                                r->cfg.timeout_ms);
+        struct timeval tv = {(time_t)(left / 1000000), (suseconds_t)(left % 1000000)};
+        setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        c->timeo_changed = 1;
+    }
+}
+
+static int roundtrip(hirate_redis *r, conn *c, const char *req, size_t len, hirate_reply *rep,
+                     char *err, size_t errlen)
+{
+    int64_t deadline = hirate_monotonic_us() + (int64_t)r->cfg.timeout_ms * 1000;
+    int rc = conn_send(r, c, req, len, err, errlen);
+    return rc < 0 ? rc : conn_recv(r, c, deadline, rep, err, errlen);
+}
+
+/* ---- the pool ---------------------------------------------------------------- */
+
+/* Waits are timed on the monotonic clock, immune to clock steps. */
+static void init_cond(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+hirate_redis *hirate_redis_new(const hirate_redis_cfg *cfg)
+{
+    hirate_redis *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->cfg = *cfg;
+    r->all = calloc((size_t)cfg->pool_size, sizeof *r->all);
+    if (!r->all) {
+        free(r);
+        return NULL;
+    }
+    pthread_mutex_init(&r->lock, NULL);
+    init_cond(&r->freed);
+    r->jitter_state = (uint64_t)(uintptr_t)r ^ (uint64_t)hirate_monotonic_us();
+    return r;
+}
+
+static void close_all(hirate_redis *r)
+{
+    for (int i = 0; i < r->cfg.pool_size; i++) {
+        if (r->all[i]) {
+            conn_close(r->all[i]);
+            r->all[i] = NULL;
+        }
+    }
+    r->idle = NULL;
+    r->open = 0;
+}
+
+void hirate_redis_free(hirate_redis *r)
+{
+    if (!r)
+        return;
+    close_all(r);
+    pthread_cond_destroy(&r->freed);
+    pthread_mutex_destroy(&r->lock);
+    free(r->all);
+    /* The password lived in cfg.url: do not leave it in freed memory. */
+    memset(&r->cfg, 0, sizeof r->cfg);
+    free(r);
+}
+
+static int jittered(hirate_redis *r, int ms)
+{
+    uint64_t x = r->jitter_state;   /* xorshift64, under the lock */
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    r->jitter_state = x;
+    return ms * 3 / 4 + (int)(x % (uint64_t)(ms / 2 + 1));
+}
+
+/* Takes an idle connection, opens a new one while the pool has room and no
+ * backoff is running, or waits for one to be released. */
+static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
+{
+    int64_t deadline = hirate_monotonic_us() + (int64_t)r->cfg.timeout_ms * 1000;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += r->cfg.timeout_ms / 1000;
+    until.tv_nsec += (long)(r->cfg.timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+
+    pthread_mutex_lock(&r->lock);
+    for (;;) {
+        if (r->idle) {
+            *out = r->idle;
+            r->idle = r->idle->next;
+            pthread_mutex_unlock(&r->lock);
+            return 0;
+        }
+        if (r->open < r->cfg.pool_size) {
+            int64_t now = hirate_monotonic_us();
+            if (r->failing && now < r->next_connect_us) {
+                int rc = hirate__fail(err, errlen, HIRATE_ECONNECT,
+                                      "not reconnecting for %lld ms after: %s",
+                                      (long long)((r->next_connect_us - now + 999) / 1000),
+                                      r->connect_err);
+                pthread_mutex_unlock(&r->lock);
+                return rc;
+            }
+            if (r->failing) {
+                /* Only this caller probes; the others keep failing fast. */
+                r->backoff_ms = r->backoff_ms ? r->backoff_ms * 2 : BACKOFF_FIRST_MS;
+                if (r->backoff_ms > BACKOFF_LAST_MS)
+                    r->backoff_ms = BACKOFF_LAST_MS;
+                r->next_connect_us = now + (int64_t)jittered(r, r->backoff_ms) * 1000;
+            }
+            r->open++;
+            pthread_mutex_unlock(&r->lock);
+
+            conn *c = NULL;
+            int rc = conn_open(r, &c, err, errlen);
+
+            pthread_mutex_lock(&r->lock);
+            if (rc < 0) {
+                r->open--;
+                if (!r->failing) {
+                    r->failing = 1;
+                    r->backoff_ms = BACKOFF_FIRST_MS;
+                    r->next_connect_us = hirate_monotonic_us() +
+                                         (int64_t)jittered(r, r->backoff_ms) * 1000;
+                }
+                snprintf(r->connect_err, sizeof r->connect_err, "%s", err ? err : "");
+            } else {
+                r->failing = 0;
+                r->backoff_ms = 0;
+                for (int i = 0; i < r->cfg.pool_size; i++) {
+                    if (!r->all[i]) {
+                        r->all[i] = c;
+                        break;
+                    }
+                }
+                *out = c;
+            }
+            pthread_mutex_unlock(&r->lock);
+            return rc;
+        }
+        if (hirate_monotonic_us() >= deadline ||
+            pthread_cond_timedwait(&r->freed, &r->lock, &until) == ETIMEDOUT) {
+            pthread_mutex_unlock(&r->lock);
+            return hirate__fail(err, errlen, HIRATE_ETIMEDOUT,
+                                "all %d Redis connections stayed busy for %d ms",
+                                r->cfg.pool_size, r->cfg.timeout_ms);
+        }
+    }
+}
+
+/* Returns a healthy connection to the pool, or closes a failed one. */
+static void release(hirate_redis *r, conn *c, int healthy)
+{
+    pthread_mutex_lock(&r->lock);
+    if (healthy) {
+        c->next = r->idle;
+        r->idle = c;
+    } else {
+        for (int i = 0; i < r->cfg.pool_size; i++) {
+            if (r->all[i] == c) {
+                r->all[i] = NULL;
+                break;
+            }
+        }
+        r->open--;
+        STAT_INC(r, dropped);
+        conn_close(c);
+    }
+    pthread_cond_signal(&r->freed);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* After an error reply: keep the connection unless the server is the wrong
+ * one to talk to now (READONLY after a failover, LOADING, MASTERDOWN). */
+static int reply_error(const hirate_reply *rep, int rc, int *healthy, char *err, size_t errlen)
+{
+    *healthy = !hirate_proto_error_drops_connection(rep->top.str, rep->top.len);
+    int n = rep->top.len > 120 ? 120 : (int)rep->top.len;
+    return hirate__fail(err, errlen, rc, "Redis replied: %.*s", n, rep->top.str);
+}
+
+int hirate_redis_decide(hirate_redis *r, const hirate_call *call, int64_t capacity,
+                        hirate_decision *d, double *tokens, char *err, size_t errlen)
+{
+    char req[HIRATE_PROTO_CALL_OVERHEAD + HIRATE_PREFIX_MAX + HIRATE_KEY_MAX];
+    hirate_reply rep;
+    const char *why = NULL;
+    conn *c;
+    int healthy = 1;
+
+    rep.top.type = 0;
+    int rc = acquire(r, &c, err, errlen);
+    if (rc < 0)
+        return rc;
+
+    size_t len = hirate_proto_encode_call(req, sizeof req, call, 0);
+    STAT_INC(r, evalsha);
+    rc = roundtrip(r, c, req, len, &rep, err, errlen);
+    if (rc == 0)
+        rc = hirate_proto_decision(&rep, call, capacity, d, tokens, &why);
+
+    if (rc == HIRATE_PROTO_NOSCRIPT) {
+        /* The server does not know the script (restart, SCRIPT FLUSH,
+         * failover): the call provably did not run, so send it whole. */
+        size_t elen = hirate_proto_encode_call(NULL, 0, call, 1);
+        char *ereq = malloc(elen);
+        if (!ereq) {
+            release(r, c, 1);
+            return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory for EVAL");
+        }
+        hirate_proto_encode_call(ereq, elen, call, 1);
+        STAT_INC(r, eval);
+        rc = roundtrip(r, c, ereq, elen, &rep, err, errlen);
+        free(ereq);
+        if (rc == 0)
+            rc = hirate_proto_decision(&rep, call, capacity, d, tokens, &why);
+        if (rc == HIRATE_PROTO_NOSCRIPT)   /* no second fallback, no loop */
+            rc = HIRATE_EREPLY;
+    }
+
+    if (rc == 0) {
+        /* healthy */
+    } else if (rep.top.type == '-' && (rc == HIRATE_ESERVER || rc == HIRATE_EAUTH ||
+                                       rc == HIRATE_ENOPERM || rc == HIRATE_EREPLY)) {
+        rc = reply_error(&rep, rc, &healthy, err, errlen);
+    } else if (rc == HIRATE_EPROTO && why) {
+        rc = hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: %s", why);
+        healthy = 0;
+    } else {
+        healthy = 0;   /* I/O error, timeout: the stream's state is unknown */
+    }
+    release(r, c, healthy);
+    return rc;
+}
+
+int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, const void *key,
+                       size_t keylen, char *err, size_t errlen)
+{
+    char full[HIRATE_PREFIX_MAX + HIRATE_KEY_MAX];
+    char req[64 + sizeof full];
+    memcpy(full, prefix, prefixlen);
+    memcpy(full + prefixlen, key, keylen);
+    const char *argv[2] = {"DEL", full};
+    size_t lens[2] = {3, prefixlen + keylen};
+    size_t len = hirate_proto_encode_argv(req, sizeof req, 2, argv, lens);
+    hirate_reply rep;
+    conn *c;
+    int healthy = 1;
+
+    int rc = acquire(r, &c, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = roundtrip(r, c, req, len, &rep, err, errlen);
+    if (rc < 0) {
+        healthy = 0;
+    } else if (rep.top.type == '-') {
+        rc = reply_error(&rep, hirate_proto_error_class(rep.top.str, rep.top.len), &healthy,
+                         err, errlen);
+    } else if (rep.top.type != ':') {
+        rc = hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: DEL gave no integer");
+        healthy = 0;
+    }
+    release(r, c, healthy);
+    return rc;
+}
+
+void hirate_redis_stats_get(hirate_redis *r, hirate_redis_stats *out)
+{
+    out->connects = __atomic_load_n(&r->stats.connects, __ATOMIC_RELAXED);
+    out->evalsha = __atomic_load_n(&r->stats.evalsha, __ATOMIC_RELAXED);
+    out->eval = __atomic_load_n(&r->stats.eval, __ATOMIC_RELAXED);
+    out->dropped = __atomic_load_n(&r->stats.dropped, __ATOMIC_RELAXED);
+}
+
+void hirate_redis_fork_prepare(hirate_redis *r)
+{
+    pthread_mutex_lock(&r->lock);
+}
+
+void hirate_redis_fork_parent(hirate_redis *r)
+{
+    pthread_mutex_unlock(&r->lock);
+}
+
+void hirate_redis_fork_child(hirate_redis *r)
+{
+    /* The sockets belong to the parent: close our copies without a word
+     * (no QUIT, no shutdown()), and start the pool afresh. */
+    close_all(r);
+    r->failing = 0;
+    r->backoff_ms = 0;
+    pthread_mutex_unlock(&r->lock);
+    pthread_cond_destroy(&r->freed);
+    init_cond(&r->freed);
+}

@@ -1,0 +1,55 @@
+/*
+ * The Redis backend: a bounded pool of connections shared by all threads.
+ * hiredis opens each connection (timeouts, keepalive, unix sockets) and runs
+ * the AUTH/SELECT handshake; after that hirate owns the socket and speaks
+ * through proto.c, with no allocation per call.
+ *
+ * Rules it keeps: a connection that met any error is closed, never reused; a
+ * call is sent twice only after NOSCRIPT (as EVAL); a timeout is an unknown
+ * outcome and is never retried; new connections after a failure wait out an
+ * exponential backoff; after fork() the child closes the inherited sockets
+ * without sending a byte.
+ */
+#ifndef HIRATE_REDIS_H
+#define HIRATE_REDIS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto.h"
+#include "url.h"
+
+typedef struct hirate_redis hirate_redis;
+
+typedef struct hirate_redis_cfg {
+    hirate_url url;
+    int connect_timeout_ms;
+    int timeout_ms;
+    int pool_size;
+} hirate_redis_cfg;
+
+hirate_redis *hirate_redis_new(const hirate_redis_cfg *cfg);
+void hirate_redis_free(hirate_redis *r);
+
+/* One script call. Fills *d and *tokens (the exact level) on success.
+ * Returns 0 or a HIRATE_E* code with a message in err. */
+int hirate_redis_decide(hirate_redis *r, const hirate_call *call, int64_t capacity,
+                        hirate_decision *d, double *tokens, char *err, size_t errlen);
+
+/* DEL of prefix + key. */
+int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, const void *key,
+                       size_t keylen, char *err, size_t errlen);
+
+typedef struct hirate_redis_stats {
+    uint64_t connects, evalsha, eval, dropped;
+} hirate_redis_stats;
+
+void hirate_redis_stats_get(hirate_redis *r, hirate_redis_stats *out);
+
+/* fork(): prepare takes the pool lock, parent releases it, child releases it
+ * and closes every inherited connection. */
+void hirate_redis_fork_prepare(hirate_redis *r);
+void hirate_redis_fork_parent(hirate_redis *r);
+void hirate_redis_fork_child(hirate_redis *r);
+
+#endif

@@ -1,0 +1,22 @@
+/* Parsing redis:// and unix:// URLs. */
+#ifndef HIRATE_URL_H
+#define HIRATE_URL_H
+
+#include <stddef.h>
+
+typedef struct hirate_url {
+    int is_unix;          /* 1: path is a unix socket */
+    char host[256];       /* TCP host, IPv6 without brackets */
+    int port;             /* default 6379 */
+    char path[108];       /* unix socket path */
+    char user[128];       /* ACL user, "" for none (percent-decoded) */
+    char password[256];   /* "" for none (percent-decoded) */
+    int db;               /* 0 by default */
+} hirate_url;
+
+/* Accepts redis://[[user]:password@]host[:port][/db] (host may be [v6]) and
+ * unix://[[user]:password@]/path[?db=N]. Returns 0 or HIRATE_EURL with a
+ * message in err that never contains the password. */
+int hirate_url_parse(const char *url, hirate_url *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,141 @@
+/*
+ * The error list: one X-macro in hirate.h gives the codes, their names and
+ * their messages, so each is checked against the list itself; a few literal
+ * cases guard against the list and the functions agreeing on a wrong thing.
+ * Also the source names and the version string.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "hirate.h"
+
+typedef struct listed {
+    int code;
+    const char *name;
+    const char *message;
+} listed;
+
+/* What the list says, expanded here and not taken from the library. */
+static const listed errors[] = {
+#define LISTED_(name, code, msg) {HIRATE_##name, "HIRATE_" #name, msg},
+    HIRATE_ERRNO_MAP(LISTED_)
+#undef LISTED_
+};
+#define NERRORS (sizeof errors / sizeof errors[0])
+
+static void every_listed_code_is_negative_and_distinct(void)
+{
+    CHECK(NERRORS > 0);
+    for (size_t i = 0; i < NERRORS; i++) {
+        CHECK(errors[i].code < 0);
+        for (size_t j = i + 1; j < NERRORS; j++)
+            if (errors[i].code == errors[j].code) {
+                fprintf(stderr, "%s and %s share %d\n", errors[i].name, errors[j].name,
+                        errors[i].code);
+                CHECK(errors[i].code != errors[j].code);
+            }
+    }
+}
+
+static void every_listed_code_has_its_name_and_message(void)
+{
+    for (size_t i = 0; i < NERRORS; i++) {
+        CHECK_EQ_STR(hirate_err_name(errors[i].code), errors[i].name);
+        CHECK_EQ_STR(hirate_strerror(errors[i].code), errors[i].message);
+    }
+}
+
+typedef struct spot {
+    const char *rule;
+    int code;
+    int value;
+    const char *name;
+    const char *message;
+} spot;
+
+static const spot spots[] = {
+    {"EINVAL is the first code, -1", HIRATE_EINVAL, -1, "HIRATE_EINVAL", "invalid argument"},
+    {"ERATE names the rate", HIRATE_ERATE, -3, "HIRATE_ERATE", "invalid rate"},
+    {"ERANGE speaks of exact arithmetic", HIRATE_ERANGE, -6, "HIRATE_ERANGE",
+     "value too large for exact arithmetic"},
+    {"EURL names the URL", HIRATE_EURL, -7, "HIRATE_EURL", "invalid Redis URL"},
+    {"ESERVER is the server that cannot serve now", HIRATE_ESERVER, -14, "HIRATE_ESERVER",
+     "Redis cannot serve the request now"},
+    {"ECLOSED is the last code, -18", HIRATE_ECLOSED, -18, "HIRATE_ECLOSED", "limiter is closed"},
+};
+
+static void spot_checks_of_literal_names(void)
+{
+    for (size_t i = 0; i < sizeof spots / sizeof spots[0]; i++) {
+        const spot *s = &spots[i];
+        CHECK_EQ_I64(s->code, s->value);
+        CHECK_EQ_STR(hirate_err_name(s->code), s->name);
+        CHECK_EQ_STR(hirate_strerror(s->code), s->message);
+    }
+}
+
+static void zero_is_success(void)
+{
+    CHECK_EQ_I64(HIRATE_OK, 0);
+    CHECK_EQ_STR(hirate_err_name(0), "HIRATE_OK");
+    CHECK_EQ_STR(hirate_strerror(0), "success");
+}
+
+static void unknown_codes_are_unknown(void)
+{
+    static const int unknown[] = {1, -19, -100, 42, INT_MAX, INT_MIN};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        CHECK_EQ_STR(hirate_err_name(unknown[i]), "HIRATE_UNKNOWN");
+        CHECK_EQ_STR(hirate_strerror(unknown[i]), "unknown error");
+    }
+}
+
+typedef struct source_case {
+    int source;
+    int value;
+    const char *name;
+} source_case;
+
+static const source_case sources[] = {
+    {HIRATE_SOURCE_REDIS, 1, "redis"},
+    {HIRATE_SOURCE_LOCAL, 2, "local"},
+    {HIRATE_SOURCE_CACHE, 3, "cache"},
+    {HIRATE_SOURCE_FAIL_OPEN, 4, "fail_open"},
+    {HIRATE_SOURCE_FAIL_CLOSED, 5, "fail_closed"},
+    {0, 0, "unknown"},
+    {6, 6, "unknown"},
+    {-1, -1, "unknown"},
+};
+
+static void each_source_has_its_name(void)
+{
+    for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
+        CHECK_EQ_I64(sources[i].source, sources[i].value);
+        CHECK_EQ_STR(hirate_source_name(sources[i].source), sources[i].name);
+    }
+}
+
+static void the_version_is_the_header_s(void)
+{
+    char expect[32];
+    snprintf(expect, sizeof expect, "%d.%d.%d", HIRATE_VERSION_MAJOR, HIRATE_VERSION_MINOR,
+             HIRATE_VERSION_PATCH);
+    CHECK_EQ_STR(hirate_version(), HIRATE_VERSION_STRING);
+    CHECK_EQ_STR(HIRATE_VERSION_STRING, expect);
+    CHECK_EQ_I64(HIRATE_VERSION_NUM,
+                 HIRATE_VERSION_MAJOR * 10000 + HIRATE_VERSION_MINOR * 100 + HIRATE_VERSION_PATCH);
+}
+
+int main(void)
+{
+    every_listed_code_is_negative_and_distinct();
+    every_listed_code_has_its_name_and_message();
+    spot_checks_of_literal_names();
+    zero_is_success();
+    unknown_codes_are_unknown();
+    each_source_has_its_name();
+    the_version_is_the_header_s();
+    return check_summary("test_errors");
+}

@@ -1,0 +1,460 @@
+/*
+ * The shared test vectors, run by the C library: every case of
+ * tests/vectors/token_bucket.json against the memory backend, then against
+ * the real script in a throwaway redis-server (time injected as ARGV[5]).
+ * Every field of every decision is compared exactly; a failure names the
+ * backend, the case id, the step and the field.
+ *
+ *     test_vectors [path/to/token_bucket.json]
+ *
+ * Without an argument the file is $HIRATE_SOURCE_DIR/tests/vectors/token_bucket.json.
+ * A redis-server that cannot start is a failure, not a skip.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "check.h"
+#include "hirate.h"
+#include "hirate_internal.h"
+#include "redis_harness.h"
+
+#define EXACT_POW_53 9007199254740992.0   /* 2^53: every vector number is within ±2^53 */
+#define KEY_TIMES_MAX 8192                 /* the schema's bound on {"repeat", "times"} */
+
+typedef struct backend {
+    const char *name;   /* "memory" or "redis", for messages */
+    const char *url;    /* NULL: the memory backend */
+    int source;         /* the source every decision must carry */
+} backend;
+
+/* Where we are, so that each failure names it. */
+typedef struct where {
+    const backend *b;
+    const char *case_id;
+    int step;           /* -1 while making the limiter */
+} where;
+
+static void failf(const where *w, const char *fmt, ...)
+{
+    va_list ap;
+    check_failed_++;
+    if (w->step < 0)
+        fprintf(stderr, "FAIL [%s] case %s, config: ", w->b->name, w->case_id);
+    else
+        fprintf(stderr, "FAIL [%s] case %s, step %d: ", w->b->name, w->case_id, w->step);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static void expect_i64(const where *w, const char *field, int64_t want, int64_t got)
+{
+    if (want == got) {
+        check_passed_++;
+        return;
+    }
+    char a[32], b[32];
+    if (want == HIRATE_NEVER) snprintf(a, sizeof a, "never");
+    else snprintf(a, sizeof a, "%" PRId64, want);
+    if (got == HIRATE_NEVER) snprintf(b, sizeof b, "never");
+    else snprintf(b, sizeof b, "%" PRId64, got);
+    failf(w, "%s: expected %s, got %s", field, a, b);
+}
+
+static void expect_str(const where *w, const char *field, const char *want, const char *got)
+{
+    if (got && strcmp(want, got) == 0) {
+        check_passed_++;
+        return;
+    }
+    failf(w, "%s: expected %s, got %s", field, want, got ? got : "(null)");
+}
+
+/* ------------------------------------------------------------------ JSON */
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)size + 1)) != NULL) {
+        if (fread(buf, 1, (size_t)size, f) == (size_t)size) {
+            buf[size] = '\0';
+        } else {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+static const cJSON *field(const cJSON *obj, const char *name)
+{
+    return cJSON_GetObjectItemCaseSensitive(obj, name);
+}
+
+/* A whole JSON number within ±2^53 (a double holds those exactly; cJSON's
+ * valueint would saturate at INT_MAX, so read valuedouble). */
+static int get_i64(const cJSON *j, int64_t *out)
+{
+    if (!cJSON_IsNumber(j))
+        return -1;
+    double v = j->valuedouble;
+    if (!isfinite(v) || floor(v) != v || fabs(v) > EXACT_POW_53)
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* A rate: a number, or "nan", "inf", "-inf" (JSON has no non-finite numbers). */
+static int get_rate(const cJSON *j, double *out)
+{
+    if (cJSON_IsNumber(j)) {
+        *out = j->valuedouble;
+        return 0;
+    }
+    if (!cJSON_IsString(j))
+        return -1;
+    if (strcmp(j->valuestring, "nan") == 0) *out = NAN;
+    else if (strcmp(j->valuestring, "inf") == 0) *out = INFINITY;
+    else if (strcmp(j->valuestring, "-inf") == 0) *out = -INFINITY;
+    else return -1;
+    return 0;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* A key in one of its three spellings: "string" (its UTF-8 bytes),
+ * {"repeat": s, "times": n}, {"hex": "..."}. *out is malloc'd (never NULL
+ * on success, even for the empty key). */
+static int get_key(const cJSON *j, unsigned char **out, size_t *len)
+{
+    if (cJSON_IsString(j)) {
+        *len = strlen(j->valuestring);
+        *out = malloc(*len + 1);
+        if (!*out)
+            return -1;
+        memcpy(*out, j->valuestring, *len + 1);
+        return 0;
+    }
+    if (!cJSON_IsObject(j))
+        return -1;
+    const cJSON *hex = field(j, "hex"), *rep = field(j, "repeat"), *times = field(j, "times");
+    if (cJSON_IsString(hex) && !rep && !times) {
+        size_t n = strlen(hex->valuestring);
+        if (n % 2)
+            return -1;
+        unsigned char *p = malloc(n / 2 + 1);
+        if (!p)
+            return -1;
+        for (size_t i = 0; i < n / 2; i++) {
+            int hi = hexval(hex->valuestring[2 * i]), lo = hexval(hex->valuestring[2 * i + 1]);
+            if (hi < 0 || lo < 0) {
+                free(p);
+                return -1;
+            }
+            p[i] = (unsigned char)(hi << 4 | lo);
+        }
+        *out = p;
+        *len = n / 2;
+        return 0;
+    }
+    int64_t t;
+    if (cJSON_IsString(rep) && !hex && get_i64(times, &t) == 0 && t >= 1 && t <= KEY_TIMES_MAX) {
+        size_t unit = strlen(rep->valuestring);
+        if (unit == 0)
+            return -1;
+        unsigned char *p = malloc(unit * (size_t)t + 1);
+        if (!p)
+            return -1;
+        for (int64_t i = 0; i < t; i++)
+            memcpy(p + (size_t)i * unit, rep->valuestring, unit);
+        *out = p;
+        *len = unit * (size_t)t;
+        return 0;
+    }
+    return -1;
+}
+
+/* --------------------------------------------------------------- running */
+
+static int g_steps_run;
+
+/* Compares one decision with its "expect" object. */
+static void compare(const where *w, const cJSON *expect, const hirate_decision *d, int64_t t_us)
+{
+    const cJSON *allowed = field(expect, "allowed"), *retry = field(expect, "retry_after_us");
+    int64_t remaining, reset, limit, retry_us;
+
+    if (!cJSON_IsBool(allowed) || get_i64(field(expect, "remaining"), &remaining) < 0 ||
+        get_i64(field(expect, "reset_after_us"), &reset) < 0 ||
+        get_i64(field(expect, "limit"), &limit) < 0) {
+        failf(w, "malformed expect object in the vector file");
+        return;
+    }
+    if (cJSON_IsString(retry) && strcmp(retry->valuestring, "never") == 0) {
+        retry_us = HIRATE_NEVER;
+    } else if (get_i64(retry, &retry_us) < 0) {
+        failf(w, "malformed retry_after_us in the vector file");
+        return;
+    }
+    expect_i64(w, "allowed", cJSON_IsTrue(allowed) ? 1 : 0, d->allowed);
+    expect_i64(w, "remaining", remaining, d->remaining);
+    expect_i64(w, "retry_after_us", retry_us, d->retry_after_us);
+    expect_i64(w, "reset_after_us", reset, d->reset_after_us);
+    expect_i64(w, "limit", limit, d->limit);
+    expect_i64(w, "time_us", t_us, d->time_us);   /* the injected clock decided */
+    if (d->source == w->b->source) check_passed_++;
+    else failf(w, "source: expected %s, got %s (%d)", hirate_source_name(w->b->source),
+               hirate_source_name(d->source), d->source);
+    if (d->error == 0) check_passed_++;
+    else failf(w, "error: expected 0, got %s (%d)", hirate_err_name(d->error), d->error);
+}
+
+static void run_step(where *w, hirate_limiter *lim, const cJSON *step)
+{
+    const cJSON *op = field(step, "op"), *jcost = field(step, "cost");
+    const cJSON *expect = field(step, "expect"), *expect_error = field(step, "expect_error");
+    int64_t t_us, cost = 1;
+    unsigned char *key = NULL;
+    size_t keylen = 0;
+
+    if (!cJSON_IsString(op) || get_i64(field(step, "t_us"), &t_us) < 0 ||
+        (jcost && get_i64(jcost, &cost) < 0) || get_key(field(step, "key"), &key, &keylen) < 0) {
+        failf(w, "malformed step in the vector file");
+        free(key);
+        return;
+    }
+    g_steps_run++;
+
+    if (strcmp(op->valuestring, "reset") == 0) {
+        int rc = hirate_reset(lim, key, keylen);
+        if (rc == 0) check_passed_++;
+        else failf(w, "reset: expected 0, got %s", hirate_err_name(rc));
+        free(key);
+        return;
+    }
+    int spend;
+    if (strcmp(op->valuestring, "allow") == 0) spend = 1;
+    else if (strcmp(op->valuestring, "peek") == 0) spend = 0;
+    else {
+        failf(w, "unknown op \"%s\" in the vector file", op->valuestring);
+        free(key);
+        return;
+    }
+
+    hirate_decision d;
+    memset(&d, 0xa5, sizeof d);   /* a field the library forgets cannot match by luck */
+    int rc = hirate__decide_at(lim, key, keylen, cost, spend, t_us, &d);
+    free(key);
+
+    if (cJSON_IsString(expect_error)) {
+        expect_str(w, "return code", expect_error->valuestring, hirate_err_name(rc));
+        if (rc < 0) {
+            char msg[HIRATE_ERRMSG_SIZE] = "";
+            hirate_limiter_errmsg(lim, msg, sizeof msg);
+            if (msg[0]) check_passed_++;
+            else failf(w, "%s returned without a message in hirate_limiter_errmsg",
+                       hirate_err_name(rc));
+        }
+        return;
+    }
+    if (!cJSON_IsObject(expect)) {
+        failf(w, "step has neither expect nor expect_error in the vector file");
+        return;
+    }
+    if (rc != 0) {
+        char msg[HIRATE_ERRMSG_SIZE] = "";
+        hirate_limiter_errmsg(lim, msg, sizeof msg);
+        failf(w, "return code: expected 0, got %s (%s)", hirate_err_name(rc), msg);
+        return;
+    }
+    check_passed_++;
+    compare(w, expect, &d, t_us);
+}
+
+static void run_case(const backend *b, const cJSON *c)
+{
+    const cJSON *id = field(c, "id"), *config = field(c, "config");
+    where w = {b, "?", -1};
+    int64_t capacity;
+    double rate;
+
+    if (cJSON_IsString(id))
+        w.case_id = id->valuestring;
+    if (!cJSON_IsString(id) || !cJSON_IsObject(config) ||
+        get_i64(field(config, "capacity"), &capacity) < 0 ||
+        get_rate(field(config, "rate"), &rate) < 0) {
+        failf(&w, "malformed case in the vector file");
+        return;
+    }
+
+    char prefix[HIRATE_PREFIX_MAX + 1];
+    int n = snprintf(prefix, sizeof prefix, "vec:%s:", w.case_id);
+    if (n < 0 || (size_t)n >= sizeof prefix) {
+        failf(&w, "id too long for a key prefix of %d bytes", HIRATE_PREFIX_MAX);
+        return;
+    }
+
+    hirate_options o;
+    hirate_options_init(&o);
+    o.url = b->url;
+    o.capacity = capacity;
+    o.rate = rate;
+    o.prefix = prefix;
+    o.connect_timeout_ms = 5000;   /* a slow CI machine must not turn into a fallback */
+    o.timeout_ms = 5000;
+
+    char why[HIRATE_ERRMSG_SIZE] = "";
+    hirate_limiter *lim = (hirate_limiter *)&w;   /* must become NULL on failure */
+    int rc = hirate_limiter_new(&lim, &o, why, sizeof why);
+
+    const cJSON *config_error = field(c, "config_error");
+    if (cJSON_IsString(config_error)) {
+        expect_str(&w, "hirate_limiter_new", config_error->valuestring, hirate_err_name(rc));
+        if (rc < 0) {
+            if (lim == NULL) check_passed_++;
+            else failf(&w, "hirate_limiter_new failed but left *out non-NULL");
+            if (why[0]) check_passed_++;
+            else failf(&w, "hirate_limiter_new failed without a message in errbuf");
+        }
+        if (rc == 0)
+            hirate_limiter_free(lim);
+        return;
+    }
+    if (rc != 0) {
+        failf(&w, "hirate_limiter_new: expected 0, got %s (%s)", hirate_err_name(rc), why);
+        return;
+    }
+    check_passed_++;
+
+    const cJSON *steps = field(c, "steps"), *step;
+    if (!cJSON_IsArray(steps) || cJSON_GetArraySize(steps) == 0)
+        failf(&w, "case has neither steps nor config_error in the vector file");
+    w.step = 0;
+    cJSON_ArrayForEach(step, steps) {
+        run_step(&w, lim, step);
+        w.step++;
+    }
+    hirate_limiter_free(lim);
+}
+
+static void run_all(const backend *b, const cJSON *cases)
+{
+    const cJSON *c;
+    int before = check_failed_;
+    g_steps_run = 0;
+    cJSON_ArrayForEach(c, cases)
+        run_case(b, c);
+    printf("%s: %d cases, %d steps, %d failures\n", b->name, cJSON_GetArraySize(cases),
+           g_steps_run, check_failed_ - before);
+    if (g_steps_run > 0) check_passed_++;
+    else {
+        check_failed_++;
+        fprintf(stderr, "FAIL [%s] no step ran\n", b->name);
+    }
+}
+
+/* What the vectors left in Redis: keys only under the "vec:" prefixes the
+ * runner chose, and each with a TTL (the script's only write is SET ... PX). */
+static void check_redis_keys(rh_server *s)
+{
+    redisReply *r = rh_command(s, "KEYS *");
+    if (!r || r->type != REDIS_REPLY_ARRAY) {
+        check_failed_++;
+        fprintf(stderr, "FAIL [redis] KEYS * did not answer with an array\n");
+        if (r)
+            freeReplyObject(r);
+        return;
+    }
+    CHECK(r->elements > 0);   /* the spends of the vectors were stored in this server */
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *k = r->element[i];
+        if (k->type != REDIS_REPLY_STRING || k->len < 4 || memcmp(k->str, "vec:", 4) != 0) {
+            check_failed_++;
+            fprintf(stderr, "FAIL [redis] key without the limiter's prefix: %.*s\n",
+                    k->type == REDIS_REPLY_STRING ? (int)k->len : 0, k->str ? k->str : "");
+            continue;
+        }
+        redisReply *ttl = rh_command(s, "PTTL %b", k->str, (size_t)k->len);
+        if (ttl && ttl->type == REDIS_REPLY_INTEGER && ttl->integer > 0) {
+            check_passed_++;
+        } else {
+            check_failed_++;
+            fprintf(stderr, "FAIL [redis] key %.*s has no TTL (PTTL %lld)\n", (int)k->len,
+                    k->str, ttl && ttl->type == REDIS_REPLY_INTEGER ? ttl->integer : -99);
+        }
+        if (ttl)
+            freeReplyObject(ttl);
+    }
+    freeReplyObject(r);
+}
+
+int main(int argc, char **argv)
+{
+    char path[4096];
+    if (argc > 1) {
+        snprintf(path, sizeof path, "%s", argv[1]);
+    } else {
+        const char *src = getenv("HIRATE_SOURCE_DIR");
+        if (!src) {
+            fprintf(stderr, "usage: test_vectors [token_bucket.json] (or set HIRATE_SOURCE_DIR)\n");
+            return 2;
+        }
+        snprintf(path, sizeof path, "%s/tests/vectors/token_bucket.json", src);
+    }
+
+    char *text = slurp(path);
+    if (!text) {
+        perror(path);
+        return 1;
+    }
+    cJSON *doc = cJSON_Parse(text);
+    free(text);
+    if (!doc) {
+        fprintf(stderr, "%s: not JSON (near: %.40s)\n", path, cJSON_GetErrorPtr());
+        return 1;
+    }
+    int64_t version = 0;
+    const cJSON *cases = field(doc, "cases");
+    CHECK(get_i64(field(doc, "version"), &version) == 0 && version == 1);
+    CHECK(cJSON_IsArray(cases) && cJSON_GetArraySize(cases) > 0);
+    if (version != 1 || !cJSON_IsArray(cases)) {
+        cJSON_Delete(doc);
+        return check_summary("test_vectors");
+    }
+
+    static const backend memory = {"memory", NULL, HIRATE_SOURCE_LOCAL};
+    run_all(&memory, cases);
+
+    rh_server s;
+    memset(&s, 0, sizeof s);
+    if (rh_start(&s) == 0) {
+        check_passed_++;
+        const backend redis = {"redis", s.url, HIRATE_SOURCE_REDIS};
+        run_all(&redis, cases);
+        check_redis_keys(&s);
+        rh_stop(&s);
+    } else {
+        check_failed_++;
+        fprintf(stderr, "FAIL [redis] redis-server did not start: the Redis half did not run\n");
+    }
+
+    cJSON_Delete(doc);
+    return check_summary("test_vectors");
+}

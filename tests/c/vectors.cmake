@@ -1,0 +1,12 @@
+# The shared test vectors (tests/vectors/token_bucket.json): the C runner
+# (memory backend and the real script in a throwaway redis-server), and the
+# file's own check (schema + reference model + byte-for-byte regeneration).
+
+pkg_check_modules(CJSON REQUIRED IMPORTED_TARGET libcjson)
+
+hirate_add_test(test_vectors test_vectors.c)
+target_link_libraries(test_vectors PRIVATE PkgConfig::CJSON m)
+
+add_test(NAME vectors_schema
+  COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/vectors/generate.py --check)
+set_tests_properties(vectors_schema PROPERTIES TIMEOUT 60)

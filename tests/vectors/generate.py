@@ -1,0 +1,1016 @@
+#!/usr/bin/python3
+"""Writes tests/vectors/token_bucket.json from the cases below, or checks it.
+
+    /usr/bin/python3 tests/vectors/generate.py           # (re)write the file
+    /usr/bin/python3 tests/vectors/generate.py --check   # fail if it drifted
+
+The cases (config and steps) are authored here; the expected decision of every
+step is computed by the reference model in this file, never written by hand.
+The model is an independent transcription of lua/token_bucket.lua: Python
+floats are IEEE doubles, and every expression below performs the script's
+operations in the script's order, so it gives the script's doubles bit for bit.
+
+--check does four things and exits non-zero if any fails:
+  1. validates token_bucket.json against token_bucket.schema.json (jsonschema);
+  2. checks what a schema cannot say: unique ids, sizes, coverage counts;
+  3. replays the file's own cases through the model and compares every field
+     (so a hand edit to an expectation is reported by case, step and field);
+  4. regenerates the file from the cases here and compares it byte for byte
+     (so a hand edit to an input, or a case added only to the file, fails too).
+Both modes also run HAND_CHECKS: a handful of expectations worked out by hand
+(in comments) that the model must reproduce.
+"""
+
+import argparse
+import difflib
+import json
+import math
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VECTORS = os.path.join(HERE, "token_bucket.json")
+SCHEMA = os.path.join(HERE, "token_bucket.schema.json")
+
+EXACT = 2**53 - 1            # HIRATE_EXACT_MAX: the last integer a double counts exactly
+KEY_MAX = 512                # HIRATE_KEY_MAX
+ID_MAX = 48                  # "vec:" + id + ":" must fit HIRATE_PREFIX_MAX (64)
+NEVER = "never"              # C: HIRATE_NEVER; the script: -1
+S = 1_000_000                # one second in µs
+MIN = 60 * S
+HOUR = 60 * MIN
+DAY = 24 * HOUR
+EPOCH = 1_700_000_000 * S    # a Redis TIME of November 2023, in µs
+
+
+# --------------------------------------------------------------------------
+# The reference model: lua/token_bucket.lua, operation for operation.
+# --------------------------------------------------------------------------
+
+def config_error(capacity, rate):
+    """The error hirate_limiter_new returns for this config, or None.
+    Each config-error case breaks exactly one rule, so the order of the
+    checks is not part of the contract."""
+    if not (isinstance(capacity, int) and 1 <= capacity <= EXACT):
+        return "HIRATE_ECAPACITY"
+    # NaN fails "rate > 0"; inf fails "rate < inf".
+    if not (rate > 0 and rate < math.inf):
+        return "HIRATE_ERATE"
+    # Script: if not (capacity * 1000000 / rate <= EXACT) then error.
+    if not (float(capacity) * 1000000.0 / rate <= float(EXACT)):
+        return "HIRATE_ERANGE"
+    return None
+
+
+def call_error(key, cost):
+    """The error of one allow/peek call, or None (each error step breaks one rule)."""
+    if not (0 <= cost <= EXACT):
+        return "HIRATE_ECOST"
+    if not (1 <= len(key) <= KEY_MAX):
+        return "HIRATE_EKEY"
+    return None
+
+
+def until_level(tokens, target, rate):
+    """Microseconds until tokens reaches target (script: until_level)."""
+    if tokens >= target:
+        return 0
+    # math.ceil returns a Python int; Lua's returns a double. It is below 2^53
+    # (the ERANGE rule bounds it), so float() is exact and r stays a double.
+    r = float(math.ceil((target - tokens) * 1000000.0 / rate))
+    for _ in range(64):
+        if tokens + r * rate / 1000000.0 >= target:
+            break
+        r = r + 1.0
+    for _ in range(64):
+        if r <= 1 or tokens + (r - 1.0) * rate / 1000000.0 < target:
+            break
+        r = r - 1.0
+    return int(r)
+
+
+class Model:
+    """One limiter: config plus the *stored* state of each key.
+
+    self.store maps key bytes to (tokens, ts) as last written by a spend, the
+    only write. The refilled level used to answer a call is a local value and
+    is stored only when the call spends."""
+
+    def __init__(self, capacity, rate):
+        self.cap = float(capacity)
+        self.limit = capacity
+        self.rate = rate
+        self.store = {}
+
+    def reset(self, key):
+        self.store.pop(key, None)
+
+    def decide(self, key, now_us, cost, spend):
+        rate = self.rate
+        cap = self.cap
+        now = float(now_us)
+        c = float(cost)
+        # A missing key is a full bucket at now.
+        tokens, ts = self.store.get(key, (cap, now))
+        # Refill. A clock that went back refills nothing and keeps the later time.
+        elapsed = now - ts
+        if elapsed < 0:
+            elapsed = 0.0
+        # Lua's math.min(capacity, x): the first argument unless x < it.
+        level = tokens + elapsed * rate / 1000000.0
+        tokens = level if level < cap else cap
+        if now > ts:
+            ts = now
+        allowed, retry = False, 0
+        if c > cap:
+            retry = NEVER
+        elif tokens >= c:
+            allowed = True
+            if spend and c > 0:
+                tokens = tokens - c
+                self.store[key] = (tokens, ts)
+        else:
+            retry = until_level(tokens, c, rate)
+        return {
+            "allowed": allowed,
+            "remaining": int(math.floor(tokens)),
+            "retry_after_us": retry,
+            "reset_after_us": until_level(tokens, cap, rate),
+            "limit": self.limit,
+        }
+
+
+# --------------------------------------------------------------------------
+# The file format: keys and rates as JSON can hold them.
+# --------------------------------------------------------------------------
+
+def key_to_json(key):
+    """An authored key -> its JSON spelling: a str is written as a JSON string
+    (its UTF-8 bytes), Repeat as {"repeat": s, "times": n}, bytes as {"hex": ...}."""
+    if isinstance(key, Repeat):
+        return {"repeat": key.unit, "times": key.times}
+    if isinstance(key, bytes):
+        return {"hex": key.hex()}
+    assert isinstance(key, str) and "\0" not in key
+    return key
+
+
+def key_from_json(j):
+    if isinstance(j, str):
+        return j.encode("utf-8")
+    if "hex" in j:
+        return bytes.fromhex(j["hex"])
+    return (j["repeat"] * j["times"]).encode("utf-8")
+
+
+def rate_to_json(rate):
+    if math.isnan(rate):
+        return "nan"
+    if math.isinf(rate):
+        return "inf" if rate > 0 else "-inf"
+    return rate
+
+
+def rate_from_json(j):
+    """A number, or one of the strings "nan", "inf", "-inf" (float() reads those)."""
+    return float(j)
+
+
+# --------------------------------------------------------------------------
+# Authoring helpers.
+# --------------------------------------------------------------------------
+
+class Repeat:
+    """A key of one string repeated: {"repeat": unit, "times": times}."""
+    def __init__(self, unit, times):
+        self.unit, self.times = unit, times
+
+
+class After:
+    """A time computed from an earlier step's answer: that step's t_us plus
+    its `field` (retry_after_us or reset_after_us) plus delta. Resolved when
+    the file is generated; the file holds the absolute number."""
+    def __init__(self, field, delta=0, step=-1):
+        self.field, self.delta, self.step = field, delta, step
+
+
+def allow(t, key, cost=1):
+    return {"t": t, "op": "allow", "key": key, "cost": cost}
+
+
+def peek(t, key, cost=1):
+    return {"t": t, "op": "peek", "key": key, "cost": cost}
+
+
+def reset(t, key):
+    return {"t": t, "op": "reset", "key": key}
+
+
+def case(cid, rule, capacity, rate, steps=()):
+    return {"id": cid, "rule": rule, "capacity": capacity, "rate": rate, "steps": list(steps)}
+
+
+THIRD = 1 / 3                 # the double nearest 1/3: 0.3333333333333333 round-trips
+
+# --------------------------------------------------------------------------
+# The cases. Ids are stable: rename one only with every runner's consent.
+# --------------------------------------------------------------------------
+
+CASES = [
+    # ---------------------------------------------------------------- basics
+    case("first-use-is-full",
+         "A key never seen before is a full bucket at the time of its first call.",
+         10, 1.0, [
+             peek(0, "alice"),
+             allow(0, "alice"),
+             allow(5 * S, "bob"),
+             peek(5 * S, "alice"),
+             allow(5 * S, "alice"),
+         ]),
+    case("burst-drains-to-empty",
+         "Up to capacity calls pass at once; the next is refused until a token refills.",
+         5, 1.0, [
+             allow(0, "k"), allow(0, "k"), allow(0, "k"), allow(0, "k"), allow(0, "k"),
+             allow(0, "k"),
+             allow(0, "k"),
+             allow(250_000, "k"),
+             allow(999_999, "k"),
+             allow(S, "k"),
+             allow(S, "k"),
+         ]),
+    case("partial-refill-counts-whole-tokens",
+         "Tokens refill continuously at rate per second; remaining reports whole tokens.",
+         10, 1.0, [
+             allow(0, "k", 10),
+             peek(1_500_000, "k"),
+             allow(1_500_000, "k"),
+             allow(1_500_000, "k"),
+             allow(2 * S, "k"),
+             peek(4_250_000, "k", 3),
+         ]),
+    case("refill-is-linear-in-time",
+         "The level after an empty bucket grows by rate * elapsed, read at several times.",
+         100, 10.0, [
+             allow(0, "k", 100),
+             peek(100_000, "k"),
+             peek(S, "k"),
+             peek(2_550_000, "k"),
+             peek(9_990_000, "k"),
+             peek(9_999_999, "k"),
+             peek(10 * S, "k"),
+         ]),
+    case("full-refill-caps-at-capacity",
+         "Refill stops at capacity: a long idle bucket holds capacity tokens, not more.",
+         10, 2.0, [
+             allow(0, "k", 10),
+             peek(5 * S, "k"),
+             peek(HOUR, "k"),
+             allow(HOUR, "k", 10),
+             allow(HOUR, "k"),
+             peek(HOUR + 5 * S, "k", 10),
+         ]),
+    case("capacity-one",
+         "A bucket of one token alternates between allowing and refusing at the rate.",
+         1, 2.0, [
+             allow(0, "k"),
+             allow(0, "k"),
+             allow(499_999, "k"),
+             allow(500_000, "k"),
+             allow(750_000, "k"),
+             allow(S, "k"),
+         ]),
+    case("cost-takes-several-tokens",
+         "A cost above one spends that many tokens at once and needs that many to pass.",
+         10, 1.0, [
+             allow(0, "k", 4),
+             allow(0, "k", 4),
+             allow(0, "k", 4),
+             allow(0, "k", 2),
+             allow(S, "k", 2),
+             allow(2 * S, "k", 2),
+         ]),
+
+    # ------------------------------------------------------ retry and reset
+    case("retry-after-is-the-least-wait",
+         "retry_after_us is the least wait after which the same cost passes: one µs sooner it is refused.",
+         10, 1.0, [
+             allow(0, "k", 10),
+             allow(200_000, "k", 3),
+             peek(After("retry_after_us", -1), "k", 3),
+             allow(After("retry_after_us", 0, step=1), "k", 3),
+         ]),
+    case("reset-after-is-the-time-to-full",
+         "reset_after_us is the least wait until the bucket is full; one µs sooner it is not.",
+         10, 1.0, [
+             allow(0, "k", 7),
+             peek(300_000, "k"),
+             peek(After("reset_after_us", -1), "k"),
+             peek(After("reset_after_us", 0, step=1), "k"),
+         ]),
+
+    # ---------------------------------------------------- fractional rates
+    case("rate-one-tenth",
+         "A rate of 0.1 per second refills one token in ten seconds, in double arithmetic.",
+         3, 0.1, [
+             allow(0, "k", 3),
+             allow(S, "k"),
+             peek(After("retry_after_us", -1), "k"),
+             allow(After("retry_after_us", 0, step=1), "k"),
+             allow(15 * S, "k"),
+             peek(25 * S, "k"),
+             peek(After("reset_after_us", -1), "k"),
+             peek(After("reset_after_us", 0, step=5), "k"),
+         ]),
+    case("rate-one-third",
+         "A rate of 1/3 per second (the nearest double) refills one token in three seconds.",
+         3, THIRD, [
+             allow(0, "k", 3),
+             allow(S, "k"),
+             peek(After("retry_after_us", -1), "k"),
+             allow(After("retry_after_us", 0, step=1), "k"),
+             peek(4 * S, "k"),
+             peek(7_500_000, "k", 2),
+             allow(9 * S, "k", 2),
+             peek(After("reset_after_us", -1), "k"),
+             peek(After("reset_after_us", 0, step=6), "k"),
+         ]),
+    case("fractional-level-is-kept-exactly",
+         "A spend stores the fractional level exactly; later refills start from it.",
+         5, THIRD, [
+             allow(0, "k", 5),
+             allow(3_100_000, "k"),
+             allow(6_200_001, "k"),
+             allow(9_300_002, "k"),
+             peek(9_300_002, "k"),
+             allow(11 * S, "k"),
+             peek(12_345_678, "k"),
+             allow(20 * S, "k", 3),
+             peek(After("reset_after_us", 0), "k"),
+         ]),
+
+    # ---------------------------------------------------------- high rates
+    case("rate-one-million",
+         "At 10^6 tokens per second one token refills every microsecond.",
+         100, 1e6, [
+             allow(0, "k", 100),
+             allow(0, "k"),
+             allow(1, "k"),
+             allow(1, "k"),
+             peek(50, "k"),
+             allow(50, "k", 49),
+             peek(100, "k"),
+             peek(1_000, "k"),
+             allow(1_000, "k", 100),
+         ]),
+    case("rate-above-one-per-microsecond",
+         "A rate above 10^6 per second refills more than one token per microsecond.",
+         1000, 2.5e6, [
+             allow(0, "k", 1000),
+             peek(1, "k"),
+             allow(1, "k", 3),
+             allow(2, "k", 3),
+             peek(2, "k"),
+             peek(400, "k"),
+         ]),
+
+    # ------------------------------------------------------ large capacity
+    case("capacity-one-billion",
+         "A capacity of 10^9 counts single tokens exactly.",
+         1_000_000_000, 1000.0, [
+             allow(0, "k", 999_999_999),
+             allow(0, "k", 2),
+             allow(0, "k"),
+             allow(0, "k"),
+             allow(1_000, "k"),
+             peek(DAY, "k", 1_000_000_000),
+             allow(DAY, "k", 1_000_000_000),
+             allow(DAY + 1, "k", 1_000_000_000),
+             peek(DAY + S, "k"),
+         ]),
+    case("capacity-max-exact",
+         "The largest capacity, 2^53-1, is accepted when it refills in at most 2^53-1 µs.",
+         EXACT, 1e6, [
+             peek(0, "k", EXACT),
+             allow(0, "k", EXACT - 1),
+             allow(0, "k"),
+             allow(0, "k"),
+             allow(7, "k", 7),
+             peek(S, "k"),
+         ]),
+
+    # ----------------------------------------------------------------- peek
+    case("peek-spends-nothing",
+         "A peek answers like allow but spends nothing, however often it is repeated.",
+         3, 1.0, [
+             peek(0, "k"), peek(0, "k"), peek(0, "k"), peek(0, "k"),
+             allow(0, "k"),
+             peek(0, "k"), peek(0, "k"),
+             allow(0, "k", 2),
+             peek(0, "k"),
+             peek(100, "k"),
+         ]),
+    case("peek-answers-for-a-cost",
+         "A peek with a cost says whether that cost would pass now and, if not, when.",
+         10, 1.0, [
+             allow(0, "k", 8),
+             peek(0, "k", 2),
+             peek(0, "k", 3),
+             allow(0, "k", 3),
+             peek(0, "k", 10),
+             peek(0, "k", 11),
+             allow(0, "k", 2),
+             peek(2_500_000, "k", 2),
+         ]),
+    case("peek-stores-nothing",
+         "A peek leaves the stored state as it was: a later call refills from the last spend's time.",
+         10, 1.0, [
+             # Spend at 10 s; peek at 14 s; then a call at 12 s (clock back).
+             # Had the peek stored (4, 14 s), the 12 s call would see 4 tokens
+             # (no refill backwards); it sees 0 + 2 s * 1 = 2.
+             allow(10 * S, "k", 10),
+             peek(14 * S, "k"),
+             peek(12 * S, "k"),
+             allow(12 * S, "k", 3),
+             allow(12 * S, "k", 2),
+             peek(13 * S, "k"),
+         ]),
+
+    # ---------------------------------------------------------------- costs
+    case("cost-equal-to-capacity",
+         "A cost equal to capacity passes only when the bucket is full.",
+         7, 1.0, [
+             allow(0, "k", 7),
+             allow(3 * S, "k", 7),
+             allow(After("retry_after_us", -1), "k", 7),
+             allow(After("retry_after_us", 0, step=1), "k", 7),
+             peek(14 * S, "k", 7),
+         ]),
+    case("cost-above-capacity-never-passes",
+         "A cost above capacity is refused with retry_after never and spends nothing.",
+         5, 1.0, [
+             allow(0, "k", 6),
+             peek(0, "k", 6),
+             allow(0, "k", 5),
+             allow(0, "k", 6),
+             allow(DAY, "k", 6),
+             allow(DAY, "k", EXACT),
+             allow(DAY, "k", 5),
+         ]),
+    case("cost-zero-is-allowed",
+         "A cost of 0 is always allowed, even on an empty bucket, and spends nothing.",
+         2, 1.0, [
+             allow(0, "k", 0),
+             allow(0, "k", 2),
+             allow(0, "k", 0),
+             allow(0, "k", 0),
+             allow(0, "k"),
+             peek(0, "k", 0),
+             allow(500_000, "k", 0),
+         ]),
+    case("cost-zero-stores-nothing",
+         "An allow of cost 0 stores nothing, so it does not move the bucket's time.",
+         10, 1.0, [
+             # Spend at 10 s, cost 0 at 15 s, then a call at 12 s. Had the cost
+             # 0 call stored (5, 15 s), the 12 s call would see 5 tokens; it
+             # sees 0 + 2 s * 1 = 2.
+             allow(10 * S, "k", 10),
+             allow(15 * S, "k", 0),
+             peek(12 * S, "k"),
+             allow(12 * S, "k", 3),
+             allow(12 * S, "k", 2),
+         ]),
+
+    # -------------------------------------------------------------- refusal
+    case("refusal-changes-nothing",
+         "A refused call stores nothing: neither the level nor the time moves.",
+         10, 1.0, [
+             # Spend at 10 s; refused at 14 s (cost 5 > 4); then a call at 12 s.
+             # Had the refusal stored (4, 14 s) the 12 s call would see 4; it
+             # sees 2.
+             allow(10 * S, "k", 10),
+             allow(14 * S, "k", 5),
+             peek(12 * S, "k"),
+             allow(12 * S, "k", 3),
+             allow(12 * S, "k", 2),
+             allow(12 * S, "k"),
+         ]),
+    case("refusals-repeated-cost-nothing",
+         "Any number of refusals leaves the bucket where a single later call finds it.",
+         4, THIRD, [
+             allow(0, "k", 4),
+             allow(S, "k"), allow(1_500_000, "k"), allow(2 * S, "k"),
+             allow(2_500_000, "k"), allow(2_999_999, "k"),
+             peek(3_000_001, "k"),
+             allow(3_000_001, "k"),
+             allow(3_000_001, "k"),
+             peek(12_000_001, "k", 4),
+         ]),
+
+    # ---------------------------------------------------------------- clock
+    case("clock-backwards-refills-nothing",
+         "A call at a time before the stored time refills nothing.",
+         10, 1.0, [
+             allow(10 * S, "k", 10),
+             allow(5 * S, "k"),
+             peek(9 * S, "k"),
+             peek(10 * S, "k"),
+             allow(11 * S, "k"),
+             allow(10_500_000, "k"),
+         ]),
+    case("clock-backwards-keeps-later-time",
+         "A spend at a time before the stored time keeps the later time in the state.",
+         10, 1.0, [
+             # Spend 5 at 10 s; spend 1 at 8 s: allowed from 5 tokens, stored as
+             # (4, 10 s). At 12 s: 4 + 2 = 6. Had it stored 8 s: 4 + 4 = 8.
+             allow(10 * S, "k", 5),
+             allow(8 * S, "k"),
+             peek(12 * S, "k"),
+             allow(12 * S, "k", 6),
+             allow(12 * S, "k"),
+         ]),
+    case("idle-for-days",
+         "After days of idleness a slow bucket is full, and an exact refill time is kept.",
+         60, 1 / 60, [
+             allow(0, "k", 60),
+             peek(MIN, "k"),
+             peek(3 * DAY, "k"),
+             allow(3 * DAY, "k", 60),
+             peek(3 * DAY + HOUR, "k"),
+             peek(3 * DAY + HOUR, "k", 61),
+             allow(30 * DAY, "k", 59),
+             peek(After("reset_after_us", 0), "k"),
+         ]),
+    case("epoch-scale-times",
+         "Times at Redis TIME scale (about 1.7 * 10^15 µs) refill exactly like small ones.",
+         10, 1.0, [
+             peek(EPOCH, "k"),
+             allow(EPOCH, "k", 10),
+             allow(EPOCH + 1, "k"),
+             allow(EPOCH + 999_999, "k"),
+             allow(EPOCH + 1_000_000, "k"),
+             peek(EPOCH + 3_333_333, "k"),
+             allow(EPOCH + DAY, "k", 10),
+             peek(EPOCH + DAY + 123_456, "k"),
+         ]),
+
+    # ----------------------------------------------------------------- keys
+    case("keys-are-independent",
+         "Each key has its own bucket; spending one never touches another.",
+         2, 1.0, [
+             allow(0, "a"), allow(0, "a"), allow(0, "a"),
+             allow(0, "b"),
+             peek(0, "a"), peek(0, "b"), peek(0, "c"),
+             allow(0, "user:1"), allow(0, "user:1"),
+             peek(0, "user:10"), peek(0, "user:1"),
+             allow(0, "A"), peek(0, "a"),
+             allow(500_000, "b"), allow(500_000, "b"),
+             peek(S, "a"), peek(S, "b"), peek(S, "A"),
+         ]),
+    case("keys-are-byte-strings",
+         "A key is its bytes, NUL included: keys differing after a NUL or in one byte are distinct.",
+         1, 1.0, [
+             allow(0, b"a\x00b"),
+             allow(0, b"a"),
+             allow(0, b"a\x00c"),
+             allow(0, b"a\x00b"),
+             allow(0, b"\x00"),
+             allow(0, b"\xff\xfe"),
+             allow(0, b"a\x00"),
+             peek(0, b"a"),
+             peek(0, b"a\x00b"),
+         ]),
+    case("key-with-punctuation-and-utf8",
+         "Keys may hold ':', braces, spaces and UTF-8; each such key is its own bucket.",
+         2, 1.0, [
+             allow(0, "user:{42}:login"),
+             allow(0, "user:{42}:login"),
+             allow(0, "user:{42}:login"),
+             allow(0, "user:{42}"),
+             allow(0, "a key with spaces"),
+             allow(0, "  "),
+             allow(0, "café ☕ 東京 🚀"),
+             allow(0, "café ☕ 東京 🚀"),
+             allow(0, "café ☕ 東京 🚀"),
+             peek(0, "cafe ☕ 東京 🚀"),
+             allow(0, "rl:user:{42}:login"),
+             allow(0, "*?[]\\\"'\t\n%s%d"),
+         ]),
+    case("key-of-512-bytes-is-accepted",
+         "A key of exactly HIRATE_KEY_MAX (512) bytes is valid and distinct from its 511-byte prefix.",
+         3, 1.0, [
+             allow(0, Repeat("k", 512)),
+             allow(0, Repeat("k", 512), 2),
+             allow(0, Repeat("k", 512)),
+             peek(0, Repeat("k", 511)),
+             allow(0, Repeat("é", 256)),
+             peek(0, Repeat("é", 256)),
+         ]),
+
+    # ---------------------------------------------------------------- reset
+    case("reset-forgets-the-key",
+         "A reset makes the key's bucket full again, leaves other keys alone and is harmless on unknown keys.",
+         3, 1.0, [
+             allow(0, "a", 3),
+             allow(0, "b", 2),
+             allow(0, "a"),
+             reset(0, "a"),
+             peek(0, "a"),
+             peek(0, "b"),
+             allow(0, "a", 3),
+             reset(0, "never-used"),
+             peek(0, "never-used"),
+             reset(0, "a"),
+             reset(0, "a"),
+             allow(500_000, "a", 3),
+             peek(500_000, "b"),
+         ]),
+    case("reset-forgets-the-time",
+         "After a reset the stored time is gone too: an earlier time starts a new full bucket.",
+         10, 1.0, [
+             allow(100 * S, "k", 10),
+             reset(100 * S, "k"),
+             allow(50 * S, "k", 10),
+             peek(51 * S, "k"),
+         ]),
+
+    # ------------------------------------------------- per-call validation
+    case("cost-negative-is-an-error",
+         "A negative cost is HIRATE_ECOST for allow and peek, and changes nothing.",
+         3, 1.0, [
+             allow(0, "k", -1),
+             peek(0, "k", -1),
+             allow(0, "k", -(2**53)),
+             peek(0, "k"),
+             allow(0, "k"),
+             allow(0, "k", -5),
+             peek(0, "k"),
+         ]),
+    case("cost-two-pow-53-is-an-error",
+         "A cost of 2^53 is HIRATE_ECOST; 2^53-1 is valid (and here above capacity: never).",
+         3, 1.0, [
+             allow(0, "k", 2**53),
+             peek(0, "k", 2**53),
+             allow(0, "k", EXACT),
+             peek(0, "k", EXACT),
+             allow(0, "k", 3),
+             allow(0, "k", 2**53),
+             peek(0, "k"),
+         ]),
+    case("key-empty-is-an-error",
+         "An empty key is HIRATE_EKEY for allow and peek, and changes nothing.",
+         2, 1.0, [
+             allow(0, ""),
+             peek(0, ""),
+             allow(0, "", 0),
+             allow(0, "k"),
+             allow(0, ""),
+             peek(0, "k"),
+         ]),
+    case("key-of-513-bytes-is-an-error",
+         "A key longer than HIRATE_KEY_MAX (512 bytes) is HIRATE_EKEY, counting bytes not characters.",
+         2, 1.0, [
+             allow(0, Repeat("k", 513)),
+             peek(0, Repeat("k", 513)),
+             allow(0, Repeat("k", 4096)),
+             allow(0, Repeat("k", 512)),
+             peek(0, Repeat("k", 512)),
+             allow(0, Repeat("\u00e9k", 171)),       # 342 characters, 513 bytes
+             allow(0, Repeat("\u00e9", 257)),
+         ]),
+
+    # ----------------------------------------------- config validation
+    case("config-capacity-zero", "A capacity of 0 is HIRATE_ECAPACITY.", 0, 1.0),
+    case("config-capacity-negative", "A negative capacity is HIRATE_ECAPACITY.", -1, 1.0),
+    case("config-capacity-two-pow-53", "A capacity of 2^53 is HIRATE_ECAPACITY.", 2**53, 1e6),
+    case("config-rate-zero", "A rate of 0 is HIRATE_ERATE.", 10, 0.0),
+    case("config-rate-negative-zero", "A rate of -0.0 is HIRATE_ERATE.", 10, -0.0),
+    case("config-rate-negative", "A negative rate is HIRATE_ERATE.", 10, -1.0),
+    case("config-rate-nan", "A NaN rate is HIRATE_ERATE.", 10, math.nan),
+    case("config-rate-inf", "An infinite rate is HIRATE_ERATE.", 10, math.inf),
+    case("config-rate-negative-inf", "A rate of -inf is HIRATE_ERATE.", 10, -math.inf),
+    case("config-fill-time-too-large",
+         "A bucket that takes over 2^53-1 µs to fill (10^9 tokens at 0.1/s) is HIRATE_ERANGE.",
+         1_000_000_000, 0.1),
+    case("config-rate-subnormal",
+         "A rate so small that the fill time overflows to infinity is HIRATE_ERANGE.",
+         1, 5e-324),
+    case("config-fill-time-just-over-limit",
+         "Capacity 1 at the rate one ulp below the limit fills in 2^53 µs: HIRATE_ERANGE.",
+         1, 1.1102230246251565e-10),
+    case("config-fill-time-at-limit",
+         "Capacity 1 at the slowest valid rate fills in exactly 2^53-1 µs: accepted and exact.",
+         1, 1.1102230246251567e-10, [
+             allow(0, "k"),
+             allow(0, "k"),
+             peek(DAY * 365 * 100, "k"),
+             peek(EXACT, "k"),
+             allow(EXACT - 1, "k"),
+             allow(EXACT, "k"),
+         ]),
+]
+
+# --------------------------------------------------------------------------
+# Expectations worked out by hand; the model must agree with every one.
+# (case id, step index, the fields checked)
+# --------------------------------------------------------------------------
+
+HAND_CHECKS = [
+    # capacity 10, rate 1/s, first call: full, so 10 - 1 = 9 remain, and the
+    # missing token takes 1 s: reset_after = ceil(1 * 1e6 / 1) = 1000000.
+    ("first-use-is-full", 1,
+     {"allowed": True, "remaining": 9, "retry_after_us": 0, "reset_after_us": 1_000_000, "limit": 10}),
+    # A peek at a fresh key: 10 tokens, already full.
+    ("first-use-is-full", 0, {"allowed": True, "remaining": 10, "reset_after_us": 0}),
+    # capacity 5 after five spends at t=0: level 0; one token takes 1 s,
+    # the whole bucket 5 s.
+    ("burst-drains-to-empty", 5,
+     {"allowed": False, "remaining": 0, "retry_after_us": 1_000_000, "reset_after_us": 5_000_000}),
+    # At 0.25 s the level is 0.25: a token needs 0.75 s more.
+    ("burst-drains-to-empty", 7, {"allowed": False, "retry_after_us": 750_000}),
+    # At 999999 µs the level is 0.999999: one µs short.
+    ("burst-drains-to-empty", 8, {"allowed": False, "retry_after_us": 1}),
+    # Spend 10 at t=0, peek at t=1.5 s: level 1.5, remaining 1, and full
+    # after (10 - 1.5) s = 8500000 µs.
+    ("partial-refill-counts-whole-tokens", 1,
+     {"allowed": True, "remaining": 1, "retry_after_us": 0, "reset_after_us": 8_500_000}),
+    # Then spend 1 at 1.5 s: 0.5 left, remaining 0, full in 9.5 s.
+    ("partial-refill-counts-whole-tokens", 2,
+     {"allowed": True, "remaining": 0, "reset_after_us": 9_500_000}),
+    # Refused at 1.5 s with 0.5 tokens: half a second to go.
+    ("partial-refill-counts-whole-tokens", 3, {"allowed": False, "retry_after_us": 500_000}),
+    # capacity 10 rate 2/s, idle an hour after emptying: 10, not 7200.
+    ("full-refill-caps-at-capacity", 2, {"remaining": 10, "reset_after_us": 0}),
+    # rate 10/s, empty at 0: at 2.55 s the level is 25.5, so 25, full in
+    # (100 - 25.5) / 10 s = 7.45 s.
+    ("refill-is-linear-in-time", 3, {"remaining": 25, "reset_after_us": 7_450_000}),
+    # 10^6/s: emptied at 0, the token of 1 µs spent at 1 µs, so at 50 µs the
+    # level is 49 * 1e6 / 1e6 = 49, full 51 µs later.
+    ("rate-one-million", 4, {"allowed": True, "remaining": 49, "reset_after_us": 51}),
+    # rate 0.1/s, empty at 0, at 1 s: the double 0.1 is 0.1000000000000000055...,
+    # so 1e6 * 0.1 is 100000.0000000000055... and rounds to 100000.0; the level
+    # is 100000 / 1e6 = 0.1 (the double). The missing 0.9 token at 0.1/s takes
+    # 9 s: ceil((1 - 0.1) * 1e6 / 0.1) = 9000000, and 0.1 + 9000000 * 0.1 / 1e6
+    # = 0.1 + 0.9 = 1.0 in doubles, while 8999999 µs gives less than 1.
+    ("rate-one-tenth", 1, {"allowed": False, "remaining": 0, "retry_after_us": 9_000_000}),
+    # A cost above capacity: never, nothing spent, bucket full.
+    ("cost-above-capacity-never-passes", 0,
+     {"allowed": False, "remaining": 5, "retry_after_us": NEVER, "reset_after_us": 0, "limit": 5}),
+    # Cost 0 on an empty bucket of 2 at 1/s: allowed, 0 left, full in 2 s.
+    ("cost-zero-is-allowed", 2,
+     {"allowed": True, "remaining": 0, "retry_after_us": 0, "reset_after_us": 2_000_000}),
+    # The refusal at 14 s stored nothing: at 12 s the level is 2, not 4.
+    ("refusal-changes-nothing", 2, {"remaining": 2, "reset_after_us": 8_000_000}),
+    # Spend 5 at 10 s, spend 1 at 8 s (4 left, time kept at 10 s), at 12 s: 6.
+    ("clock-backwards-keeps-later-time", 2, {"remaining": 6}),
+    # 10^9 at 1000/s: 1 token left at 0; 2 need one more: 1 ms.
+    ("capacity-one-billion", 1, {"allowed": False, "remaining": 1, "retry_after_us": 1_000}),
+    # Errors.
+    ("cost-negative-is-an-error", 0, "HIRATE_ECOST"),
+    ("key-empty-is-an-error", 0, "HIRATE_EKEY"),
+    ("key-of-513-bytes-is-an-error", 0, "HIRATE_EKEY"),
+    ("key-of-513-bytes-is-an-error", 5, "HIRATE_EKEY"),     # 171 * (2 + 1) bytes
+    ("config-fill-time-too-large", None, "HIRATE_ERANGE"),  # 1e9 * 1e6 / 0.1 = 1e16 > 2^53
+    ("config-fill-time-at-limit", None, None),
+    ("config-rate-nan", None, "HIRATE_ERATE"),
+]
+
+
+# --------------------------------------------------------------------------
+# Generation.
+# --------------------------------------------------------------------------
+
+def resolve_time(t, steps_out):
+    if not isinstance(t, After):
+        return t
+    ref = steps_out[t.step]
+    value = ref["expect"][t.field]
+    assert isinstance(value, int), "After() needs a numeric %s" % t.field
+    return ref["t_us"] + value + t.delta
+
+
+def build_case(c):
+    """Authored case -> the JSON object, with expectations from the model."""
+    out = {"id": c["id"], "rule": c["rule"],
+           "config": {"capacity": c["capacity"], "rate": rate_to_json(c["rate"])}}
+    err = config_error(c["capacity"], c["rate"])
+    if err:
+        assert not c["steps"], "%s: a config error case has no steps" % c["id"]
+        out["config_error"] = err
+        return out
+    assert c["steps"], "%s: a valid config needs steps" % c["id"]
+    model = Model(c["capacity"], c["rate"])
+    steps = []
+    for s in c["steps"]:
+        step = {"t_us": resolve_time(s["t"], steps), "op": s["op"], "key": key_to_json(s["key"])}
+        key = key_from_json(step["key"])
+        if s["op"] == "reset":
+            model.reset(key)
+        else:
+            if s["cost"] != 1:
+                step["cost"] = s["cost"]
+            e = call_error(key, s["cost"])
+            if e:
+                step["expect_error"] = e
+            else:
+                step["expect"] = model.decide(key, step["t_us"], s["cost"], s["op"] == "allow")
+        steps.append(step)
+    out["steps"] = steps
+    return out
+
+
+def build_document():
+    return {
+        "version": 1,
+        "description": (
+            "hirate token bucket: the contract every implementation satisfies (C memory "
+            "backend, the Redis script with an injected time, Python, Lua). Generated by "
+            "tests/vectors/generate.py from its case list and reference model; do not edit "
+            "by hand. Format: tests/vectors/token_bucket.schema.json."),
+        "cases": [build_case(c) for c in CASES],
+    }
+
+
+def dumps(doc):
+    """Stable, readable JSON: one step per line."""
+    def one(v):
+        return json.dumps(v, ensure_ascii=False, separators=(", ", ": "))
+    lines = ["{",
+             '  "version": %s,' % one(doc["version"]),
+             '  "description": %s,' % one(doc["description"]),
+             '  "cases": [']
+    for ci, c in enumerate(doc["cases"]):
+        lines.append("    {")
+        fields = ['      "id": %s' % one(c["id"]),
+                  '      "rule": %s' % one(c["rule"]),
+                  '      "config": %s' % one(c["config"])]
+        if "config_error" in c:
+            fields.append('      "config_error": %s' % one(c["config_error"]))
+        else:
+            body = ",\n".join("        " + one(s) for s in c["steps"])
+            fields.append('      "steps": [\n%s\n      ]' % body)
+        lines.append(",\n".join(fields))
+        lines.append("    }" + ("," if ci + 1 < len(doc["cases"]) else ""))
+    lines += ["  ]", "}", ""]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# Checks.
+# --------------------------------------------------------------------------
+
+def fail(errors, msg):
+    errors.append(msg)
+
+
+def check_properties(doc, errors):
+    """What the schema cannot say."""
+    ids = set()
+    nsteps = 0
+    for c in doc["cases"]:
+        cid = c["id"]
+        if cid in ids:
+            fail(errors, "duplicate id %s" % cid)
+        ids.add(cid)
+        for i, s in enumerate(c.get("steps", [])):
+            nsteps += 1
+            e = s.get("expect")
+            if not e:
+                continue
+            cap = c["config"]["capacity"]
+            where = "%s step %d" % (cid, i)
+            if not 0 <= e["remaining"] <= cap:
+                fail(errors, "%s: remaining outside 0..capacity" % where)
+            if e["allowed"] != (e["retry_after_us"] == 0):
+                fail(errors, "%s: retry_after_us must be 0 exactly when allowed" % where)
+            if (e["reset_after_us"] == 0) != (e["remaining"] == cap):
+                fail(errors, "%s: reset_after_us is 0 exactly when full" % where)
+            if e["limit"] != cap:
+                fail(errors, "%s: limit must be the capacity" % where)
+    if len(doc["cases"]) < 25:
+        fail(errors, "only %d cases (at least 25 wanted)" % len(doc["cases"]))
+    if nsteps < 150:
+        fail(errors, "only %d steps (at least 150 wanted)" % nsteps)
+    return nsteps
+
+
+def replay(doc, errors):
+    """Run the file's own inputs through the model; report every difference."""
+    for c in doc["cases"]:
+        cid = c["id"]
+        capacity = c["config"]["capacity"]
+        rate = rate_from_json(c["config"]["rate"])
+        err = config_error(capacity, rate)
+        if err != c.get("config_error"):
+            fail(errors, "%s: config_error: file %r, model %r" % (cid, c.get("config_error"), err))
+        if err:
+            continue
+        model = Model(capacity, rate)
+        for i, s in enumerate(c.get("steps", [])):
+            key = key_from_json(s["key"])
+            if s["op"] == "reset":
+                model.reset(key)
+                continue
+            cost = s.get("cost", 1)
+            e = call_error(key, cost)
+            if e != s.get("expect_error"):
+                fail(errors, "%s step %d: expect_error: file %r, model %r"
+                     % (cid, i, s.get("expect_error"), e))
+            if e:
+                continue
+            got = model.decide(key, s["t_us"], cost, s["op"] == "allow")
+            want = s.get("expect", {})
+            for field in ("allowed", "remaining", "retry_after_us", "reset_after_us", "limit"):
+                if want.get(field) != got[field]:
+                    fail(errors, "%s step %d: %s: file %r, model %r"
+                         % (cid, i, field, want.get(field), got[field]))
+
+
+def check_hand(doc, errors):
+    by_id = {c["id"]: c for c in doc["cases"]}
+    for cid, idx, want in HAND_CHECKS:
+        c = by_id.get(cid)
+        if c is None:
+            fail(errors, "hand check names unknown case %s" % cid)
+            continue
+        if idx is None:
+            if c.get("config_error") != want:
+                fail(errors, "hand check %s: config_error %r, by hand %r"
+                     % (cid, c.get("config_error"), want))
+            continue
+        s = c["steps"][idx]
+        if isinstance(want, str):
+            if s.get("expect_error") != want:
+                fail(errors, "hand check %s step %d: expect_error %r, by hand %r"
+                     % (cid, idx, s.get("expect_error"), want))
+            continue
+        for field, value in want.items():
+            got = s.get("expect", {}).get(field)
+            if got != value:
+                fail(errors, "hand check %s step %d: %s is %r, by hand %r"
+                     % (cid, idx, field, got, value))
+
+
+def check_schema(doc, errors):
+    import jsonschema
+    with open(SCHEMA, encoding="utf-8") as f:
+        schema = json.load(f)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    for e in sorted(cls(schema).iter_errors(doc), key=lambda e: list(e.absolute_path)):
+        path = "/".join(str(p) for p in e.absolute_path)
+        fail(errors, "schema: at /%s: %s" % (path, e.message))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true",
+                    help="verify token_bucket.json instead of writing it")
+    args = ap.parse_args()
+
+    fresh_doc = build_document()
+    fresh = dumps(fresh_doc)
+    errors = []
+    if not args.check:
+        check_schema(fresh_doc, errors)
+        check_properties(fresh_doc, errors)
+        check_hand(fresh_doc, errors)
+        if errors:
+            print("\n".join(errors), file=sys.stderr)
+            print("not written: %d problems" % len(errors), file=sys.stderr)
+            return 1
+        with open(VECTORS, "w", encoding="utf-8") as f:
+            f.write(fresh)
+        nsteps = sum(len(c.get("steps", [])) for c in fresh_doc["cases"])
+        print("wrote %s: %d cases, %d steps" % (VECTORS, len(fresh_doc["cases"]), nsteps))
+        return 0
+
+    with open(VECTORS, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        print("%s: not JSON: %s" % (VECTORS, e), file=sys.stderr)
+        return 1
+    nsteps = 0
+    check_schema(doc, errors)
+    if not errors:                      # the rest assumes the schema's shape
+        nsteps = check_properties(doc, errors)
+        replay(doc, errors)
+        check_hand(doc, errors)
+    if text != fresh:
+        diff = difflib.unified_diff(text.splitlines(), fresh.splitlines(),
+                                    "token_bucket.json (file)", "token_bucket.json (generate.py)",
+                                    lineterm="", n=1)
+        errors.append("the file differs from what generate.py writes "
+                      "(run it without --check to rewrite):\n" + "\n".join(list(diff)[:60]))
+    if errors:
+        print("\n".join(errors), file=sys.stderr)
+        print("token_bucket.json: %d problems" % len(errors), file=sys.stderr)
+        return 1
+    print("token_bucket.json: %d cases, %d steps, schema, model and hand checks agree"
+          % (len(doc["cases"]), nsteps))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
