@@ -7,11 +7,13 @@
 -- ARGV[4]  "1" spends the cost when it passes, "0" only looks (peek)
 -- ARGV[5]  optional, test vectors only: the time in microseconds
 --
--- Returns {allowed, remaining, retry_after_us, reset_after_us, tokens, now_us, key}:
+-- Returns {allowed, remaining, retry_after_us, reset_after_us, tokens, ts, now_us, key}:
 -- allowed 1/0; remaining whole tokens after the decision; retry_after_us -1
--- when cost > capacity (never); tokens the exact bucket level as a string (an
--- integer reply would truncate it); now_us the time of the decision; key
--- KEYS[1] echoed so the client can prove the reply answers its own call.
+-- when cost > capacity (never); tokens and ts the stored state after the
+-- decision (tokens as a string: an integer reply would truncate it), from
+-- which a client can tell exactly what any later call would see; now_us the
+-- time of the decision; key KEYS[1] echoed so the client can prove the reply
+-- answers its own call.
 --
 -- State: one string "tokens ts" written by one SET ... PX, the only write, so
 -- an OOM refusal leaves nothing half done and no key ever lacks a TTL. A
@@ -49,24 +51,36 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Microseconds until the level reaches target: the least r with
--- tokens + r * rate / 1e6 >= target in exactly the arithmetic used to refill.
-local function until_level(tokens, target)
-  if tokens >= target then return 0 end
+-- What a call at now + r would compute from the stored state (s, t0), before
+-- min(capacity, .). A clock that went back refills nothing.
+local function level_at(s, t0, r)
+  local elapsed = (now - t0) + r
+  if elapsed < 0 then elapsed = 0 end
+  return s + elapsed * rate / 1000000
+end
+
+-- Microseconds until the stored state (s, t0) holds target tokens: the least
+-- r with level_at(s, t0, r) >= target, in the very arithmetic a later call
+-- uses, so that a caller who waits r is not refused by a rounding.
+local function until_level(s, t0, target)
+  local level = level_at(s, t0, 0)
+  if level >= target then return 0 end
+  local r = math.ceil((target - level) * 1000000 / rate)
+  if t0 > now then r = r + (t0 - now) end
   -- The estimate is within a few units; the loops are bounded all the same,
   -- since a script that spins blocks the whole server.
-  local r = math.ceil((target - tokens) * 1000000 / rate)
   for _ = 1, 64 do
-    if tokens + r * rate / 1000000 >= target then break end
+    if level_at(s, t0, r) >= target then break end
     r = r + 1
   end
   for _ = 1, 64 do
-    if r <= 1 or tokens + (r - 1) * rate / 1000000 < target then break end
+    if r <= 1 or level_at(s, t0, r - 1) < target then break end
     r = r - 1
   end
   return r
 end
 
+-- The stored state; a missing key is a full bucket at now.
 local tokens, ts = capacity, now
 local state = redis.call("GET", key)
 if state then
@@ -77,28 +91,25 @@ if state then
   end
 end
 
--- Refill. A clock that went back refills nothing and keeps the later time.
-local elapsed = now - ts
-if elapsed < 0 then elapsed = 0 end
-tokens = math.min(capacity, tokens + elapsed * rate / 1000000)
-if now > ts then ts = now end
-
+local level = math.min(capacity, level_at(tokens, ts, 0))
 local allowed, retry = 0, 0
 if cost > capacity then
   retry = -1
-elseif tokens >= cost then
+elseif level >= cost then
   allowed = 1
   if spend and cost > 0 then
-    tokens = tokens - cost
-    local ttl_ms = math.ceil(until_level(tokens, capacity) / 1000)
+    tokens = level - cost
+    if now > ts then ts = now end
+    level = tokens
+    local ttl_ms = math.ceil(until_level(tokens, ts, capacity) / 1000)
     -- An injected clock runs apart from the real one, which the TTL counts
     -- in: keep such keys for a minute more so a test cannot see them expire.
     if ARGV[5] then ttl_ms = ttl_ms + 60000 end
     redis.call("SET", key, string.format("%.17g %d", tokens, ts), "PX", ttl_ms)
   end
 else
-  retry = until_level(tokens, cost)
+  retry = until_level(tokens, ts, cost)
 end
 
-return {allowed, math.floor(tokens), retry, until_level(tokens, capacity),
-        string.format("%.17g", tokens), now, key}
+return {allowed, math.floor(level), retry, until_level(tokens, ts, capacity),
+        string.format("%.17g", tokens), ts, now, key}

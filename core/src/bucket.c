@@ -37,56 +37,67 @@ int hirate_bucket_check_cost(int64_t cost, char *err, size_t errlen)
     return 0;
 }
 
-int64_t hirate_bucket_until(double tokens, double target, double rate)
+/* What a call at now + r computes from the stored state, before the min. */
+static double level_at(const hirate_bucket_cfg *cfg, const hirate_bucket *b, int64_t now,
+                       double r)
 {
-    if (tokens >= target)
+    double elapsed = (double)(now - b->ts) + r;
+    if (elapsed < 0)
+        elapsed = 0;   /* a clock that went back refills nothing */
+    return b->tokens + elapsed * cfg->rate / 1000000.0;
+}
+
+int64_t hirate_bucket_until(const hirate_bucket_cfg *cfg, const hirate_bucket *b, int64_t now,
+                            double target)
+{
+    double level = level_at(cfg, b, now, 0);
+    if (level >= target)
         return 0;
     /* ceil() is within a unit or two of the answer; the bounded loops settle
-     * it in the very arithmetic the refill uses. */
-    double r = ceil((target - tokens) * 1000000.0 / rate);
-    for (int i = 0; i < 64 && !(tokens + r * rate / 1000000.0 >= target); i++)
+     * it in the very arithmetic a later call uses. */
+    double r = ceil((target - level) * 1000000.0 / cfg->rate);
+    if (b->ts > now)
+        r += (double)(b->ts - now);
+    for (int i = 0; i < 64 && !(level_at(cfg, b, now, r) >= target); i++)
         r += 1;
-    for (int i = 0; i < 64 && r > 1 && tokens + (r - 1) * rate / 1000000.0 >= target; i++)
+    for (int i = 0; i < 64 && r > 1 && level_at(cfg, b, now, r - 1) >= target; i++)
         r -= 1;
     return (int64_t)r;
 }
 
 double hirate_bucket_level(const hirate_bucket_cfg *cfg, const hirate_bucket *b, int64_t now)
 {
-    int64_t elapsed = now - b->ts;
-    if (elapsed < 0)
-        elapsed = 0;   /* a clock that went back refills nothing */
-    double level = b->tokens + (double)elapsed * cfg->rate / 1000000.0;
+    double level = level_at(cfg, b, now, 0);
     return level < cfg->capacity_d ? level : cfg->capacity_d;   /* Lua's math.min */
 }
 
 int hirate_bucket_decide(const hirate_bucket_cfg *cfg, hirate_bucket *b, int64_t now,
                          int64_t cost, int spend, hirate_decision *d)
 {
-    double tokens = hirate_bucket_level(cfg, b, now);
+    double level = hirate_bucket_level(cfg, b, now);
     int changed = 0;
 
     d->allowed = 0;
     d->retry_after_us = 0;
     if (cost > cfg->capacity) {
         d->retry_after_us = HIRATE_NEVER;
-    } else if (tokens >= (double)cost) {
+    } else if (level >= (double)cost) {
         d->allowed = 1;
         if (spend && cost > 0) {
-            tokens -= (double)cost;
-            b->tokens = tokens;
+            b->tokens = level - (double)cost;
             if (now > b->ts)
                 b->ts = now;
+            level = b->tokens;
             changed = 1;
         }
     } else {
-        d->retry_after_us = hirate_bucket_until(tokens, (double)cost, cfg->rate);
+        d->retry_after_us = hirate_bucket_until(cfg, b, now, (double)cost);
     }
     d->source = HIRATE_SOURCE_LOCAL;
     d->error = 0;
     d->limit = cfg->capacity;
-    d->remaining = (int64_t)floor(tokens);
-    d->reset_after_us = hirate_bucket_until(tokens, cfg->capacity_d, cfg->rate);
+    d->remaining = (int64_t)floor(level);
+    d->reset_after_us = hirate_bucket_until(cfg, b, now, cfg->capacity_d);
     d->time_us = now;
     return changed;
 }

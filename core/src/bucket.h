@@ -29,17 +29,19 @@ int hirate_bucket_cfg_init(hirate_bucket_cfg *cfg, int64_t capacity, double rate
 /* Checks a cost. Returns 0 or HIRATE_ECOST with a message in err. */
 int hirate_bucket_check_cost(int64_t cost, char *err, size_t errlen);
 
-/* Decides cost at now for the bucket *b (pass a full bucket at now for a key
+/* Decides cost at now for the stored state *b (a full bucket at now for a key
  * that has none). Fills *d. Returns 1 when *b changed and must be stored,
- * 0 when the stored state stays as it was (a refusal or a peek). */
+ * 0 when it stays as it was (a refusal or a peek). */
 int hirate_bucket_decide(const hirate_bucket_cfg *cfg, hirate_bucket *b, int64_t now,
                          int64_t cost, int spend, hirate_decision *d);
 
 /* The level at now, without storing anything. */
 double hirate_bucket_level(const hirate_bucket_cfg *cfg, const hirate_bucket *b, int64_t now);
 
-/* Microseconds until the level reaches target: the least r with
- * tokens + r * rate / 1e6 >= target. */
-int64_t hirate_bucket_until(double tokens, double target, double rate);
+/* Microseconds from now until the stored state *b holds target tokens: the
+ * least r with b->tokens + max(0, now + r - b->ts) * rate / 1e6 >= target,
+ * which is what a call at now + r computes. */
+int64_t hirate_bucket_until(const hirate_bucket_cfg *cfg, const hirate_bucket *b, int64_t now,
+                            double target);
 
 #endif

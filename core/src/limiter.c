@@ -198,8 +198,8 @@ static int decide(hirate_limiter *l, const void *key, size_t keylen, int64_t cos
     if (l->redis) {
         hirate_call call = {l->prefix, l->prefixlen, key, keylen, l->args, l->argslen,
                             cost, spend, now_us};
-        double tokens;
-        rc = hirate_redis_decide(l->redis, &call, l->cfg.capacity, out, &tokens, err, sizeof err);
+        hirate_bucket state;
+        rc = hirate_redis_decide(l->redis, &call, l->cfg.capacity, out, &state, err, sizeof err);
     } else {
         int64_t now = now_us >= 0 ? now_us : hirate_monotonic_us();
         rc = hirate_memory_decide(l->memory, &l->cfg, key, keylen, now, cost, spend, out);

@@ -329,15 +329,15 @@ int hirate_proto_error_drops_connection(const char *msg, size_t len)
 }
 
 int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t capacity,
-                          hirate_decision *d, double *tokens, const char **why)
+                          hirate_decision *d, hirate_bucket *state, const char **why)
 {
-    static const char shape[] = "::::$:$";
+    static const char shape[] = "::::$::$";
     const hirate_reply_elem *e = r->elem;
 
     if (r->top.type == '-')
         return hirate_proto_error_class(r->top.str, r->top.len);
     if (r->top.type != '*' || r->nelem != sizeof shape - 1) {
-        *why = "the script's reply is not an array of 7";
+        *why = "the script's reply is not an array of 8";
         return HIRATE_EPROTO;
     }
     for (size_t i = 0; i < r->nelem; i++) {
@@ -347,32 +347,33 @@ int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t c
         }
     }
     /* The echoed key proves that this reply answers this call. */
-    if (e[6].len != c->prefixlen + c->keylen ||
-        memcmp(e[6].str, c->prefix, c->prefixlen) != 0 ||
-        memcmp(e[6].str + c->prefixlen, c->key, c->keylen) != 0) {
+    if (e[7].len != c->prefixlen + c->keylen ||
+        memcmp(e[7].str, c->prefix, c->prefixlen) != 0 ||
+        memcmp(e[7].str + c->prefixlen, c->key, c->keylen) != 0) {
         *why = "the reply is for another key";
         return HIRATE_EPROTO;
     }
     int64_t allowed = e[0].integer, remaining = e[1].integer, retry = e[2].integer;
-    int64_t reset = e[3].integer, now = e[5].integer;
+    int64_t reset = e[3].integer, ts = e[5].integer, now = e[6].integer;
     if ((allowed != 0 && allowed != 1) || remaining < 0 || remaining > capacity ||
-        retry < -1 || (allowed && retry != 0) || reset < 0 || reset > HIRATE_EXACT_MAX ||
-        now < 0 || e[4].len == 0 || e[4].len > 31) {
+        retry < -1 || (allowed && retry != 0) || reset < 0 || ts < 0 || now < 0 ||
+        e[4].len == 0 || e[4].len > 31) {
         *why = "the script's reply has a value out of range";
         return HIRATE_EPROTO;
     }
-    char num[32];
+    /* The script writes the %.17g of a stored level of 0 or more: never NaN,
+     * an infinity, hex, spaces or a NUL. */
+    char num[32], *end;
     memcpy(num, e[4].str, e[4].len);
     num[e[4].len] = '\0';
-    char *end;
-    *tokens = strtod_l(num, &end, wire_locale());
-    /* The script writes the %.17g of a level from 0 to the capacity whose
-     * floor is remaining; NaN, infinities, hex, spaces or a NUL never. */
-    if (*end != '\0' || strspn(num, "0123456789.e+-") != e[4].len || !(*tokens >= 0) ||
-        *tokens > (double)capacity || (int64_t)floor(*tokens) != remaining) {
+    double tokens = strtod_l(num, &end, wire_locale());
+    if (*end != '\0' || strspn(num, "0123456789.e+-") != e[4].len || !(tokens >= 0) ||
+        !isfinite(tokens)) {
         *why = "the script's reply has a malformed token level";
         return HIRATE_EPROTO;
     }
+    state->tokens = tokens;
+    state->ts = ts;
     d->allowed = (int)allowed;
     d->source = HIRATE_SOURCE_REDIS;
     d->error = 0;

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bucket.h"
 #include "hirate.h"
 
 #define HIRATE_REPLY_MAX_ELEMS 8
@@ -79,11 +80,12 @@ int hirate_proto_error_class(const char *msg, size_t len);
  * (READONLY, LOADING, MASTERDOWN): drop the connection, reconnect later. */
 int hirate_proto_error_drops_connection(const char *msg, size_t len);
 
-/* Checks the script's reply and fills *d (source HIRATE_SOURCE_REDIS). The
- * reply must echo the full key (prefix + key), so that a reply can never be
- * taken for another call's. tokens gets the exact level. Returns 0,
- * HIRATE_EPROTO with *why set, or the class of an error reply. */
+/* Checks the script's reply and fills *d (source HIRATE_SOURCE_REDIS) and
+ * *state, the bucket as Redis stores it after the decision, from which every
+ * later decision can be foretold exactly. The reply must echo the full key
+ * (prefix + key), so that it can never be taken for another call's. Returns
+ * 0, HIRATE_EPROTO with *why set, or the class of an error reply. */
 int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t capacity,
-                          hirate_decision *d, double *tokens, const char **why);
+                          hirate_decision *d, hirate_bucket *state, const char **why);
 
 #endif

@@ -403,7 +403,7 @@ static int reply_error(const hirate_reply *rep, int rc, int *healthy, char *err,
 }
 
 int hirate_redis_decide(hirate_redis *r, const hirate_call *call, int64_t capacity,
-                        hirate_decision *d, double *tokens, char *err, size_t errlen)
+                        hirate_decision *d, hirate_bucket *state, char *err, size_t errlen)
 {
     char req[HIRATE_PROTO_CALL_OVERHEAD + HIRATE_PREFIX_MAX + HIRATE_KEY_MAX];
     hirate_reply rep;
@@ -420,7 +420,7 @@ int hirate_redis_decide(hirate_redis *r, const hirate_call *call, int64_t capaci
     STAT_INC(r, evalsha);
     rc = roundtrip(r, c, req, len, &rep, err, errlen);
     if (rc == 0)
-        rc = hirate_proto_decision(&rep, call, capacity, d, tokens, &why);
+        rc = hirate_proto_decision(&rep, call, capacity, d, state, &why);
 
     if (rc == HIRATE_PROTO_NOSCRIPT) {
         /* The server does not know the script (restart, SCRIPT FLUSH,
@@ -436,7 +436,7 @@ int hirate_redis_decide(hirate_redis *r, const hirate_call *call, int64_t capaci
         rc = roundtrip(r, c, ereq, elen, &rep, err, errlen);
         free(ereq);
         if (rc == 0)
-            rc = hirate_proto_decision(&rep, call, capacity, d, tokens, &why);
+            rc = hirate_proto_decision(&rep, call, capacity, d, state, &why);
         if (rc == HIRATE_PROTO_NOSCRIPT)   /* no second fallback, no loop */
             rc = HIRATE_EREPLY;
     }

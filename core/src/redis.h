@@ -31,10 +31,10 @@ typedef struct hirate_redis_cfg {
 hirate_redis *hirate_redis_new(const hirate_redis_cfg *cfg);
 void hirate_redis_free(hirate_redis *r);
 
-/* One script call. Fills *d and *tokens (the exact level) on success.
+/* One script call. Fills *d and *state (the bucket as stored) on success.
  * Returns 0 or a HIRATE_E* code with a message in err. */
 int hirate_redis_decide(hirate_redis *r, const hirate_call *call, int64_t capacity,
-                        hirate_decision *d, double *tokens, char *err, size_t errlen);
+                        hirate_decision *d, hirate_bucket *state, char *err, size_t errlen);
 
 /* DEL of prefix + key. */
 int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, const void *key,

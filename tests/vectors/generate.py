@@ -71,19 +71,32 @@ def call_error(key, cost):
     return None
 
 
-def until_level(tokens, target, rate):
-    """Microseconds until tokens reaches target (script: until_level)."""
-    if tokens >= target:
+def level_at(s, t0, now, r, rate):
+    """What a call at now + r computes from the stored state (s, t0), before
+    min(capacity, .) (script: level_at)."""
+    elapsed = (now - t0) + r
+    if elapsed < 0:
+        elapsed = 0.0
+    return s + elapsed * rate / 1000000.0
+
+
+def until_level(s, t0, now, target, rate):
+    """Microseconds until the stored state (s, t0) holds target (script:
+    until_level): the least r with level_at(s, t0, now, r) >= target."""
+    level = level_at(s, t0, now, 0.0, rate)
+    if level >= target:
         return 0
     # math.ceil returns a Python int; Lua's returns a double. It is below 2^53
     # (the ERANGE rule bounds it), so float() is exact and r stays a double.
-    r = float(math.ceil((target - tokens) * 1000000.0 / rate))
+    r = float(math.ceil((target - level) * 1000000.0 / rate))
+    if t0 > now:
+        r = r + (t0 - now)
     for _ in range(64):
-        if tokens + r * rate / 1000000.0 >= target:
+        if level_at(s, t0, now, r, rate) >= target:
             break
         r = r + 1.0
     for _ in range(64):
-        if r <= 1 or tokens + (r - 1.0) * rate / 1000000.0 < target:
+        if r <= 1 or level_at(s, t0, now, r - 1.0, rate) < target:
             break
         r = r - 1.0
     return int(r)
@@ -110,32 +123,29 @@ class Model:
         cap = self.cap
         now = float(now_us)
         c = float(cost)
-        # A missing key is a full bucket at now.
+        # The stored state; a missing key is a full bucket at now.
         tokens, ts = self.store.get(key, (cap, now))
-        # Refill. A clock that went back refills nothing and keeps the later time.
-        elapsed = now - ts
-        if elapsed < 0:
-            elapsed = 0.0
         # Lua's math.min(capacity, x): the first argument unless x < it.
-        level = tokens + elapsed * rate / 1000000.0
-        tokens = level if level < cap else cap
-        if now > ts:
-            ts = now
+        x = level_at(tokens, ts, now, 0.0, rate)
+        level = x if x < cap else cap
         allowed, retry = False, 0
         if c > cap:
             retry = NEVER
-        elif tokens >= c:
+        elif level >= c:
             allowed = True
             if spend and c > 0:
-                tokens = tokens - c
+                tokens = level - c
+                if now > ts:
+                    ts = now
+                level = tokens
                 self.store[key] = (tokens, ts)
         else:
-            retry = until_level(tokens, c, rate)
+            retry = until_level(tokens, ts, now, c, rate)
         return {
             "allowed": allowed,
-            "remaining": int(math.floor(tokens)),
+            "remaining": int(math.floor(level)),
             "retry_after_us": retry,
-            "reset_after_us": until_level(tokens, cap, rate),
+            "reset_after_us": until_level(tokens, ts, now, cap, rate),
             "limit": self.limit,
         }
 
