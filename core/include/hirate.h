@@ -122,6 +122,20 @@ typedef struct hirate_decision {
                                epoch) or this process' monotonic clock */
 } hirate_decision;
 
+/* What a limiter does when Redis fails (cannot connect, times out, breaks the
+ * connection, sends garbage, or answers OOM, BUSY, READONLY, LOADING,
+ * MASTERDOWN, CLUSTERDOWN, TRYAGAIN). Configuration errors (a wrong password,
+ * a missing ACL permission, a rejected script) are returned, never hidden. */
+typedef enum hirate_on_error {
+    HIRATE_ON_ERROR_LOCAL = 0, /* decide from an in-memory bucket (default) */
+    HIRATE_ON_ERROR_OPEN,      /* allow */
+    HIRATE_ON_ERROR_CLOSED     /* refuse */
+} hirate_on_error;
+
+/* "local", "open", "closed"; and back (-1 for any other name). */
+HIRATE_EXPORT const char *hirate_on_error_name(int on_error);
+HIRATE_EXPORT int hirate_on_error_from_name(const char *name);
+
 typedef struct hirate_options {
     const char *url;        /* redis://[user:password@]host[:port][/db] or
                                unix:///path[?db=N]; NULL: in-memory (default) */
@@ -132,6 +146,13 @@ typedef struct hirate_options {
     int timeout_ms;         /* per command; default 100 */
     int pool_size;          /* Redis connections at most; default 16 */
     size_t max_keys;        /* in-memory buckets at most; default 1,000,000 */
+    int on_error;           /* a hirate_on_error; default HIRATE_ON_ERROR_LOCAL */
+    int instances;          /* with LOCAL: capacity and rate are divided by this,
+                               so N processes together stay near the limit; 1 */
+    int backoff_min_ms;     /* after a failure, Redis is left alone this long, */
+    int backoff_max_ms;     /* doubling up to this; defaults 100 and 5000 */
+    int deny_cache;         /* 1: remember refusals (default); 0: off */
+    size_t deny_cache_keys; /* refusals remembered at most; default 65,536 */
 } hirate_options;
 
 /* Fills *opts with the defaults; capacity and rate stay 0 (must be set). */
@@ -161,6 +182,21 @@ HIRATE_EXPORT int hirate_peek(hirate_limiter *lim, const void *key, size_t keyle
 
 /* Forgets key's bucket: it is full again. */
 HIRATE_EXPORT int hirate_reset(hirate_limiter *lim, const void *key, size_t keylen);
+
+/* One (key, cost) of a batch, and its outcome. */
+typedef struct hirate_item {
+    const void *key;        /* in */
+    size_t keylen;          /* in */
+    int64_t cost;           /* in */
+    int rc;                 /* out: 0, or this item's HIRATE_E* code */
+    hirate_decision decision; /* out, when rc is 0 */
+} hirate_item;
+
+/* hirate_allow for every item, in one pipelined round trip to Redis. Items
+ * are decided in order, each as hirate_allow would decide it alone. Returns
+ * 0 when every item has its rc, or HIRATE_EINVAL for a NULL limiter or a
+ * NULL items with n > 0. */
+HIRATE_EXPORT int hirate_allow_many(hirate_limiter *lim, hirate_item *items, size_t n);
 
 /* The message of the last error on this limiter, e.g. "key is empty" or
  * "connect to 127.0.0.1:6379: Connection refused", copied into buf. With

@@ -24,7 +24,12 @@ typedef struct hirate_stats {
     uint64_t evalsha;         /* EVALSHA calls sent */
     uint64_t eval;            /* EVAL calls sent (after NOSCRIPT) */
     uint64_t conns_dropped;   /* connections closed after an error */
+    uint64_t cache_hits;      /* refusals answered by the deny cache */
+    uint64_t policy;          /* decisions made by the failure policy */
+    uint64_t breaker_opens;   /* times a failure opened the breaker */
     size_t memory_keys;       /* buckets held by the memory backend */
+    size_t local_keys;        /* buckets held by the local fallback */
+    size_t cache_keys;        /* refusals held by the deny cache */
 } hirate_stats;
 
 void hirate__stats(hirate_limiter *lim, hirate_stats *out);

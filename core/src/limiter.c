@@ -2,11 +2,13 @@
  * The limiter: checks every input, routes a decision to Redis or to memory,
  * and keeps the message of the last error.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "breaker.h"
 #include "bucket.h"
 #include "errors.h"
 #include "fork.h"
@@ -18,12 +20,19 @@
 struct hirate_limiter {
     hirate_fork_node fork;      /* first: the fork hooks get this pointer */
     hirate_bucket_cfg cfg;
+    hirate_bucket_cfg local_cfg;/* the LOCAL fallback's share of the limit */
     char prefix[HIRATE_PREFIX_MAX + 1];
     size_t prefixlen;
     char args[96];              /* capacity and rate as RESP bulk strings */
     size_t argslen;
+    int on_error;
     hirate_redis *redis;        /* NULL: in-memory */
-    hirate_memory *memory;
+    hirate_memory *memory;      /* the buckets without a URL; with one, the
+                                   LOCAL fallback's (NULL for OPEN, CLOSED) */
+    hirate_memory *cache;       /* refusals foretold from Redis' replies */
+    hirate_breaker breaker;
+    uint64_t reset_epoch;       /* bumped by every reset (atomic) */
+    uint64_t cache_hits, policy;/* counters (atomic) */
     pthread_mutex_t errlock;
     char errmsg[HIRATE_ERRMSG_SIZE];
 };
@@ -36,6 +45,28 @@ void hirate_options_init(hirate_options *o)
     o->timeout_ms = 100;
     o->pool_size = 16;
     o->max_keys = 1000000;
+    o->on_error = HIRATE_ON_ERROR_LOCAL;
+    o->instances = 1;
+    o->backoff_min_ms = 100;
+    o->backoff_max_ms = 5000;
+    o->deny_cache = 1;
+    o->deny_cache_keys = 65536;
+}
+
+static const char *const on_error_names[] = {"local", "open", "closed"};
+
+const char *hirate_on_error_name(int on_error)
+{
+    return on_error >= 0 && on_error <= HIRATE_ON_ERROR_CLOSED ? on_error_names[on_error]
+                                                                : "unknown";
+}
+
+int hirate_on_error_from_name(const char *name)
+{
+    for (int i = 0; name && i <= HIRATE_ON_ERROR_CLOSED; i++)
+        if (strcmp(name, on_error_names[i]) == 0)
+            return i;
+    return -1;
 }
 
 /* ---- fork hooks: hold every lock across fork(), reset the pool in the child */
@@ -44,29 +75,38 @@ static void fork_prepare(hirate_fork_node *n)
 {
     hirate_limiter *l = (hirate_limiter *)n;
     pthread_mutex_lock(&l->errlock);
+    pthread_mutex_lock(&l->breaker.lock);
     if (l->redis)
         hirate_redis_fork_prepare(l->redis);
     if (l->memory)
         hirate_memory_lock_all(l->memory);
+    if (l->cache)
+        hirate_memory_lock_all(l->cache);
 }
 
 static void fork_parent(hirate_fork_node *n)
 {
     hirate_limiter *l = (hirate_limiter *)n;
+    if (l->cache)
+        hirate_memory_unlock_all(l->cache);
     if (l->memory)
         hirate_memory_unlock_all(l->memory);
     if (l->redis)
         hirate_redis_fork_parent(l->redis);
+    pthread_mutex_unlock(&l->breaker.lock);
     pthread_mutex_unlock(&l->errlock);
 }
 
 static void fork_child(hirate_fork_node *n)
 {
     hirate_limiter *l = (hirate_limiter *)n;
+    if (l->cache)
+        hirate_memory_unlock_all(l->cache);
     if (l->memory)
         hirate_memory_unlock_all(l->memory);
     if (l->redis)
         hirate_redis_fork_child(l->redis);
+    pthread_mutex_unlock(&l->breaker.lock);
     pthread_mutex_unlock(&l->errlock);
 }
 
@@ -91,6 +131,21 @@ static int check_options(const hirate_options *o, hirate_bucket_cfg *cfg, char *
         (rc = check_range("max_keys", (long long)(o->max_keys > 4000000000u ? 4000000001u : o->max_keys),
                           1, 4000000000LL, err, errlen)) < 0)
         return rc;
+    if (o->on_error < HIRATE_ON_ERROR_LOCAL || o->on_error > HIRATE_ON_ERROR_CLOSED)
+        return hirate__fail(err, errlen, HIRATE_EOPTION,
+                            "on_error must be HIRATE_ON_ERROR_LOCAL, _OPEN or _CLOSED, got %d",
+                            o->on_error);
+    if ((rc = check_range("instances", o->instances, 1, 100000, err, errlen)) < 0 ||
+        (rc = check_range("backoff_min_ms", o->backoff_min_ms, 1, 60000, err, errlen)) < 0 ||
+        (rc = check_range("backoff_max_ms", o->backoff_max_ms, o->backoff_min_ms, 600000,
+                          err, errlen)) < 0 ||
+        (rc = check_range("deny_cache", o->deny_cache, 0, 1, err, errlen)) < 0 ||
+        (o->deny_cache &&
+         (rc = check_range("deny_cache_keys",
+                           (long long)(o->deny_cache_keys > 4000000000u ? 4000000001u
+                                                                       : o->deny_cache_keys),
+                           1, 4000000000LL, err, errlen)) < 0))
+        return rc;
     if (o->prefix && strlen(o->prefix) > HIRATE_PREFIX_MAX)
         return hirate__fail(err, errlen, HIRATE_EOPTION, "prefix is %zu bytes; the most is %d",
                             strlen(o->prefix), HIRATE_PREFIX_MAX);
@@ -99,7 +154,7 @@ static int check_options(const hirate_options *o, hirate_bucket_cfg *cfg, char *
 
 int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err, size_t errlen)
 {
-    hirate_bucket_cfg cfg;
+    hirate_bucket_cfg cfg, local_cfg;
     hirate_redis_cfg rcfg;
     int rc;
 
@@ -110,6 +165,7 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
     *out = NULL;
     if ((rc = check_options(o, &cfg, err, errlen)) < 0)
         return rc;
+    local_cfg = cfg;
     if (o->url) {
         memset(&rcfg, 0, sizeof rcfg);
         if ((rc = hirate_url_parse(o->url, &rcfg.url, err, errlen)) < 0)
@@ -117,27 +173,42 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
         rcfg.connect_timeout_ms = o->connect_timeout_ms;
         rcfg.timeout_ms = o->timeout_ms;
         rcfg.pool_size = o->pool_size;
+        /* N instances falling back at once share the limit N ways. */
+        int64_t share = o->capacity / o->instances;
+        if (o->on_error == HIRATE_ON_ERROR_LOCAL && o->instances > 1 &&
+            hirate_bucket_cfg_init(&local_cfg, share > 0 ? share : 1, o->rate / o->instances,
+                                   err, errlen) < 0)
+            return hirate__fail(err, errlen, HIRATE_ERANGE,
+                                "the local share of the limit (capacity %lld, rate %g over %d "
+                                "instances) takes over 2^53 us to refill",
+                                (long long)(share > 0 ? share : 1), o->rate / o->instances,
+                                o->instances);
     }
 
     hirate_limiter *l = calloc(1, sizeof *l);
     if (!l)
         return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory");
     l->cfg = cfg;
+    l->local_cfg = local_cfg;
+    l->on_error = o->on_error;
     if (o->prefix) {
         l->prefixlen = strlen(o->prefix);
         memcpy(l->prefix, o->prefix, l->prefixlen);
     }
     l->argslen = hirate_proto_encode_limits(l->args, sizeof l->args, cfg.capacity, cfg.rate);
     pthread_mutex_init(&l->errlock, NULL);
+    hirate_breaker_init(&l->breaker, o->backoff_min_ms, o->backoff_max_ms);
+    int ok = 1;
     if (o->url) {
-        l->redis = hirate_redis_new(&rcfg);
+        ok = (l->redis = hirate_redis_new(&rcfg)) != NULL;
         memset(&rcfg, 0, sizeof rcfg);   /* the password: one copy is enough */
-    } else {
-        l->memory = hirate_memory_new(o->max_keys);
+        if (ok && o->deny_cache)
+            ok = (l->cache = hirate_memory_new(o->deny_cache_keys)) != NULL;
     }
-    if (!l->redis && !l->memory) {
-        pthread_mutex_destroy(&l->errlock);
-        free(l);
+    if (ok && (!o->url || o->on_error == HIRATE_ON_ERROR_LOCAL))
+        ok = (l->memory = hirate_memory_new(o->max_keys)) != NULL;
+    if (!ok) {
+        hirate_limiter_free(l);
         return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory");
     }
     l->fork.prepare = fork_prepare;
@@ -152,9 +223,12 @@ void hirate_limiter_free(hirate_limiter *l)
 {
     if (!l)
         return;
-    hirate_fork_unregister(&l->fork);
+    if (l->fork.next)
+        hirate_fork_unregister(&l->fork);
     hirate_redis_free(l->redis);
     hirate_memory_free(l->memory);
+    hirate_memory_free(l->cache);
+    hirate_breaker_destroy(&l->breaker);
     pthread_mutex_destroy(&l->errlock);
     free(l);
 }
@@ -181,32 +255,223 @@ static int check_key(const void *key, size_t keylen, char *err, size_t errlen)
     return 0;
 }
 
+/* Failures that the policy answers for; anything else is returned. */
+static int is_outage(int rc)
+{
+    return rc == HIRATE_ECONNECT || rc == HIRATE_ETIMEDOUT || rc == HIRATE_EIO ||
+           rc == HIRATE_EPROTO || rc == HIRATE_ESERVER;
+}
+
+/* The failure policy decides item in Redis' place; wait_us is the time until
+ * the breaker lets a call through again. */
+static void apply_policy(hirate_limiter *l, hirate_item *it, int spend, int64_t now, int error,
+                         int64_t wait_us)
+{
+    hirate_decision *d = &it->decision;
+    __atomic_fetch_add(&l->policy, 1, __ATOMIC_RELAXED);
+    it->rc = 0;
+    if (l->on_error == HIRATE_ON_ERROR_LOCAL) {
+        it->rc = hirate_memory_decide(l->memory, &l->local_cfg, it->key, it->keylen, now,
+                                      it->cost, spend, d);
+    } else {
+        int never = it->cost > l->cfg.capacity;
+        int open = l->on_error == HIRATE_ON_ERROR_OPEN;
+        d->allowed = open && !never;
+        d->source = open ? HIRATE_SOURCE_FAIL_OPEN : HIRATE_SOURCE_FAIL_CLOSED;
+        d->limit = l->cfg.capacity;
+        /* Open: as if the bucket were full. Closed: come back when Redis may. */
+        d->remaining = d->allowed ? l->cfg.capacity - it->cost : 0;
+        d->retry_after_us = never ? HIRATE_NEVER : d->allowed ? 0 : (wait_us > 0 ? wait_us : 1);
+        d->reset_after_us = d->allowed || never ? 0 : d->retry_after_us;
+        d->time_us = now;
+    }
+    d->error = error;
+}
+
+/* Remembers, from a Redis decision, a bucket that would refuse the same cost
+ * now: the stored state moved from Redis' clock to ours at the moment the
+ * call was sent, which can only overstate the tokens. */
+static void learn(hirate_limiter *l, const hirate_item *it, const hirate_bucket *state,
+                  int64_t sent, int known, uint64_t epoch)
+{
+    hirate_bucket local = {state->tokens, state->ts - it->decision.time_us + sent};
+    /* tokens is NAN when the reply showed the bucket kept the cost. */
+    if (!isnan(local.tokens) && hirate_bucket_level(&l->cfg, &local, sent) < (double)it->cost) {
+        /* A reset since the call was sent makes its reply stale. */
+        if (__atomic_load_n(&l->reset_epoch, __ATOMIC_ACQUIRE) == epoch)
+            hirate_memory_put(l->cache, &l->cfg, it->key, it->keylen, &local, sent);
+    } else if (known) {
+        hirate_memory_reset(l->cache, it->key, it->keylen);
+    }
+}
+
+/* The calls of a batch that go to Redis, with room for their answers. */
+typedef struct pending {
+    size_t *index;          /* item index of each call */
+    hirate_call *calls;
+    hirate_decision *ds;
+    hirate_bucket *states;
+    int *rcs;
+    unsigned char *known;   /* the deny cache held the key */
+} pending;
+
+/* Stack room for a single decision; a batch allocates. */
+typedef struct pending_one {
+    size_t index[1];
+    hirate_call calls[1];
+    hirate_decision ds[1];
+    hirate_bucket states[1];
+    int rcs[1];
+    unsigned char known[1];
+} pending_one;
+
+static int pending_alloc(pending *p, pending_one *one, size_t n)
+{
+    if (n <= 1) {
+        *p = (pending){one->index, one->calls, one->ds, one->states, one->rcs, one->known};
+        return 0;
+    }
+    char *m = malloc(n * (sizeof(size_t) + sizeof(hirate_call) + sizeof(hirate_decision) +
+                          sizeof(hirate_bucket) + sizeof(int) + 1));
+    if (!m)
+        return HIRATE_ENOMEM;
+    /* Largest alignment first. */
+    p->calls = (hirate_call *)m;
+    p->ds = (hirate_decision *)(p->calls + n);
+    p->states = (hirate_bucket *)(p->ds + n);
+    p->index = (size_t *)(p->states + n);
+    p->rcs = (int *)(p->index + n);
+    p->known = (unsigned char *)(p->rcs + n);
+    return 0;
+}
+
+static void pending_free(pending *p, pending_one *one)
+{
+    if (p->calls != one->calls)
+        free(p->calls);
+}
+
+/* Decides items in order: each gets its rc and, when 0, its decision. The
+ * deny cache answers what it can, the rest goes to Redis in one round trip,
+ * or to the failure policy while the breaker keeps Redis alone. */
+static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int spend,
+                         int64_t now_us)
+{
+    char err[HIRATE_ERRMSG_SIZE];
+    int64_t now = now_us >= 0 ? now_us : hirate_monotonic_us();
+    size_t npending = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        hirate_item *it = &items[i];
+        if ((it->rc = check_key(it->key, it->keylen, err, sizeof err)) < 0 ||
+            (it->rc = hirate_bucket_check_cost(it->cost, err, sizeof err)) < 0) {
+            remember(l, it->rc, err);
+        } else if (!l->redis) {
+            it->rc = hirate_memory_decide(l->memory, &l->cfg, it->key, it->keylen, now,
+                                          it->cost, spend, &it->decision);
+            if (it->rc < 0)
+                remember(l, it->rc, "out of memory for a new bucket");
+        } else {
+            it->rc = 1;   /* for Redis */
+            npending++;
+        }
+    }
+    if (!npending)
+        return;
+
+    pending_one one;
+    pending p;
+    if (pending_alloc(&p, &one, npending) < 0) {
+        for (size_t i = 0; i < n; i++)
+            if (items[i].rc == 1)
+                items[i].rc = remember(l, HIRATE_ENOMEM, "out of memory for a batch");
+        return;
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        hirate_item *it = &items[i];
+        if (it->rc != 1)
+            continue;
+        int known = 0;
+        if (l->cache && it->cost > 0 && it->cost <= l->cfg.capacity) {
+            known = hirate_memory_lookup(l->cache, &l->cfg, it->key, it->keylen, now, it->cost,
+                                         &it->decision);
+            if (known && !it->decision.allowed) {
+                it->decision.source = HIRATE_SOURCE_CACHE;
+                it->rc = 0;
+                __atomic_fetch_add(&l->cache_hits, 1, __ATOMIC_RELAXED);
+                continue;
+            }
+        }
+        p.index[m] = i;
+        p.known[m] = (unsigned char)known;
+        p.calls[m] = (hirate_call){l->prefix, l->prefixlen, it->key, it->keylen, l->args,
+                                   l->argslen, it->cost, spend, now_us};
+        m++;
+    }
+
+    int error = 0;
+    int64_t wait_us = 0;
+    int verdict = m ? hirate_breaker_enter(&l->breaker, now, &error, &wait_us)
+                    : HIRATE_BREAKER_PASS;
+    if (m && verdict == HIRATE_BREAKER_SKIP) {
+        for (size_t j = 0; j < m; j++)
+            apply_policy(l, &items[p.index[j]], spend, now, error, wait_us);
+    } else if (m) {
+        uint64_t epoch = __atomic_load_n(&l->reset_epoch, __ATOMIC_ACQUIRE);
+        hirate_redis_decide_many(l->redis, p.calls, m, l->cfg.capacity, p.ds, p.states, p.rcs,
+                                 err, sizeof err);
+        int outage = 0;
+        for (size_t j = 0; j < m; j++)
+            if (is_outage(p.rcs[j]))
+                outage = p.rcs[j];
+        if (outage) {
+            remember(l, outage, err);
+            wait_us = hirate_breaker_failure(&l->breaker, verdict == HIRATE_BREAKER_PROBE,
+                                             outage, now);
+        } else {
+            hirate_breaker_success(&l->breaker, verdict == HIRATE_BREAKER_PROBE);
+        }
+        for (size_t j = 0; j < m; j++) {
+            hirate_item *it = &items[p.index[j]];
+            it->rc = p.rcs[j];
+            if (it->rc == 0) {
+                it->decision = p.ds[j];
+                if (l->cache && it->cost > 0 && it->cost <= l->cfg.capacity)
+                    learn(l, it, &p.states[j], now, p.known[j], epoch);
+            } else if (is_outage(it->rc)) {
+                apply_policy(l, it, spend, now, it->rc, wait_us);
+            } else {
+                remember(l, it->rc, err);
+            }
+        }
+    }
+    pending_free(&p, &one);
+}
+
 static int decide(hirate_limiter *l, const void *key, size_t keylen, int64_t cost, int spend,
                   int64_t now_us, hirate_decision *out)
 {
-    char err[HIRATE_ERRMSG_SIZE];
-    int rc;
-
     if (!l)
         return HIRATE_EINVAL;
     if (!out)
         return remember(l, HIRATE_EINVAL, "the decision pointer is NULL");
-    if ((rc = check_key(key, keylen, err, sizeof err)) < 0 ||
-        (rc = hirate_bucket_check_cost(cost, err, sizeof err)) < 0)
-        return remember(l, rc, err);
-
-    if (l->redis) {
-        hirate_call call = {l->prefix, l->prefixlen, key, keylen, l->args, l->argslen,
-                            cost, spend, now_us};
-        hirate_bucket state;
-        rc = hirate_redis_decide(l->redis, &call, l->cfg.capacity, out, &state, err, sizeof err);
-    } else {
-        int64_t now = now_us >= 0 ? now_us : hirate_monotonic_us();
-        rc = hirate_memory_decide(l->memory, &l->cfg, key, keylen, now, cost, spend, out);
-        if (rc < 0)
-            hirate__fail(err, sizeof err, rc, "out of memory for a new bucket");
+    if (!l->redis) {
+        /* The in-memory hot path: no batch bookkeeping. */
+        char err[HIRATE_ERRMSG_SIZE];
+        int rc;
+        if ((rc = check_key(key, keylen, err, sizeof err)) < 0 ||
+            (rc = hirate_bucket_check_cost(cost, err, sizeof err)) < 0)
+            return remember(l, rc, err);
+        rc = hirate_memory_decide(l->memory, &l->cfg, key, keylen,
+                                  now_us >= 0 ? now_us : hirate_monotonic_us(), cost, spend, out);
+        return rc < 0 ? remember(l, rc, "out of memory for a new bucket") : 0;
     }
-    return rc < 0 ? remember(l, rc, err) : 0;
+    hirate_item it = {key, keylen, cost, 0, {0}};
+    decide_items(l, &it, 1, spend, now_us);
+    if (it.rc == 0)
+        *out = it.decision;
+    return it.rc;
 }
 
 int hirate_allow(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
@@ -219,6 +484,15 @@ int hirate_peek(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
                 hirate_decision *out)
 {
     return decide(l, key, keylen, cost, 0, -1, out);
+}
+
+int hirate_allow_many(hirate_limiter *l, hirate_item *items, size_t n)
+{
+    if (!l || (!items && n))
+        return HIRATE_EINVAL;
+    if (n)
+        decide_items(l, items, n, 1, -1);
+    return 0;
 }
 
 int hirate__decide_at(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
@@ -238,11 +512,16 @@ int hirate_reset(hirate_limiter *l, const void *key, size_t keylen)
         return HIRATE_EINVAL;
     if ((rc = check_key(key, keylen, err, sizeof err)) < 0)
         return remember(l, rc, err);
+    if (l->cache) {
+        __atomic_fetch_add(&l->reset_epoch, 1, __ATOMIC_ACQ_REL);
+        hirate_memory_reset(l->cache, key, keylen);
+    }
+    if (l->memory)
+        hirate_memory_reset(l->memory, key, keylen);
     if (l->redis) {
         rc = hirate_redis_reset(l->redis, l->prefix, l->prefixlen, key, keylen, err, sizeof err);
         return rc < 0 ? remember(l, rc, err) : 0;
     }
-    hirate_memory_reset(l->memory, key, keylen);
     return 0;
 }
 
@@ -270,9 +549,18 @@ void hirate__stats(hirate_limiter *l, hirate_stats *out)
         out->evalsha = rs.evalsha;
         out->eval = rs.eval;
         out->conns_dropped = rs.dropped;
-    }
-    if (l->memory)
+        if (l->memory)
+            out->local_keys = hirate_memory_count(l->memory);
+    } else {
         out->memory_keys = hirate_memory_count(l->memory);
+    }
+    if (l->cache)
+        out->cache_keys = hirate_memory_count(l->cache);
+    out->cache_hits = __atomic_load_n(&l->cache_hits, __ATOMIC_RELAXED);
+    out->policy = __atomic_load_n(&l->policy, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&l->breaker.lock);
+    out->breaker_opens = l->breaker.opens;
+    pthread_mutex_unlock(&l->breaker.lock);
 }
 
 const char *hirate_script_source(size_t *len)

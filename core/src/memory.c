@@ -39,6 +39,7 @@ typedef struct shard {
 struct hirate_memory {
     uint64_t seed;
     unsigned nshards;             /* a power of two */
+    size_t live;                  /* buckets held, read without a lock */
     shard shards[];
 };
 
@@ -113,9 +114,10 @@ static void push_newest(shard *s, entry *e)
     s->newest = e;
 }
 
-static void remove_entry(shard *s, entry **pp)
+static void remove_entry(hirate_memory *m, shard *s, entry **pp)
 {
     entry *e = *pp;
+    __atomic_fetch_sub(&m->live, 1, __ATOMIC_RELAXED);
     *pp = e->next;
     unlink_recency(s, e);
     s->count--;
@@ -127,7 +129,7 @@ static void remove_entry(shard *s, entry **pp)
  * goes first (forgetting it changes no answer); else the fullest of the
  * EVICT_SCAN least recently used, since forgetting a drained bucket would
  * hand its key a fresh burst. */
-static void evict_one(shard *s, const hirate_bucket_cfg *cfg, int64_t now)
+static void evict_one(hirate_memory *m, shard *s, const hirate_bucket_cfg *cfg, int64_t now)
 {
     entry *victim = NULL, *e = s->oldest;
     double best = -1;
@@ -142,7 +144,7 @@ static void evict_one(shard *s, const hirate_bucket_cfg *cfg, int64_t now)
         }
     }
     if (victim)
-        remove_entry(s, find(s, victim->hash, victim->key, victim->keylen));
+        remove_entry(m, s, find(s, victim->hash, victim->key, victim->keylen));
 }
 
 static void grow(shard *s)
@@ -163,11 +165,11 @@ static void grow(shard *s)
     s->mask = n - 1;
 }
 
-static entry *insert(shard *s, const hirate_bucket_cfg *cfg, uint32_t hash, const void *key,
-                     size_t keylen, int64_t now)
+static entry *insert(hirate_memory *m, shard *s, const hirate_bucket_cfg *cfg, uint32_t hash,
+                     const void *key, size_t keylen, int64_t now)
 {
     if (s->count >= s->cap)
-        evict_one(s, cfg, now);
+        evict_one(m, s, cfg, now);
     else if (s->count > s->mask)
         grow(s);
     entry *e = malloc(sizeof *e + keylen);
@@ -182,6 +184,7 @@ static entry *insert(shard *s, const hirate_bucket_cfg *cfg, uint32_t hash, cons
     push_newest(s, e);
     s->count++;
     s->bytes += malloc_usable_size(e);
+    __atomic_fetch_add(&m->live, 1, __ATOMIC_RELAXED);
     return e;
 }
 
@@ -261,7 +264,7 @@ int hirate_memory_decide(hirate_memory *m, const hirate_bucket_cfg *cfg, const v
          * spent something. */
         hirate_bucket b = {cfg->capacity_d, now};
         if (hirate_bucket_decide(cfg, &b, now, cost, spend, d)) {
-            e = insert(s, cfg, (uint32_t)h, key, keylen, now);
+            e = insert(m, s, cfg, (uint32_t)h, key, keylen, now);
             if (e) {
                 e->tokens = b.tokens;
                 e->ts = b.ts;
@@ -274,6 +277,50 @@ int hirate_memory_decide(hirate_memory *m, const hirate_bucket_cfg *cfg, const v
     return rc;
 }
 
+int hirate_memory_lookup(hirate_memory *m, const hirate_bucket_cfg *cfg, const void *key,
+                         size_t keylen, int64_t now, int64_t cost, hirate_decision *d)
+{
+    /* An empty table (the deny cache, most of the time) costs one load. A
+     * bucket stored concurrently may be missed: the caller then asks Redis,
+     * which is always right. */
+    if (__atomic_load_n(&m->live, __ATOMIC_RELAXED) == 0)
+        return 0;
+    uint64_t h = hash_key(key, keylen, m->seed);
+    shard *s = shard_for(m, h);
+    pthread_mutex_lock(&s->lock);
+    entry *e = *find(s, (uint32_t)h, key, keylen);
+    if (e) {
+        hirate_bucket b = {e->tokens, e->ts};
+        hirate_bucket_decide(cfg, &b, now, cost, 0, d);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return e != NULL;
+}
+
+int hirate_memory_put(hirate_memory *m, const hirate_bucket_cfg *cfg, const void *key,
+                      size_t keylen, const hirate_bucket *state, int64_t now)
+{
+    uint64_t h = hash_key(key, keylen, m->seed);
+    shard *s = shard_for(m, h);
+    int rc = 0;
+    pthread_mutex_lock(&s->lock);
+    entry *e = *find(s, (uint32_t)h, key, keylen);
+    if (e) {
+        unlink_recency(s, e);
+        push_newest(s, e);
+    } else {
+        e = insert(m, s, cfg, (uint32_t)h, key, keylen, now);
+    }
+    if (e) {
+        e->tokens = state->tokens;
+        e->ts = state->ts;
+    } else {
+        rc = HIRATE_ENOMEM;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
 void hirate_memory_reset(hirate_memory *m, const void *key, size_t keylen)
 {
     uint64_t h = hash_key(key, keylen, m->seed);
@@ -281,7 +328,7 @@ void hirate_memory_reset(hirate_memory *m, const void *key, size_t keylen)
     pthread_mutex_lock(&s->lock);
     entry **pp = find(s, (uint32_t)h, key, keylen);
     if (*pp)
-        remove_entry(s, pp);
+        remove_entry(m, s, pp);
     pthread_mutex_unlock(&s->lock);
 }
 

@@ -22,6 +22,16 @@ void hirate_memory_free(hirate_memory *m);
 int hirate_memory_decide(hirate_memory *m, const hirate_bucket_cfg *cfg, const void *key,
                          size_t keylen, int64_t now, int64_t cost, int spend, hirate_decision *d);
 
+/* If key has a bucket: fills *d with what cost would get now, spends
+ * nothing, and returns 1. Returns 0 when the key has no bucket. */
+int hirate_memory_lookup(hirate_memory *m, const hirate_bucket_cfg *cfg, const void *key,
+                         size_t keylen, int64_t now, int64_t cost, hirate_decision *d);
+
+/* Stores *state as key's bucket (evicting as a new key would, at now).
+ * Returns 0 or HIRATE_ENOMEM. */
+int hirate_memory_put(hirate_memory *m, const hirate_bucket_cfg *cfg, const void *key,
+                      size_t keylen, const hirate_bucket *state, int64_t now);
+
 void hirate_memory_reset(hirate_memory *m, const void *key, size_t keylen);
 
 /* Buckets held now, and the bytes they take (entries, keys and tables). */

@@ -50,36 +50,49 @@ static long find_crlf(const char *buf, size_t len, size_t pos, const char **why)
     return (long)i;
 }
 
-/* A RESP integer: an optional '-' and 1 to 18 digits, nothing else. */
-static int parse_i64(const char *s, size_t n, int64_t *out)
+/* Reads "[-]digits\r\n" (1 to 18 digits) at pos in one pass: the value, and
+ * the position after the CRLF as the result; 0 when the line is not complete
+ * yet; HIRATE_EPROTO with *why = bad when it is not such a line. */
+static inline long parse_int_line(const char *buf, size_t len, size_t pos, int64_t *out,
+                                  const char *bad, const char **why)
 {
-    int neg = n > 0 && s[0] == '-';
-    size_t i = (size_t)neg;
-    if (n - i < 1 || n - i > 18)
-        return -1;
-    int64_t v = 0;
-    for (; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (s[i] - '0');
+    size_t i = pos;
+    int neg = i < len && buf[i] == '-';
+    i += (size_t)neg;
+    size_t first = i, stop = len - first > 19 ? first + 19 : len;
+    uint64_t v = 0;   /* unsigned: 19 digits may wrap, harmlessly, before the check */
+    unsigned d;
+    for (; i < stop && (d = (unsigned char)buf[i] - (unsigned char)'0') <= 9; i++)
+        v = v * 10 + d;
+    if (i - first > 18) {
+        *why = bad;
+        return HIRATE_EPROTO;
     }
-    *out = neg ? -v : v;
-    return 0;
+    if (i >= len)
+        return 0;
+    if (i == first || buf[i] != '\r') {
+        *why = bad;
+        return HIRATE_EPROTO;
+    }
+    if (i + 1 >= len)
+        return 0;
+    if (buf[i + 1] != '\n') {
+        *why = "CR without LF";
+        return HIRATE_EPROTO;
+    }
+    *out = neg ? -(int64_t)v : (int64_t)v;
+    return (long)(i + 2);
 }
 
 /* Parses the scalar at pos into *e. Returns the position after it, 0 when
  * incomplete, or HIRATE_EPROTO. */
-static long parse_scalar(const char *buf, size_t len, size_t pos, hirate_reply_elem *e,
-                         const char **why)
+static inline long parse_scalar(const char *buf, size_t len, size_t pos,
+                                hirate_reply_elem *e, const char **why)
 {
     if (pos >= len)
         return 0;
     char type = buf[pos];
-    long eol = find_crlf(buf, len, pos + 1, why);
-    if (eol <= 0)
-        return eol;
-    const char *s = buf + pos + 1;
-    size_t n = (size_t)eol - pos - 1;
+    long end;
     int64_t blen;
 
     e->str = NULL;
@@ -88,36 +101,40 @@ static long parse_scalar(const char *buf, size_t len, size_t pos, hirate_reply_e
     switch (type) {
     case '+':
     case '-':
+        end = find_crlf(buf, len, pos + 1, why);
+        if (end <= 0)
+            return end;
         e->type = type;
-        e->str = s;
-        e->len = n;
-        return eol + 2;
+        e->str = buf + pos + 1;
+        e->len = (size_t)end - pos - 1;
+        return end + 2;
     case ':':
-        if (parse_i64(s, n, &e->integer) < 0) {
-            *why = "malformed integer";
-            return HIRATE_EPROTO;
-        }
-        e->type = ':';
-        return eol + 2;
+        end = parse_int_line(buf, len, pos + 1, &e->integer, "malformed integer", why);
+        if (end > 0)
+            e->type = ':';
+        return end;
     case '$':
-        if (parse_i64(s, n, &blen) < 0 || blen < -1 || blen > HIRATE_PROTO_MAX_REPLY) {
+        end = parse_int_line(buf, len, pos + 1, &blen, "bulk length out of range", why);
+        if (end <= 0)
+            return end;
+        if (blen < -1 || blen > HIRATE_PROTO_MAX_REPLY) {
             *why = "bulk length out of range";
             return HIRATE_EPROTO;
         }
         if (blen == -1) {
             e->type = 0;
-            return eol + 2;
+            return end;
         }
-        if (len < (size_t)eol + 2 + (size_t)blen + 2)
+        if (len < (size_t)end + (size_t)blen + 2)
             return 0;
-        if (buf[eol + 2 + blen] != '\r' || buf[eol + 3 + blen] != '\n') {
+        if (buf[end + blen] != '\r' || buf[end + blen + 1] != '\n') {
             *why = "bulk string not terminated by CRLF";
             return HIRATE_EPROTO;
         }
         e->type = '$';
-        e->str = buf + eol + 2;
+        e->str = buf + end;
         e->len = (size_t)blen;
-        return eol + 2 + (long)blen + 2;
+        return end + (long)blen + 2;
     case '*':
         *why = "nested array";
         return HIRATE_EPROTO;
@@ -136,12 +153,11 @@ long hirate_proto_parse(const char *buf, size_t len, hirate_reply *r)
     if (buf[0] != '*')
         return parse_scalar(buf, len, 0, &r->top, &r->why);
 
-    long eol = find_crlf(buf, len, 1, &r->why);
-    if (eol <= 0)
-        return eol;
     int64_t count;
-    if (parse_i64(buf + 1, (size_t)eol - 1, &count) < 0 || count < -1 ||
-        count > HIRATE_REPLY_MAX_ELEMS) {
+    long pos = parse_int_line(buf, len, 1, &count, "array length out of range", &r->why);
+    if (pos <= 0)
+        return pos;
+    if (count < -1 || count > HIRATE_REPLY_MAX_ELEMS) {
         r->why = "array length out of range";
         return HIRATE_EPROTO;
     }
@@ -149,7 +165,6 @@ long hirate_proto_parse(const char *buf, size_t len, hirate_reply *r)
     r->top.str = NULL;
     r->top.len = 0;
     r->top.integer = count;
-    long pos = eol + 2;
     for (int64_t i = 0; i < count; i++) {
         pos = parse_scalar(buf, len, (size_t)pos, &r->elem[i], &r->why);
         if (pos <= 0)
@@ -215,6 +230,12 @@ static char *put_int_bulk(char *p, int64_t v)
     return put_bulk(p, s, (size_t)(tmp + sizeof tmp - s));
 }
 
+size_t hirate_proto_call_bound(const hirate_call *c, int eval)
+{
+    return HIRATE_PROTO_CALL_OVERHEAD + c->prefixlen + c->keylen + c->argslen +
+           (eval ? hirate__script_len : 0);
+}
+
 size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int eval)
 {
     static const char evalsha[] = "$7\r\nEVALSHA\r\n";
@@ -224,11 +245,14 @@ size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int
     size_t bodylen = eval ? hirate__script_len : 40;
     int has_time = c->now_us >= 0;
 
-    size_t need = 4 + (eval ? sizeof evalcmd : sizeof evalsha) - 1 + bulk_size(bodylen) +
-                  sizeof one_key - 1 + bulk_size(c->prefixlen + c->keylen) + c->argslen +
-                  int_bulk_size(c->cost) + 7 + (has_time ? int_bulk_size(c->now_us) : 0);
-    if (need > cap)
-        return need;
+    /* Within the bound, skip counting digits: it is the common case. */
+    if (cap < hirate_proto_call_bound(c, eval)) {
+        size_t need = 4 + (eval ? sizeof evalcmd : sizeof evalsha) - 1 + bulk_size(bodylen) +
+                      sizeof one_key - 1 + bulk_size(c->prefixlen + c->keylen) + c->argslen +
+                      int_bulk_size(c->cost) + 7 + (has_time ? int_bulk_size(c->now_us) : 0);
+        if (need > cap)
+            return need;
+    }
 
     char *p = buf;
     memcpy(p, has_time ? "*9\r\n" : "*8\r\n", 4);
@@ -362,17 +386,24 @@ int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t c
         return HIRATE_EPROTO;
     }
     /* The script writes the %.17g of a stored level of 0 or more: never NaN,
-     * an infinity, hex, spaces or a NUL. */
-    char num[32], *end;
-    memcpy(num, e[4].str, e[4].len);
-    num[e[4].len] = '\0';
-    double tokens = strtod_l(num, &end, wire_locale());
-    if (*end != '\0' || strspn(num, "0123456789.e+-") != e[4].len || !(tokens >= 0) ||
-        !isfinite(tokens)) {
+     * an infinity, hex, spaces or a NUL. The level is read (strtod is the
+     * dearest step of a decision) only when the bucket is left short of the
+     * cost, the one case in which a caller can use it; else it is NAN. */
+    if (strspn(e[4].str, "0123456789.e+-") < e[4].len) {
         *why = "the script's reply has a malformed token level";
         return HIRATE_EPROTO;
     }
-    state->tokens = tokens;
+    state->tokens = NAN;
+    if (!allowed || remaining < c->cost) {
+        char num[32], *end;
+        memcpy(num, e[4].str, e[4].len);
+        num[e[4].len] = '\0';
+        state->tokens = strtod_l(num, &end, wire_locale());
+        if (*end != '\0' || !(state->tokens >= 0) || !isfinite(state->tokens)) {
+            *why = "the script's reply has a malformed token level";
+            return HIRATE_EPROTO;
+        }
+    }
     state->ts = ts;
     d->allowed = (int)allowed;
     d->source = HIRATE_SOURCE_REDIS;

@@ -23,7 +23,7 @@
 
 #define HIRATE_REPLY_MAX_ELEMS 8
 #define HIRATE_PROTO_MAX_REPLY 4096
-/* An EVALSHA call without its key never needs more than this. */
+/* An EVALSHA call without its key, prefix and limits never needs more. */
 #define HIRATE_PROTO_CALL_OVERHEAD 320
 
 typedef struct hirate_reply_elem {
@@ -56,6 +56,9 @@ typedef struct hirate_call {
     int64_t now_us;         /* < 0: Redis' clock (every production call) */
 } hirate_call;
 
+/* A quick upper bound of the length of a call. */
+size_t hirate_proto_call_bound(const hirate_call *c, int eval);
+
 /* Encodes EVALSHA (eval == 0) or EVAL (eval == 1) of the script. Returns the
  * length the call takes; writes it only when that is at most cap. */
 size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int eval);
@@ -82,7 +85,8 @@ int hirate_proto_error_drops_connection(const char *msg, size_t len);
 
 /* Checks the script's reply and fills *d (source HIRATE_SOURCE_REDIS) and
  * *state, the bucket as Redis stores it after the decision, from which every
- * later decision can be foretold exactly. The reply must echo the full key
+ * later decision can be foretold exactly. state->tokens is NAN when the
+ * bucket kept at least the call's cost (the level is then not read). The reply must echo the full key
  * (prefix + key), so that it can never be taken for another call's. Returns
  * 0, HIRATE_EPROTO with *why set, or the class of an error reply. */
 int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t capacity,

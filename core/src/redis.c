@@ -24,7 +24,7 @@ typedef struct conn {
     int fd;
     int timeo_changed;      /* SO_RCVTIMEO shortened for the rest of a call */
     struct conn *next;      /* in the idle list */
-    size_t rlen;
+    size_t rstart, rlen;    /* unread replies are rbuf[rstart, rlen) */
     char rbuf[HIRATE_PROTO_MAX_REPLY];
 } conn;
 
@@ -35,10 +35,12 @@ struct hirate_redis {
     conn **all;                 /* cfg.pool_size slots, NULL when free */
     conn *idle;
     int open;                   /* connections open or being opened */
+    int waiting;                /* threads waiting for a connection */
     int failing;                /* the last connect failed */
     int backoff_ms;
     int64_t next_connect_us;
     uint64_t jitter_state;
+    int connect_rc;             /* and its code, given again during the backoff */
     char connect_err[160];
     hirate_redis_stats stats;   /* updated with relaxed atomics */
 };
@@ -172,60 +174,71 @@ static int conn_send(hirate_redis *r, conn *c, const char *buf, size_t len, char
     return 0;
 }
 
-/* Reads exactly one reply, by deadline. Bytes beyond it mean the stream is
- * out of step, which this connection can never recover from. */
-static int conn_recv(hirate_redis *r, conn *c, int64_t deadline, hirate_reply *rep,
+/* Reads the next reply of the stream by deadline. The reply points into
+ * c->rbuf and stays valid until the next read. */
+static int conn_read(hirate_redis *r, conn *c, int64_t deadline, hirate_reply *rep,
                      char *err, size_t errlen)
+{
+    for (;;) {
+        if (c->rlen > c->rstart) {
+            long used = hirate_proto_parse(c->rbuf + c->rstart, c->rlen - c->rstart, rep);
+            if (used > 0) {
+                c->rstart += (size_t)used;
+                return 0;
+            }
+            if (used < 0)
+                return hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: %s",
+                                    rep->why);
+            memmove(c->rbuf, c->rbuf + c->rstart, c->rlen - c->rstart);
+            c->rlen -= c->rstart;
+            c->rstart = 0;
+            if (c->rlen == sizeof c->rbuf)
+                return hirate__fail(err, errlen, HIRATE_EPROTO,
+                                    "malformed reply from Redis: longer than %zu bytes",
+                                    sizeof c->rbuf);
+            /* Part of a reply came: wait only for what is left of the
+             * deadline, so that a trickle cannot stretch the call. */
+            int64_t left = deadline - hirate_monotonic_us();
+            if (left <= 0)
+                return hirate__fail(err, errlen, HIRATE_ETIMEDOUT,
+                                    "no whole reply from Redis within %d ms", r->cfg.timeout_ms);
+            struct timeval tv = {(time_t)(left / 1000000), (suseconds_t)(left % 1000000)};
+            setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            c->timeo_changed = 1;
+        }
+        ssize_t n = recv(c->fd, c->rbuf + c->rlen, sizeof c->rbuf - c->rlen, 0);
+        if (n > 0)
+            c->rlen += (size_t)n;
+        else if (n == 0)
+            return hirate__fail(err, errlen, HIRATE_EIO, "Redis closed the connection");
+        else if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return hirate__fail(err, errlen, HIRATE_ETIMEDOUT, "no reply from Redis within %d ms",
+                                r->cfg.timeout_ms);
+        else if (errno != EINTR)
+            return hirate__fail(err, errlen, HIRATE_EIO, "receive from Redis: %s", strerror(errno));
+    }
+}
+
+/* Starts a round trip: the deadline, the full receive timeout again. */
+static int64_t begin_roundtrip(hirate_redis *r, conn *c)
 {
     if (c->timeo_changed) {
         struct timeval tv = ms_to_tv(r->cfg.timeout_ms);
         setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         c->timeo_changed = 0;
     }
-    c->rlen = 0;
-    for (;;) {
-        ssize_t n = recv(c->fd, c->rbuf + c->rlen, sizeof c->rbuf - c->rlen, 0);
-        if (n > 0) {
-            c->rlen += (size_t)n;
-            long used = hirate_proto_parse(c->rbuf, c->rlen, rep);
-            if (used > 0 && (size_t)used == c->rlen)
-                return 0;
-            if (used > 0)
-                return hirate__fail(err, errlen, HIRATE_EPROTO,
-                                    "malformed reply from Redis: bytes after the reply");
-            if (used < 0)
-                return hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: %s",
-                                    rep->why);
-            if (c->rlen == sizeof c->rbuf)
-                return hirate__fail(err, errlen, HIRATE_EPROTO,
-                                    "malformed reply from Redis: longer than %zu bytes",
-                                    sizeof c->rbuf);
-        } else if (n == 0) {
-            return hirate__fail(err, errlen, HIRATE_EIO, "Redis closed the connection");
-        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            return hirate__fail(err, errlen, HIRATE_ETIMEDOUT, "no reply from Redis within %d ms",
-                                r->cfg.timeout_ms);
-        } else if (errno != EINTR) {
-            return hirate__fail(err, errlen, HIRATE_EIO, "receive from Redis: %s", strerror(errno));
-        }
-        /* Part of a reply, or a signal: wait only for what is left of the
-         * deadline, so that a trickle cannot stretch the call. */
-        int64_t left = deadline - hirate_monotonic_us();
-        if (left <= 0)
-            return hirate__fail(err, errlen, HIRATE_ETIMEDOUT, "no whole reply from Redis within %d ms",
-                                r->cfg.timeout_ms);
-        struct timeval tv = {(time_t)(left / 1000000), (suseconds_t)(left % 1000000)};
-        setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        c->timeo_changed = 1;
-    }
+    return hirate_monotonic_us() + (int64_t)r->cfg.timeout_ms * 1000;
 }
 
-static int roundtrip(hirate_redis *r, conn *c, const char *req, size_t len, hirate_reply *rep,
-                     char *err, size_t errlen)
+/* Ends a round trip: a byte nobody asked for means the stream is out of
+ * step, which this connection can never recover from. */
+static int end_roundtrip(conn *c, char *err, size_t errlen)
 {
-    int64_t deadline = hirate_monotonic_us() + (int64_t)r->cfg.timeout_ms * 1000;
-    int rc = conn_send(r, c, req, len, err, errlen);
-    return rc < 0 ? rc : conn_recv(r, c, deadline, rep, err, errlen);
+    int extra = c->rstart != c->rlen;
+    c->rstart = c->rlen = 0;
+    return extra ? hirate__fail(err, errlen, HIRATE_EPROTO,
+                                "malformed reply from Redis: bytes after the reply")
+                 : 0;
 }
 
 /* ---- the pool ---------------------------------------------------------------- */
@@ -296,15 +309,7 @@ static int jittered(hirate_redis *r, int ms)
  * backoff is running, or waits for one to be released. */
 static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
 {
-    int64_t deadline = hirate_monotonic_us() + (int64_t)r->cfg.timeout_ms * 1000;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += r->cfg.timeout_ms / 1000;
-    until.tv_nsec += (long)(r->cfg.timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = {0, 0};   /* set before the first wait */
 
     pthread_mutex_lock(&r->lock);
     for (;;) {
@@ -317,7 +322,9 @@ static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
         if (r->open < r->cfg.pool_size) {
             int64_t now = hirate_monotonic_us();
             if (r->failing && now < r->next_connect_us) {
-                int rc = hirate__fail(err, errlen, HIRATE_ECONNECT,
+                /* The same code as the failure itself: a wrong password
+                 * stays a configuration error, not an outage. */
+                int rc = hirate__fail(err, errlen, r->connect_rc,
                                       "not reconnecting for %lld ms after: %s",
                                       (long long)((r->next_connect_us - now + 999) / 1000),
                                       r->connect_err);
@@ -346,6 +353,7 @@ static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
                     r->next_connect_us = hirate_monotonic_us() +
                                          (int64_t)jittered(r, r->backoff_ms) * 1000;
                 }
+                r->connect_rc = rc;
                 snprintf(r->connect_err, sizeof r->connect_err, "%s", err ? err : "");
             } else {
                 r->failing = 0;
@@ -361,8 +369,19 @@ static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
             pthread_mutex_unlock(&r->lock);
             return rc;
         }
-        if (hirate_monotonic_us() >= deadline ||
-            pthread_cond_timedwait(&r->freed, &r->lock, &until) == ETIMEDOUT) {
+        if (until.tv_sec == 0) {
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_sec += r->cfg.timeout_ms / 1000;
+            until.tv_nsec += (long)(r->cfg.timeout_ms % 1000) * 1000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+        }
+        r->waiting++;
+        int timed_out = pthread_cond_timedwait(&r->freed, &r->lock, &until) == ETIMEDOUT;
+        r->waiting--;
+        if (timed_out) {
             pthread_mutex_unlock(&r->lock);
             return hirate__fail(err, errlen, HIRATE_ETIMEDOUT,
                                 "all %d Redis connections stayed busy for %d ms",
@@ -389,7 +408,8 @@ static void release(hirate_redis *r, conn *c, int healthy)
         STAT_INC(r, dropped);
         conn_close(c);
     }
-    pthread_cond_signal(&r->freed);
+    if (r->waiting)
+        pthread_cond_signal(&r->freed);
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -397,62 +417,101 @@ static void release(hirate_redis *r, conn *c, int healthy)
  * one to talk to now (READONLY after a failover, LOADING, MASTERDOWN). */
 static int reply_error(const hirate_reply *rep, int rc, int *healthy, char *err, size_t errlen)
 {
-    *healthy = !hirate_proto_error_drops_connection(rep->top.str, rep->top.len);
+    if (hirate_proto_error_drops_connection(rep->top.str, rep->top.len))
+        *healthy = 0;
     int n = rep->top.len > 120 ? 120 : (int)rep->top.len;
     return hirate__fail(err, errlen, rc, "Redis replied: %.*s", n, rep->top.str);
 }
 
-int hirate_redis_decide(hirate_redis *r, const hirate_call *call, int64_t capacity,
-                        hirate_decision *d, hirate_bucket *state, char *err, size_t errlen)
+/* One pipeline: the calls whose rcs[i] is `select` (all of them when select
+ * is 0), the first as EVAL when eval_first, answered in order. Each answered
+ * call gets its rc; an I/O error, which leaves the stream's state unknown, is
+ * every unanswered call's rc and the return value. */
+static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int select,
+                    int eval_first, int64_t capacity, hirate_decision *ds, hirate_bucket *states,
+                    int *rcs, int *healthy, char *err, size_t errlen)
 {
-    char req[HIRATE_PROTO_CALL_OVERHEAD + HIRATE_PREFIX_MAX + HIRATE_KEY_MAX];
-    hirate_reply rep;
-    const char *why = NULL;
+    char stackbuf[2048];
+    size_t total = 0, m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!select || rcs[i] == select)
+            total += hirate_proto_call_bound(&calls[i], eval_first && m++ == 0);
+    char *buf = total <= sizeof stackbuf ? stackbuf : malloc(total);
+    if (!buf) {
+        int rc = hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory for %zu calls", n);
+        for (size_t i = 0; i < n; i++)
+            if (!select || rcs[i] == select)
+                rcs[i] = rc;
+        return 0;   /* nothing was sent: the connection is fine */
+    }
+    size_t len = 0;
+    m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!select || rcs[i] == select) {
+            int eval = eval_first && m++ == 0;
+            len += hirate_proto_encode_call(buf + len, total - len, &calls[i], eval);
+            if (eval)
+                STAT_INC(r, eval);
+            else
+                STAT_INC(r, evalsha);
+        }
+    }
+
+    int64_t deadline = begin_roundtrip(r, c);
+    int io = conn_send(r, c, buf, len, err, errlen);
+    if (buf != stackbuf)
+        free(buf);
+    for (size_t i = 0; i < n; i++) {
+        if (select && rcs[i] != select)
+            continue;
+        hirate_reply rep;
+        const char *why = NULL;
+        if (io == 0)
+            io = conn_read(r, c, deadline, &rep, err, errlen);
+        if (io < 0) {
+            rcs[i] = io;
+            continue;
+        }
+        int rc = hirate_proto_decision(&rep, &calls[i], capacity, &ds[i], &states[i], &why);
+        if (rc == HIRATE_PROTO_NOSCRIPT && select == HIRATE_PROTO_NOSCRIPT)
+            rc = HIRATE_EREPLY;   /* NOSCRIPT after EVAL: no second fallback */
+        if (rc < 0 && rep.top.type == '-') {
+            rc = reply_error(&rep, rc, healthy, err, errlen);
+        } else if (rc == HIRATE_EPROTO) {
+            rc = hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: %s", why);
+            *healthy = 0;
+        }
+        rcs[i] = rc;
+    }
+    if (io == 0)
+        io = end_roundtrip(c, err, errlen);
+    if (io < 0)
+        *healthy = 0;
+    return io;
+}
+
+int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n,
+                             int64_t capacity, hirate_decision *ds, hirate_bucket *states,
+                             int *rcs, char *err, size_t errlen)
+{
     conn *c;
     int healthy = 1;
-
-    rep.top.type = 0;
     int rc = acquire(r, &c, err, errlen);
-    if (rc < 0)
-        return rc;
-
-    size_t len = hirate_proto_encode_call(req, sizeof req, call, 0);
-    STAT_INC(r, evalsha);
-    rc = roundtrip(r, c, req, len, &rep, err, errlen);
-    if (rc == 0)
-        rc = hirate_proto_decision(&rep, call, capacity, d, state, &why);
-
-    if (rc == HIRATE_PROTO_NOSCRIPT) {
-        /* The server does not know the script (restart, SCRIPT FLUSH,
-         * failover): the call provably did not run, so send it whole. */
-        size_t elen = hirate_proto_encode_call(NULL, 0, call, 1);
-        char *ereq = malloc(elen);
-        if (!ereq) {
-            release(r, c, 1);
-            return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory for EVAL");
-        }
-        hirate_proto_encode_call(ereq, elen, call, 1);
-        STAT_INC(r, eval);
-        rc = roundtrip(r, c, ereq, elen, &rep, err, errlen);
-        free(ereq);
-        if (rc == 0)
-            rc = hirate_proto_decision(&rep, call, capacity, d, state, &why);
-        if (rc == HIRATE_PROTO_NOSCRIPT)   /* no second fallback, no loop */
-            rc = HIRATE_EREPLY;
-    }
-
     if (rc == 0) {
-        /* healthy */
-    } else if (rep.top.type == '-' && (rc == HIRATE_ESERVER || rc == HIRATE_EAUTH ||
-                                       rc == HIRATE_ENOPERM || rc == HIRATE_EREPLY)) {
-        rc = reply_error(&rep, rc, &healthy, err, errlen);
-    } else if (rc == HIRATE_EPROTO && why) {
-        rc = hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: %s", why);
-        healthy = 0;
-    } else {
-        healthy = 0;   /* I/O error, timeout: the stream's state is unknown */
+        rc = pipeline(r, c, calls, n, 0, 0, capacity, ds, states, rcs, &healthy, err, errlen);
+        /* NOSCRIPT: the server does not know the script (restart, SCRIPT
+         * FLUSH, failover), so those calls provably did not run. Send them
+         * again, the first as EVAL; it caches the script for the rest. */
+        int again = 0;
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            again |= rcs[i] == HIRATE_PROTO_NOSCRIPT;
+        if (again)
+            rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOSCRIPT, 1, capacity, ds, states, rcs,
+                          &healthy, err, errlen);
+        release(r, c, healthy);
     }
-    release(r, c, healthy);
+    for (size_t i = 0; rc < 0 && i < n; i++)
+        rcs[i] = rc;
     return rc;
 }
 
@@ -470,19 +529,25 @@ int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, co
     conn *c;
     int healthy = 1;
 
+    rep.top.type = 0;
     int rc = acquire(r, &c, err, errlen);
     if (rc < 0)
         return rc;
-    rc = roundtrip(r, c, req, len, &rep, err, errlen);
-    if (rc < 0) {
-        healthy = 0;
-    } else if (rep.top.type == '-') {
+    int64_t deadline = begin_roundtrip(r, c);
+    rc = conn_send(r, c, req, len, err, errlen);
+    if (rc == 0)
+        rc = conn_read(r, c, deadline, &rep, err, errlen);
+    if (rc == 0 && rep.top.type == '-')
         rc = reply_error(&rep, hirate_proto_error_class(rep.top.str, rep.top.len), &healthy,
                          err, errlen);
-    } else if (rep.top.type != ':') {
+    else if (rc == 0 && rep.top.type != ':')
         rc = hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: DEL gave no integer");
-        healthy = 0;
+    if (rc == 0 || rep.top.type == '-') {
+        int io = end_roundtrip(c, err, errlen);
+        rc = io < 0 ? io : rc;
     }
+    if (rc == HIRATE_EPROTO || rc == HIRATE_EIO || rc == HIRATE_ETIMEDOUT)
+        healthy = 0;
     release(r, c, healthy);
     return rc;
 }
@@ -510,6 +575,7 @@ void hirate_redis_fork_child(hirate_redis *r)
     /* The sockets belong to the parent: close our copies without a word
      * (no QUIT, no shutdown()), and start the pool afresh. */
     close_all(r);
+    r->waiting = 0;
     r->failing = 0;
     r->backoff_ms = 0;
     pthread_mutex_unlock(&r->lock);

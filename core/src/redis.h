@@ -31,10 +31,14 @@ typedef struct hirate_redis_cfg {
 hirate_redis *hirate_redis_new(const hirate_redis_cfg *cfg);
 void hirate_redis_free(hirate_redis *r);
 
-/* One script call. Fills *d and *state (the bucket as stored) on success.
- * Returns 0 or a HIRATE_E* code with a message in err. */
-int hirate_redis_decide(hirate_redis *r, const hirate_call *call, int64_t capacity,
-                        hirate_decision *d, hirate_bucket *state, char *err, size_t errlen);
+/* Script calls in one pipelined round trip (n == 1 for a single decision).
+ * Each call i gets rcs[i]: 0 with ds[i] and states[i] (the bucket as stored)
+ * filled, or a HIRATE_E* code. Returns 0 when the round trip completed, or
+ * the error that broke it (then every unanswered call has it too). The
+ * message of the last error goes to err. */
+int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n,
+                             int64_t capacity, hirate_decision *ds, hirate_bucket *states,
+                             int *rcs, char *err, size_t errlen);
 
 /* DEL of prefix + key. */
 int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, const void *key,

@@ -123,39 +123,103 @@ static void costs_are_checked(void)
 
 /* ---- time until a level --------------------------------------------------------- */
 
-/* The level after r µs, in the refill's own arithmetic. */
-static double after(double tokens, double r, double rate)
+/* What a call at now + x computes from the stored state (tokens, ts), before
+ * the min with the capacity: written out here from the rule, operation for
+ * operation, not taken from the library. */
+static double level_after(double tokens, int64_t ts, int64_t now, double x, double rate)
 {
-    return tokens + r * rate / 1000000.0;
+    double elapsed = (double)(now - ts) + x;
+    if (elapsed < 0)
+        elapsed = 0;
+    return tokens + elapsed * rate / 1000000.0;
 }
 
 typedef struct until_case {
     const char *rule;
-    double tokens, target, rate;
+    double tokens;
+    int64_t ts, now;
+    double target, rate;
     int64_t us;
 } until_case;
 
+/* Each answer is the least r with tokens + max(0, now - ts + r) * rate / 1e6
+ * >= target, worked out by hand in exact arithmetic (the comment), and with
+ * the doubles checked by hand where they could round the other way. The test
+ * also checks every row against the definition itself (level_after at us and
+ * at us - 1), so a row cannot drift from the rule. */
 static const until_case until_cases[] = {
-    {"a level already reached takes no time", 10, 10, 1, 0},
-    {"a level above the target takes no time", 11, 10, 1, 0},
-    {"one token at one a second", 0, 1, 1, 1000000},
-    {"half a token at one a second", 9.5, 10, 1, 500000},
-    {"a million a second: one token a microsecond", 0, 5, 1e6, 5},
-    {"a sliver short still waits a whole microsecond", 0.999999, 1, 1e6, 1},
-    {"a sliver short at a slow rate", 1 - 1e-12, 1, 1, 1},
-    {"seven a second: 1/7 s rounds up", 0, 1, 7, 142858},
-    {"a tenth a second: 100 s for ten", 0, 10, 0.1, 100000000},
-    {"a third a second: three seconds for one", 0, 1, 1.0 / 3, 3000000},
+    /* f(0) = 10 >= 10 */
+    {"a level already reached takes no time", 10, 0, 0, 10, 1, 0},
+    /* f(0) = 11 */
+    {"a level above the target takes no time", 11, 0, 0, 10, 1, 0},
+    /* f(0) = 9 + 1e6 * 1 / 1e6 = 10: the refill since ts already counts */
+    {"the refill since the stored time counts", 9, 0, 1000000, 10, 1, 0},
+    /* r / 1e6 >= 1 */
+    {"one token at one a second", 0, 0, 0, 1, 1, 1000000},
+    /* 9 + (500000 + r) / 1e6 >= 10: r = 500000 */
+    {"half refilled since the stored time, half to go", 9, 0, 500000, 10, 1, 500000},
+    /* 9.5 + r / 1e6 >= 10 */
+    {"half a token at one a second", 9.5, 0, 0, 10, 1, 500000},
+    /* r * 1e6 / 1e6 >= 5 */
+    {"a million a second: one token a microsecond", 0, 0, 0, 5, 1e6, 5},
+    /* (2 + r) >= 5 */
+    {"a million a second, two microseconds since the stored time", 0, 0, 2, 5, 1e6, 3},
+    /* 0.999999 + r >= 1 for r = 1, not for r = 0 */
+    {"a sliver short still waits a whole microsecond", 0.999999, 0, 0, 1, 1e6, 1},
+    /* 1 - 1e-12 + 1e-6 >= 1 */
+    {"a sliver short at a slow rate", 1 - 1e-12, 0, 0, 1, 1, 1},
+    /* 142857 * 7 = 999999 < 1e6 <= 142858 * 7 = 1000006 */
+    {"seven a second: 1/7 s rounds up", 0, 0, 0, 1, 7, 142858},
+    /* r * 0.1 / 1e6 >= 10: 1e8 * 0.1 rounds to 1e7 exactly, 99999999 * 0.1 is 9999999.9 */
+    {"a tenth a second: 100 s for ten", 0, 0, 0, 10, 0.1, 100000000},
+    /* 3e6 * (1/3) is 1e6 - 5.6e-11, within half an ulp (5.8e-11) of 1e6: rounds to 1e6 */
+    {"a third a second: three seconds for one", 0, 0, 0, 1, 1.0 / 3, 3000000},
+    /* 0.5 + (1 + r) / 1e7 >= 3: 1 + r = 25000000, and 25000000 * 0.1 rounds to
+     * 2500000 exactly (the error, 1.4e-10, is under half an ulp, 2.3e-10), so
+     * f(24999999) = 0.5 + 2.5 = 3. From the refilled level 0.5000001 instead,
+     * 0.5000001 + 24999999 * 0.1 / 1e6 falls short by a rounding. */
+    {"counted from the stored state, not from the refilled level", 0.5, 0, 1, 3, 0.1, 24999999},
+    /* 0.5 + (1 + r) / 1e7 >= 10: 1 + r = 95000000, 95000000 * 0.1 rounds to 9500000 */
+    {"the time to full from the stored state", 0.5, 0, 1, 10, 0.1, 94999999},
+    /* 1.7e15 is exact; (0 + r) * 1e6 / 1e6 >= 1 */
+    {"the same instant at a real Unix time", 0, 1700000000000000LL, 1700000000000000LL, 1, 1e6,
+     1},
+    /* 1000 r >= 2^53 - 1 = 9007199254740991: r = 9007199254741 */
+    {"the largest capacity at a billion a second", 0, 0, 0, 9007199254740991.0, 1e9,
+     EXACT / 1000 + 1},
+    /* the clock went back 1 s: 5 + max(0, r - 1e6) / 1e6 >= 6: r - 1e6 = 1e6 */
+    {"a clock that went back: the flat second counts too", 5, 10000000, 9000000, 6, 1, 2000000},
+    /* 4 + (r - 1e6) / 1e6 >= 10 */
+    {"a clock that went back, the time to full", 4, 10000000, 9000000, 10, 1, 7000000},
+    /* f(0) = 5: the flat part refills nothing, and nothing is needed */
+    {"a clock that went back, a level already there", 5, 10000000, 0, 5, 1, 0},
+    /* 5 + (r - 1e7) / 1e6 >= 6: ten flat seconds and one more */
+    {"a clock that went back ten seconds", 5, 10000000, 0, 6, 1, 11000000},
+    /* 5 + (r - 1e7) / 1e6 >= 10 */
+    {"a clock that went back ten seconds, the time to full", 5, 10000000, 0, 10, 1, 15000000},
+    /* max(0, r - 3) * 1e6 / 1e6 >= 5 */
+    {"a clock that went back three microseconds, at a million a second", 0, 3, 0, 5, 1e6, 8},
 };
 
 static void until_has_exact_answers(void)
 {
     for (size_t i = 0; i < sizeof until_cases / sizeof until_cases[0]; i++) {
         const until_case *c = &until_cases[i];
-        int64_t got = hirate_bucket_until(c->tokens, c->target, c->rate);
-        if (got != c->us)
-            fprintf(stderr, "case: %s\n", c->rule);
+        /* the row itself against the definition */
+        int row_ok = level_after(c->tokens, c->ts, c->now, (double)c->us, c->rate) >= c->target &&
+                     (c->us == 0 || level_after(c->tokens, c->ts, c->now, (double)(c->us - 1),
+                                                c->rate) < c->target);
+        hirate_bucket_cfg cfg;   /* every target is whole: a bucket of that capacity */
+        CHECK_EQ_I64(hirate_bucket_cfg_init(&cfg, (int64_t)c->target, c->rate, NULL, 0), 0);
+        hirate_bucket b = {c->tokens, c->ts};
+        int64_t got = hirate_bucket_until(&cfg, &b, c->now, c->target);
+        if (got != c->us || !row_ok)
+            fprintf(stderr, "case: %s: got %lld\n", c->rule, (long long)got);
+        CHECK(row_ok);
         CHECK_EQ_I64(got, c->us);
+        /* until() reads the stored state, never writes it */
+        CHECK(b.tokens == c->tokens);
+        CHECK_EQ_I64(b.ts, c->ts);
     }
 }
 
@@ -174,21 +238,30 @@ static double unit(void)   /* [0, 1) */
     return (double)(rng() >> 11) / 9007199254740992.0;
 }
 
-/* until() is the least r with after(r) >= target: check both halves of that
- * statement directly for many levels, targets and rates. */
+static int64_t below(int64_t n)   /* [0, n) for n >= 1 */
+{
+    return (int64_t)(rng() % (uint64_t)n);
+}
+
+/* until() is the least r with level_after(r) >= target: check both halves of
+ * that statement directly for many stored states, times, targets and rates,
+ * with the stored time before now, at now, and after now (a clock that went
+ * back). */
 static void until_is_the_least_time_that_reaches_the_target(void)
 {
     static const double rates[] = {1.0 / 3, 0.1, 1e6, 7, 1, 2.5, 0.30000000000000004,
                                    123456.789, 1e9, 0.001, 1.0 / 7, 0.2};
     static const int64_t capacities[] = {1, 2, 3, 10, 100, 1000, 65536, 1000000, 1000000000,
                                          1000000007, 4503599627370495LL, EXACT};
-    long wrong = 0, checked = 0;
+    long wrong = 0, checked = 0, waited = 0, before = 0, same = 0, after_now = 0;
     for (int n = 0; n < 300000; n++) {
         int64_t capacity = capacities[rng() % (sizeof capacities / sizeof capacities[0])];
         double rate = rates[rng() % (sizeof rates / sizeof rates[0])];
         hirate_bucket_cfg cfg;
         if (hirate_bucket_cfg_init(&cfg, capacity, rate, NULL, 0) != 0)
             continue;   /* past 2^53 µs: not a bucket the library makes */
+        /* the time to refill the whole bucket, which bounds every wait */
+        int64_t refill = (int64_t)ceil((double)capacity * 1e6 / rate);
         double target;
         switch (rng() % 3) {
         case 0: target = (double)capacity; break;        /* reset_after */
@@ -196,25 +269,54 @@ static void until_is_the_least_time_that_reaches_the_target(void)
         default: target = (double)capacity - (double)(rng() % 3); if (target < 1) target = 1;
         }
         double tokens;
-        switch (rng() % 4) {
+        switch (rng() % 5) {
         case 0: tokens = 0; break;
         case 1: tokens = unit() * target; break;
         case 2: tokens = nextafter(target, 0); break;           /* one ulp short */
+        case 3: tokens = unit() * (double)capacity; break;      /* maybe already there */
         default: tokens = target - 1 + unit(); if (tokens < 0) tokens = 0;
         }
-        int64_t r = hirate_bucket_until(tokens, target, rate);
-        int reaches = after(tokens, (double)r, rate) >= target;
-        int least = r == 0 ? tokens >= target
-                           : tokens < target &&
-                                 (r == 1 || after(tokens, (double)(r - 1), rate) < target);
-        int ok = reaches && least;
+        int64_t now = rng() % 2 ? below(1000000) : 1700000000000000LL + below(1000000000000LL);
+        int64_t ts, d;
+        switch (rng() % 5) {
+        case 0: ts = now; break;
+        case 1: d = 1 + below(refill < 1000 ? refill : 1000); ts = now - d; break;
+        case 2: d = 1 + below(refill); ts = now - d; break;
+        case 3: d = 1 + below(1000); ts = now + d; break;
+        default: d = 1 + below(refill < 1000000000000LL ? refill : 1000000000000LL); ts = now + d;
+        }
+        if (ts < 0)
+            ts = 0;   /* a stored time is never negative */
+        if (ts > now && (ts - now) + refill > EXACT)
+            ts = now + (EXACT - refill);   /* every wait stays a whole number of µs */
+        hirate_bucket b = {tokens, ts};
+        int64_t r = hirate_bucket_until(&cfg, &b, now, target);
+        int reached_now = level_after(tokens, ts, now, 0, rate) >= target;
+        int reaches = r >= 0 && level_after(tokens, ts, now, (double)r, rate) >= target;
+        /* r == 0 exactly when no wait is needed; otherwise one µs less falls short
+         * (for r == 1 that is the level at now itself) */
+        int least = r == 0 ? reached_now
+                           : !reached_now &&
+                                 level_after(tokens, ts, now, (double)(r - 1), rate) < target;
+        int ok = reaches && least && b.tokens == tokens && b.ts == ts;
         if (!ok && wrong++ < 5)
-            fprintf(stderr, "until(%.17g, %.17g, %.17g) = %lld is not the least time\n", tokens,
-                    target, rate, (long long)r);
+            fprintf(stderr,
+                    "until({%.17g, %lld}, now %lld, target %.17g, rate %.17g) = %lld "
+                    "is not the least time\n",
+                    tokens, (long long)ts, (long long)now, target, rate, (long long)r);
         checked++;
+        waited += r > 0;
+        before += ts < now;
+        same += ts == now;
+        after_now += ts > now && r > 0;
     }
     CHECK_EQ_I64(wrong, 0);
     CHECK(checked > 100000);
+    /* every kind of case was met often: waits, and stored times on each side */
+    CHECK(waited > 100000);
+    CHECK(before > 50000);
+    CHECK(same > 25000);
+    CHECK(after_now > 50000);
 }
 
 /* ---- one decision ------------------------------------------------------------------- */
@@ -253,10 +355,18 @@ static const decide_case decide_cases[] = {
      10, 1, {3, 0}, 0, 11, 0, 0, {3, 0}, 0, 3, HIRATE_NEVER, 7000000},
     {"the whole capacity drains a full bucket",
      10, 1, {10, 0}, 0, 10, 1, 1, {0, 0}, 1, 0, 0, 10000000},
+    /* stored {4, 1e7} at 9e6: one flat second, then 6 tokens at 1/s */
     {"a clock that went back refills nothing and keeps the later time",
-     10, 1, {5, 10000000}, 9000000, 1, 1, 1, {4, 10000000}, 1, 4, 0, 6000000},
-    {"a clock that went back: a refusal counts from the stored level",
-     10, 1, {5, 10000000}, 0, 6, 1, 0, {5, 10000000}, 0, 5, 1000000, 5000000},
+     10, 1, {5, 10000000}, 9000000, 1, 1, 1, {4, 10000000}, 1, 4, 0, 7000000},
+    /* stored {5, 1e7} at 0: ten flat seconds, then 1 (retry) or 5 (reset) at 1/s */
+    {"a clock that went back: a refusal waits out the flat part too",
+     10, 1, {5, 10000000}, 0, 6, 1, 0, {5, 10000000}, 0, 5, 11000000, 15000000},
+    /* stored {5, 1e7} at 0, a peek: the same waits, nothing stored */
+    {"a clock that went back: a peek that would fail waits out the flat part too",
+     10, 1, {5, 10000000}, 0, 6, 0, 0, {5, 10000000}, 0, 5, 11000000, 15000000},
+    /* stored {5, 1e7} at 0, cost 0: allowed; full after 10 flat s and 5 more */
+    {"a clock that went back: cost 0 passes and the reset counts the flat part",
+     10, 1, {5, 10000000}, 0, 0, 1, 0, {5, 10000000}, 1, 5, 0, 15000000},
     {"the same instant refills nothing",
      10, 1, {5, 7}, 7, 5, 1, 1, {0, 7}, 1, 0, 0, 10000000},
     {"the level stops at the capacity however long the wait",
@@ -267,6 +377,13 @@ static const decide_case decide_cases[] = {
      5, 1e6, {0, 0}, 3, 5, 1, 0, {0, 0}, 0, 3, 2, 2},
     {"remaining is the whole tokens, rounded down",
      10, 1, {0, 0}, 2999999, 1, 1, 1, {2.999999 - 1, 2999999}, 1, 1, 0, 8000001},
+    /* 0.5 + (1 + r) * 0.1 / 1e6 >= 3 at r = 24999999 exactly in doubles (see
+     * until_cases); from the refilled level 0.5000001 it would say 25000000 */
+    {"a refusal's waits are counted from the stored state",
+     10, 0.1, {0.5, 0}, 1, 3, 1, 0, {0.5, 0}, 0, 0, 24999999, 94999999},
+    /* a spend at 3 s from {0, 0} at 1/s: stored {2, 3e6}, 8 s to full */
+    {"a spend's reset is counted from the state it stores",
+     10, 1, {0, 0}, 3000000, 1, 1, 1, {2, 3000000}, 1, 2, 0, 8000000},
     {"the largest capacity and cost",
      EXACT, 1e9, {(double)EXACT, 0}, 0, EXACT, 1, 1, {0, 0}, 1, 0, 0, EXACT / 1000 + 1},
 };
@@ -305,11 +422,14 @@ static void decisions_report_and_store_exactly(void)
 }
 
 /* A long random life of one bucket: steps forward and back in time, costs
- * that pass and fail, peeks. After each step the stated rules hold. */
+ * that pass and fail, peeks. After each step the stated rules hold: the
+ * bucket stored is the one the rule says, retry and reset are until() from
+ * that stored state, and a caller who waits them out is not let down by a
+ * rounding. */
 static void a_random_walk_keeps_every_rule(void)
 {
     static const double rates[] = {1.0 / 3, 0.1, 7, 1e6, 2.5};
-    long broken = 0, ok_level = 0, steps = 0;
+    long broken = 0, ok_level = 0, steps = 0, refused = 0, spent = 0, went_back = 0;
     for (size_t ri = 0; ri < sizeof rates / sizeof rates[0]; ri++) {
         hirate_bucket_cfg cfg;
         int64_t capacity = 1 + (int64_t)(rng() % 1000);
@@ -328,33 +448,63 @@ static void a_random_walk_keeps_every_rule(void)
             if (level > cfg.capacity_d)
                 level = cfg.capacity_d;
             ok_level += level == hirate_bucket_level(&cfg, &old, now);
+            /* the state the rule stores: a spend of a passing cost above 0
+             * stores level - cost at the later of the two times */
+            int passes = cost <= capacity && level >= (double)cost;
+            int want_store = passes && spend && cost > 0;
+            hirate_bucket want = old;
+            if (want_store) {
+                want.tokens = level - (double)cost;
+                want.ts = now > old.ts ? now : old.ts;
+            }
             hirate_decision d;
             int stored = hirate_bucket_decide(&cfg, &b, now, cost, spend, &d);
             steps++;
-            int ok = level >= 0 && level <= cfg.capacity_d && d.remaining == (int64_t)floor(
-                         d.allowed && spend ? level - (double)cost : level);
+            refused += !passes && cost <= capacity;
+            spent += want_store;
+            went_back += old.ts > now;
+            int ok = level >= 0 && level <= cfg.capacity_d && stored == want_store &&
+                     b.tokens == want.tokens && b.ts == want.ts && d.allowed == passes &&
+                     d.remaining == (int64_t)floor(want_store ? want.tokens : level);
             if (cost > capacity)
-                ok = ok && !d.allowed && d.retry_after_us == HIRATE_NEVER && !stored;
-            else if (level >= (double)cost)
-                ok = ok && d.allowed && d.retry_after_us == 0;
+                ok = ok && d.retry_after_us == HIRATE_NEVER;
+            else if (passes)
+                ok = ok && d.retry_after_us == 0;
             else
-                ok = ok && !d.allowed &&
-                     d.retry_after_us == hirate_bucket_until(level, (double)cost, cfg.rate);
-            if (stored)
-                ok = ok && spend && d.allowed && cost > 0 && b.tokens == level - (double)cost &&
-                     b.ts == (now > old.ts ? now : old.ts);
-            else
-                ok = ok && b.tokens == old.tokens && b.ts == old.ts;
-            ok = ok && d.reset_after_us ==
-                           hirate_bucket_until(stored ? b.tokens : level, cfg.capacity_d, cfg.rate);
+                ok = ok && d.retry_after_us == hirate_bucket_until(&cfg, &want, now, (double)cost);
+            ok = ok && d.reset_after_us == hirate_bucket_until(&cfg, &want, now, cfg.capacity_d);
+            /* waiting retry_after passes (a peek from the stored state), a
+             * microsecond less does not; retry >= 1 since the cost failed now */
+            if (ok && !passes && cost <= capacity) {
+                hirate_bucket probe = b;
+                hirate_decision later;
+                ok = d.retry_after_us >= 1;
+                hirate_bucket_decide(&cfg, &probe, now + d.retry_after_us, cost, 0, &later);
+                ok = ok && later.allowed;
+                hirate_bucket_decide(&cfg, &probe, now + d.retry_after_us - 1, cost, 0, &later);
+                ok = ok && !later.allowed;
+            }
+            /* after reset_after the bucket is full, a microsecond before it is not */
+            if (ok) {
+                ok = hirate_bucket_level(&cfg, &b, now + d.reset_after_us) == cfg.capacity_d;
+                if (d.reset_after_us > 0)
+                    ok = ok && hirate_bucket_level(&cfg, &b, now + d.reset_after_us - 1) <
+                                   cfg.capacity_d;
+            }
             if (!ok && broken++ < 5)
                 fprintf(stderr,
-                        "walk: rate %g capacity %lld now %lld cost %lld spend %d broke a rule\n",
-                        rates[ri], (long long)capacity, (long long)now, (long long)cost, spend);
+                        "walk: rate %g capacity %lld bucket {%.17g, %lld} now %lld cost %lld "
+                        "spend %d broke a rule\n",
+                        rates[ri], (long long)capacity, old.tokens, (long long)old.ts,
+                        (long long)now, (long long)cost, spend);
         }
     }
     CHECK_EQ_I64(broken, 0);
     CHECK_EQ_I64(ok_level, steps);
+    /* the walk met every kind of step often */
+    CHECK(refused > 50000);
+    CHECK(spent > 10000);
+    CHECK(went_back > 5000);
 }
 
 int main(void)

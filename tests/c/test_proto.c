@@ -53,8 +53,11 @@ static int reply_eq(const hirate_reply *a, const hirate_reply *b)
 
 /* ---- parsing: whole replies -------------------------------------------------- */
 
-#define SCRIPT_REPLY                                                                       \
-    "*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1700000000000000\r\n$8\r\nrl:alice\r\n"
+/* {allowed, remaining, retry, reset, tokens, ts, now, key}: a cost-0 call for
+ * rl:alice (capacity 10, rate 0.1) whose bucket was stored a microsecond ago */
+#define SCRIPT_REPLY                                                                 \
+    "*8\r\n:1\r\n:9\r\n:0\r\n:9999999\r\n$1\r\n9\r\n:1699999999999999\r\n"            \
+    ":1700000000000000\r\n$8\r\nrl:alice\r\n"
 
 typedef struct ok_case {
     const char *rule;
@@ -89,7 +92,7 @@ static const ok_case valid[] = {
     {"an array of mixed scalars", B("*3\r\n+a\r\n:-7\r\n$-1\r\n"), '*', NULL, 0, 3, 3},
     {"an array of 8, the most accepted",
      B("*8\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:7\r\n:8\r\n"), '*', NULL, 0, 8, 8},
-    {"the script's 7-element reply", B(SCRIPT_REPLY), '*', NULL, 0, 7, 7},
+    {"the script's 8-element reply", B(SCRIPT_REPLY), '*', NULL, 0, 8, 8},
 };
 #define NVALID (sizeof valid / sizeof valid[0])
 
@@ -143,16 +146,18 @@ static void the_elements_of_an_array_are_exact(void)
     free(keep);
 
     CHECK_EQ_I64(parse_copy(B(SCRIPT_REPLY), &r, &keep), sizeof SCRIPT_REPLY - 1);
-    static const char types[] = "::::$:$";
-    static const int64_t ints[] = {1, 9, 0, 100000, 0, 1700000000000000LL, 0};
-    for (int i = 0; i < 7; i++) {
+    static const char types[] = "::::$::$";
+    static const int64_t ints[] = {1, 9, 0, 9999999, 0, 1699999999999999LL,
+                                   1700000000000000LL, 0};
+    CHECK_EQ_I64(r.nelem, 8);
+    for (int i = 0; i < 8; i++) {
         CHECK_EQ_I64(r.elem[i].type, types[i]);
         CHECK_EQ_I64(r.elem[i].integer, ints[i]);
     }
     CHECK_EQ_I64(r.elem[4].len, 1);
     CHECK(memcmp(r.elem[4].str, "9", 1) == 0);
-    CHECK_EQ_I64(r.elem[6].len, 8);
-    CHECK(memcmp(r.elem[6].str, "rl:alice", 8) == 0);
+    CHECK_EQ_I64(r.elem[7].len, 8);
+    CHECK(memcmp(r.elem[7].str, "rl:alice", 8) == 0);
     free(keep);
 }
 
@@ -299,11 +304,35 @@ static void malformed_replies_are_refused_with_a_reason(void)
     }
 }
 
+/* A number line ends by its 19th digit: an integer, a bulk length or an array
+ * length of more than 18 digits is malformed before any CRLF arrives. */
+static void a_number_line_of_19_digits_is_an_error_at_once(void)
+{
+    static const struct { char type; const char *why; } types[] = {
+        {':', "malformed integer"},
+        {'$', "bulk length out of range"},
+        {'*', "array length out of range"},
+    };
+    char buf[64];
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        hirate_reply r;
+        buf[0] = types[t].type;
+        memset(buf + 1, '1', sizeof buf - 1);
+        CHECK_EQ_I64(parse_copy(buf, 1 + 18, &r, NULL), 0);
+        CHECK_EQ_I64(parse_copy(buf, 1 + 19, &r, NULL), HIRATE_EPROTO);
+        CHECK_EQ_STR(r.why, types[t].why);
+        buf[1] = '-';
+        CHECK_EQ_I64(parse_copy(buf, 2 + 18, &r, NULL), 0);
+        CHECK_EQ_I64(parse_copy(buf, 2 + 19, &r, NULL), HIRATE_EPROTO);
+        CHECK_EQ_STR(r.why, types[t].why);
+    }
+}
+
 /* A server that never sends CRLF must not keep the reader waiting forever:
  * a line that has grown past HIRATE_PROTO_MAX_REPLY is an error, not "more". */
 static void a_line_too_long_without_crlf_is_an_error(void)
 {
-    static const char types[] = "+-:$*";
+    static const char types[] = "+-";
     char *buf = malloc(2 * HIRATE_PROTO_MAX_REPLY);
     for (size_t t = 0; t < sizeof types - 1; t++) {
         hirate_reply r;
@@ -715,38 +744,79 @@ static void only_the_given_length_counts(void)
 
 /* ---- the script's reply as a decision --------------------------------------------- */
 
+/* {allowed, remaining, retry_after_us, reset_after_us, tokens, ts, now_us, key}:
+ * tokens and ts are the bucket as stored after the decision. */
 typedef struct decision_case {
     const char *rule;
     const char *bytes;
     size_t len;
     int allowed;
     int64_t remaining, retry, reset, time;
-    double tokens;
+    double tokens;   /* the stored state *state must get */
+    int64_t ts;
 } decision_case;
 
 #define KEY_ALICE "$8\r\nrl:alice\r\n"
 
+/* Each reply is what the script sends for alice at capacity 10 and rate 0.1:
+ * remaining is the floor of the refilled level, retry and reset the least
+ * waits from the stored state (tokens, ts) at now (worked out in the comment,
+ * in exact arithmetic). */
 static const decision_case good_replies[] = {
-    {"an allowed call", B(SCRIPT_REPLY), 1, 9, 0, 100000, 1700000000000000LL, 9.0},
+    /* stored {9, now - 1}: level 9.0000001; 9 + (1 + r) / 1e7 >= 10 */
+    {"an allowed call", B(SCRIPT_REPLY), 1, 9, 0, 9999999, 1700000000000000LL, 9.0,
+     1699999999999999LL},
+    /* stored {0.5, 2} at 12: level 0.500001; 0.5 + (10 + r) / 1e7 >= 1, >= 10 */
     {"a refusal keeps the exact fractional level",
-     B("*7\r\n:0\r\n:0\r\n:500000\r\n:9500000\r\n$3\r\n0.5\r\n:12\r\n" KEY_ALICE),
-     0, 0, 500000, 9500000, 12, 0.5},
+     B("*8\r\n:0\r\n:0\r\n:4999990\r\n:94999990\r\n$3\r\n0.5\r\n:2\r\n:12\r\n" KEY_ALICE),
+     0, 0, 4999990, 94999990, 12, 0.5, 2},
+    /* stored {3, 0} at 0, cost 11: 3 + r / 1e7 >= 10 */
     {"retry -1 means never: the cost exceeds the capacity",
-     B("*7\r\n:0\r\n:3\r\n:-1\r\n:7000000\r\n$1\r\n3\r\n:0\r\n" KEY_ALICE),
-     0, 3, HIRATE_NEVER, 7000000, 0, 3.0},
+     B("*8\r\n:0\r\n:3\r\n:-1\r\n:70000000\r\n$1\r\n3\r\n:0\r\n:0\r\n" KEY_ALICE),
+     0, 3, HIRATE_NEVER, 70000000, 0, 3.0, 0},
+    /* a key never stored is a full bucket at now */
     {"a full bucket: remaining equals the capacity",
-     B("*7\r\n:1\r\n:10\r\n:0\r\n:0\r\n$2\r\n10\r\n:5\r\n" KEY_ALICE), 1, 10, 0, 0, 5, 10.0},
+     B("*8\r\n:1\r\n:10\r\n:0\r\n:0\r\n$2\r\n10\r\n:5\r\n:5\r\n" KEY_ALICE), 1, 10, 0, 0, 5,
+     10.0, 5},
+    /* stored {0.30000000000000004, 5} at 5: (1 - 0.3) * 1e7, (10 - 0.3) * 1e7 */
     {"17 significant digits of level",
-     B("*7\r\n:0\r\n:0\r\n:3\r\n:99999997\r\n$19\r\n0.30000000000000004\r\n:5\r\n" KEY_ALICE),
-     0, 0, 3, 99999997, 5, 0.30000000000000004},
+     B("*8\r\n:0\r\n:0\r\n:7000000\r\n:97000000\r\n$19\r\n0.30000000000000004\r\n:5\r\n:5\r\n"
+       KEY_ALICE),
+     0, 0, 7000000, 97000000, 5, 0.30000000000000004, 5},
+    /* stored {0.5, 0} at 25 s, cost 5, refused: the level is 0.5 + 2.5 = 3, so
+     * remaining is 3 while the stored level stays 0.5;
+     * 0.5 + (25e6 + r) / 1e7 >= 5, >= 10 */
+    {"a refusal reports the refilled level and the stored one, which differ",
+     B("*8\r\n:0\r\n:3\r\n:20000000\r\n:70000000\r\n$3\r\n0.5\r\n:0\r\n:25000000\r\n"
+       KEY_ALICE),
+     0, 3, 20000000, 70000000, 25000000, 0.5, 0},
+    /* stored {12, 0} under an earlier capacity of 12, now 10: the level is
+     * min(10, 12) = 10 and a refusal (cost 11) stores nothing */
+    {"a level stored under a larger capacity passes through",
+     B("*8\r\n:0\r\n:10\r\n:-1\r\n:0\r\n$2\r\n12\r\n:0\r\n:100\r\n" KEY_ALICE),
+     0, 10, HIRATE_NEVER, 0, 100, 12.0, 0},
+    /* stored {0.5, 2e6} at 1e6: a flat second, then 0.5 + (r - 1e6) / 1e7 >= 1, >= 10 */
+    {"a stored time after now: the clock went back",
+     B("*8\r\n:0\r\n:0\r\n:6000000\r\n:96000000\r\n$3\r\n0.5\r\n:2000000\r\n:1000000\r\n"
+       KEY_ALICE),
+     0, 0, 6000000, 96000000, 1000000, 0.5, 2000000},
+    /* a full bucket at the last exact microsecond */
+    {"the largest stored time and time",
+     B("*8\r\n:1\r\n:10\r\n:0\r\n:0\r\n$2\r\n10\r\n:9007199254740991\r\n:9007199254740991\r\n"
+       KEY_ALICE),
+     1, 10, 0, 0, 9007199254740991LL, 10.0, 9007199254740991LL},
+    /* %.17g never writes this, but 31 bytes is the longest level read */
+    {"a level of 31 characters, the longest accepted",
+     B("*8\r\n:1\r\n:10\r\n:0\r\n:0\r\n$31\r\n9.00000000000000000000000000000\r\n:5\r\n:5\r\n"
+       KEY_ALICE),
+     1, 10, 0, 0, 5, 9.0, 5},
+    /* what %.17g writes for a level below 1e-4 (the script's own format);
+     * stored {1e-5, 5} at 5: (1 - 1e-5) * 1e7, (10 - 1e-5) * 1e7 */
+    {"a tiny level in exponent form",
+     B("*8\r\n:0\r\n:0\r\n:9999900\r\n:99999900\r\n$22\r\n1.0000000000000001e-05\r\n:5\r\n:5\r\n"
+       KEY_ALICE),
+     0, 0, 9999900, 99999900, 5, 1.0000000000000001e-05, 5},
 };
-
-/* What %.17g writes for a level below 1e-4 (the script's own format). */
-static const decision_case exponent_level = {
-    "a tiny level in exponent form",
-    B("*7\r\n:0\r\n:0\r\n:999990\r\n:9999990\r\n$22\r\n1.0000000000000001e-05\r\n:5\r\n"
-      KEY_ALICE),
-    0, 0, 999990, 9999990, 5, 1.0000000000000001e-05};
 
 static hirate_call alice(void)
 {
@@ -756,17 +826,16 @@ static hirate_call alice(void)
 static void a_good_reply_fills_every_field(void)
 {
     hirate_call c = alice();
-    for (size_t i = 0; i <= sizeof good_replies / sizeof good_replies[0]; i++) {
-        const decision_case *dc =
-            i < sizeof good_replies / sizeof good_replies[0] ? &good_replies[i] : &exponent_level;
+    for (size_t i = 0; i < sizeof good_replies / sizeof good_replies[0]; i++) {
+        const decision_case *dc = &good_replies[i];
         hirate_reply r;
         char *keep;
         CHECK_EQ_I64(parse_copy(dc->bytes, dc->len, &r, &keep), dc->len);
         hirate_decision d;
         memset(&d, 0x5A, sizeof d);   /* every field must be written */
-        double tokens = -42;
+        hirate_bucket state = {-42, -42};
         const char *why = NULL;
-        int rc = hirate_proto_decision(&r, &c, 10, &d, &tokens, &why);
+        int rc = hirate_proto_decision(&r, &c, 10, &d, &state, &why);
         if (rc != 0)
             fprintf(stderr, "case: %s: %s\n", dc->rule, why ? why : "");
         CHECK_EQ_I64(rc, 0);
@@ -778,90 +847,129 @@ static void a_good_reply_fills_every_field(void)
         CHECK_EQ_I64(d.retry_after_us, dc->retry);
         CHECK_EQ_I64(d.reset_after_us, dc->reset);
         CHECK_EQ_I64(d.time_us, dc->time);
-        CHECK(tokens == dc->tokens);
+        /* the stored state, to the bit; the level is read only when the
+         * bucket was left short of the cost (1 here), else it is NAN */
+        if (dc->allowed && dc->remaining >= c.cost) {
+            CHECK(isnan(state.tokens));
+        } else {
+            if (state.tokens != dc->tokens)
+                fprintf(stderr, "case: %s: level %.17g\n", dc->rule, state.tokens);
+            CHECK(memcmp(&state.tokens, &dc->tokens, sizeof(double)) == 0);
+        }
+        CHECK_EQ_I64(state.ts, dc->ts);
         free(keep);
     }
 }
 
+/* The base of the bad replies below: allowed, remaining 9, retry 0, reset
+ * 100000, level "9", stored time 0, time 1, key rl:alice; each changes one
+ * thing. */
 static const bad_case bad_replies[] = {
+    {"the 7-element reply of the script before the stored time was added",
+     B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n" KEY_ALICE),
+     "the script's reply is not an array of 8"},
     {"6 elements", B("*6\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n"),
-     "the script's reply is not an array of 7"},
-    {"8 elements", B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n" KEY_ALICE ":1\r\n"),
-     "the script's reply is not an array of 7"},
-    {"an empty array", B("*0\r\n"), "the script's reply is not an array of 7"},
-    {"a nil array", B("*-1\r\n"), "the script's reply is not an array of 7"},
-    {"an integer", B(":1\r\n"), "the script's reply is not an array of 7"},
-    {"a status", B("+OK\r\n"), "the script's reply is not an array of 7"},
-    {"a nil bulk", B("$-1\r\n"), "the script's reply is not an array of 7"},
+     "the script's reply is not an array of 8"},
+    /* (9 elements do not parse: HIRATE_REPLY_MAX_ELEMS is 8) */
+    {"an empty array", B("*0\r\n"), "the script's reply is not an array of 8"},
+    {"a nil array", B("*-1\r\n"), "the script's reply is not an array of 8"},
+    {"an integer", B(":1\r\n"), "the script's reply is not an array of 8"},
+    {"a status", B("+OK\r\n"), "the script's reply is not an array of 8"},
+    {"a nil bulk", B("$-1\r\n"), "the script's reply is not an array of 8"},
     {"allowed as a bulk string",
-     B("*7\r\n$1\r\n1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n" KEY_ALICE),
+     B("*8\r\n$1\r\n1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has an element of the wrong type"},
     {"the level as an integer",
-     B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n:9\r\n:1\r\n" KEY_ALICE),
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n:9\r\n:0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has an element of the wrong type"},
-    {"the key as a nil", B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n$-1\r\n"),
+    {"the stored time as a bulk string",
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n$1\r\n0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has an element of the wrong type"},
-    {"the key as a status", B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n+rl:alice\r\n"),
+    {"the stored time as a nil",
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n$-1\r\n:1\r\n" KEY_ALICE),
      "the script's reply has an element of the wrong type"},
-    {"allowed = 2", B("*7\r\n:2\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n" KEY_ALICE),
+    {"the stored time as a status",
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n+0\r\n:1\r\n" KEY_ALICE),
+     "the script's reply has an element of the wrong type"},
+    {"the time as a bulk string",
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:0\r\n$1\r\n1\r\n" KEY_ALICE),
+     "the script's reply has an element of the wrong type"},
+    {"the level and the stored time swapped",
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n:0\r\n$1\r\n9\r\n:1\r\n" KEY_ALICE),
+     "the script's reply has an element of the wrong type"},
+    {"the key as a nil", B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n$-1\r\n"),
+     "the script's reply has an element of the wrong type"},
+    {"the key as a status",
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n+rl:alice\r\n"),
+     "the script's reply has an element of the wrong type"},
+    {"allowed = 2", B("*8\r\n:2\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has a value out of range"},
-    {"allowed = -1", B("*7\r\n:-1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n" KEY_ALICE),
+    {"allowed = -1", B("*8\r\n:-1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has a value out of range"},
     {"remaining above the capacity",
-     B("*7\r\n:1\r\n:11\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n" KEY_ALICE),
+     B("*8\r\n:1\r\n:11\r\n:0\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has a value out of range"},
-    {"negative remaining", B("*7\r\n:0\r\n:-1\r\n:5\r\n:100000\r\n$1\r\n9\r\n:1\r\n" KEY_ALICE),
+    {"negative remaining",
+     B("*8\r\n:0\r\n:-1\r\n:5\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has a value out of range"},
     {"allowed with a retry time",
-     B("*7\r\n:1\r\n:9\r\n:5\r\n:100000\r\n$1\r\n9\r\n:1\r\n" KEY_ALICE),
+     B("*8\r\n:1\r\n:9\r\n:5\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has a value out of range"},
     {"allowed with retry never",
-     B("*7\r\n:1\r\n:9\r\n:-1\r\n:100000\r\n$1\r\n9\r\n:1\r\n" KEY_ALICE),
+     B("*8\r\n:1\r\n:9\r\n:-1\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has a value out of range"},
-    {"retry below -1", B("*7\r\n:0\r\n:9\r\n:-2\r\n:100000\r\n$1\r\n9\r\n:1\r\n" KEY_ALICE),
+    {"retry below -1",
+     B("*8\r\n:0\r\n:9\r\n:-2\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has a value out of range"},
-    {"a negative reset", B("*7\r\n:1\r\n:9\r\n:0\r\n:-1\r\n$1\r\n9\r\n:1\r\n" KEY_ALICE),
+    {"a negative reset",
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:-1\r\n$1\r\n9\r\n:0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has a value out of range"},
-    {"a reset past 2^53-1",
-     B("*7\r\n:1\r\n:9\r\n:0\r\n:9007199254740992\r\n$1\r\n9\r\n:1\r\n" KEY_ALICE),
+    {"a negative stored time",
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:-1\r\n:1\r\n" KEY_ALICE),
      "the script's reply has a value out of range"},
-    {"a negative time", B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:-1\r\n" KEY_ALICE),
-     "the script's reply has a value out of range"},
-    {"an empty level", B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$0\r\n\r\n:1\r\n" KEY_ALICE),
-     "the script's reply has a value out of range"},
-    {"a level of 32 characters",
-     B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$32\r\n9.000000000000000000000000000000\r\n:1\r\n"
+    {"a hugely negative stored time",
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:-999999999999999999\r\n:1\r\n"
        KEY_ALICE),
      "the script's reply has a value out of range"},
+    {"a negative time",
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:0\r\n:-1\r\n" KEY_ALICE),
+     "the script's reply has a value out of range"},
+    {"an empty level",
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$0\r\n\r\n:0\r\n:1\r\n" KEY_ALICE),
+     "the script's reply has a value out of range"},
+    {"a level of 32 characters",
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$32\r\n9.000000000000000000000000000000\r\n:0\r\n"
+       ":1\r\n" KEY_ALICE),
+     "the script's reply has a value out of range"},
     {"the reply of another key",
-     B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n$6\r\nrl:bob\r\n"),
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n$6\r\nrl:bob\r\n"),
      "the reply is for another key"},
     {"a key that differs in its last byte",
-     B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n$8\r\nrl:alicf\r\n"),
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n$8\r\nrl:alicf\r\n"),
      "the reply is for another key"},
     {"a key that differs only after the prefix, by one more byte",
-     B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n$9\r\nrl:alice2\r\n"),
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n$9\r\nrl:alice2\r\n"),
      "the reply is for another key"},
     {"a key one byte short",
-     B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n$7\r\nrl:alic\r\n"),
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n$7\r\nrl:alic\r\n"),
      "the reply is for another key"},
     {"the same key under another prefix",
-     B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n$8\r\nxx:alice\r\n"),
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n$8\r\nxx:alice\r\n"),
      "the reply is for another key"},
     {"the key without the prefix",
-     B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n$5\r\nalice\r\n"),
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:0\r\n:1\r\n$5\r\nalice\r\n"),
      "the reply is for another key"},
     {"a level with a letter after it",
-     B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$2\r\n9x\r\n:1\r\n" KEY_ALICE),
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$2\r\n9x\r\n:0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has a malformed token level"},
     {"a level that is not a number",
-     B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$3\r\nabc\r\n:1\r\n" KEY_ALICE),
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$3\r\nabc\r\n:0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has a malformed token level"},
     {"a level with a trailing space",
-     B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$2\r\n9 \r\n:1\r\n" KEY_ALICE),
+     B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$2\r\n9 \r\n:0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has a malformed token level"},
     {"a level in a comma locale",
-     B("*7\r\n:0\r\n:0\r\n:5\r\n:100000\r\n$3\r\n0,5\r\n:1\r\n" KEY_ALICE),
+     B("*8\r\n:0\r\n:0\r\n:5\r\n:100000\r\n$3\r\n0,5\r\n:0\r\n:1\r\n" KEY_ALICE),
      "the script's reply has a malformed token level"},
 };
 
@@ -877,9 +985,9 @@ static void a_bad_reply_is_a_protocol_error(void)
             fprintf(stderr, "case does not parse: %s\n", bc->rule);
         CHECK_EQ_I64(n, bc->len);
         hirate_decision d;
-        double tokens;
+        hirate_bucket state;
         const char *why = NULL;
-        int rc = hirate_proto_decision(&r, &c, 10, &d, &tokens, &why);
+        int rc = hirate_proto_decision(&r, &c, 10, &d, &state, &why);
         if (rc != HIRATE_EPROTO || !why || strcmp(why, bc->why) != 0)
             fprintf(stderr, "case: %s\n", bc->rule);
         CHECK_EQ_I64(rc, HIRATE_EPROTO);
@@ -888,28 +996,41 @@ static void a_bad_reply_is_a_protocol_error(void)
     }
 }
 
-/* The level is the script's %.17g of a number from 0 to the capacity whose
- * floor is remaining. Anything else did not come from the script, and a NaN
- * or a level above the capacity must not reach the caller (or a cache). */
+/* The level is the script's %.17g of a stored level of 0 or more: digits, a
+ * point, an exponent. Anything else did not come from the script, and a NaN,
+ * an infinity or a negative level must not reach the caller (or a cache).
+ * (A level above the capacity, or one whose floor is not remaining, can come
+ * from the script: see good_replies.) */
 typedef struct level_case {
     const char *rule;
     const char *bytes;
     size_t len;
 } level_case;
 
-#define LEVEL_REPLY(remaining, len, level) \
-    "*7\r\n:0\r\n:" remaining "\r\n:5\r\n:100000\r\n$" len "\r\n" level "\r\n:1\r\n" KEY_ALICE
+#define LEVEL_REPLY(remaining, len, level)                                                  \
+    "*8\r\n:0\r\n:" remaining "\r\n:5\r\n:100000\r\n$" len "\r\n" level "\r\n:0\r\n:1\r\n" \
+    KEY_ALICE
 
 static const level_case impossible_levels[] = {
     {"NaN", B(LEVEL_REPLY("0", "3", "nan"))},
+    {"NaN in capitals", B(LEVEL_REPLY("0", "3", "NAN"))},
     {"infinity", B(LEVEL_REPLY("10", "3", "inf"))},
     {"minus infinity", B(LEVEL_REPLY("0", "4", "-inf"))},
+    {"a level past the largest double, which reads as infinity",
+     B(LEVEL_REPLY("10", "5", "1e999"))},
     {"a negative level", B(LEVEL_REPLY("0", "4", "-0.5"))},
-    {"a level above the capacity", B(LEVEL_REPLY("10", "2", "11"))},
-    {"a level whose floor is not remaining", B(LEVEL_REPLY("9", "3", "8.5"))},
+    {"a negative exponent-form level", B(LEVEL_REPLY("0", "6", "-1e-05"))},
     {"a hexadecimal level", B(LEVEL_REPLY("9", "3", "0x9"))},
+    {"a level with a capital exponent", B(LEVEL_REPLY("9", "3", "9E0"))},
     {"a level after a space", B(LEVEL_REPLY("9", "2", " 9"))},
+    {"a level with a space inside", B(LEVEL_REPLY("9", "3", "9 5"))},
     {"a level with a NUL byte after it", B(LEVEL_REPLY("9", "2", "9\0"))},
+    {"a level with a NUL byte inside", B(LEVEL_REPLY("9", "3", "9\0" "5"))},
+    {"a level that is a NUL byte", B(LEVEL_REPLY("0", "1", "\0"))},
+    {"a lone point", B(LEVEL_REPLY("0", "1", "."))},
+    {"a lone minus", B(LEVEL_REPLY("0", "1", "-"))},
+    {"an exponent with no digits", B(LEVEL_REPLY("9", "2", "9e"))},
+    {"two numbers", B(LEVEL_REPLY("9", "3", "9-1"))},
 };
 
 static void a_level_the_script_cannot_write_is_a_protocol_error(void)
@@ -921,13 +1042,13 @@ static void a_level_the_script_cannot_write_is_a_protocol_error(void)
         char *keep;
         CHECK_EQ_I64(parse_copy(lc->bytes, lc->len, &r, &keep), lc->len);
         hirate_decision d;
-        double tokens = 0;
+        hirate_bucket state = {0, 0};
         const char *why = NULL;
-        int rc = hirate_proto_decision(&r, &c, 10, &d, &tokens, &why);
+        int rc = hirate_proto_decision(&r, &c, 10, &d, &state, &why);
         if (rc != HIRATE_EPROTO)
-            fprintf(stderr, "case: %s: accepted as a level of %g\n", lc->rule, tokens);
+            fprintf(stderr, "case: %s: accepted as a level of %g\n", lc->rule, state.tokens);
         CHECK_EQ_I64(rc, HIRATE_EPROTO);
-        CHECK(why != NULL);
+        CHECK_EQ_STR(why, "the script's reply has a malformed token level");
         free(keep);
     }
 }
@@ -938,15 +1059,17 @@ static void a_key_with_nul_is_matched_whole(void)
     hirate_reply r;
     const char *why = NULL;
     hirate_decision d;
-    double tokens;
+    hirate_bucket state = {-42, -42};
     char *keep;
-    parse_copy(B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n$6\r\nrl:a\0b\r\n"),
+    parse_copy(B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:7\r\n:8\r\n$6\r\nrl:a\0b\r\n"),
                &r, &keep);
-    CHECK_EQ_I64(hirate_proto_decision(&r, &c, 10, &d, &tokens, &why), 0);
+    CHECK_EQ_I64(hirate_proto_decision(&r, &c, 10, &d, &state, &why), 0);
+    CHECK(isnan(state.tokens));   /* 9 left of a cost of 1: the level is not read */
+    CHECK_EQ_I64(state.ts, 7);
     free(keep);
-    parse_copy(B("*7\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:1\r\n$6\r\nrl:a\0c\r\n"),
+    parse_copy(B("*8\r\n:1\r\n:9\r\n:0\r\n:100000\r\n$1\r\n9\r\n:7\r\n:8\r\n$6\r\nrl:a\0c\r\n"),
                &r, &keep);
-    CHECK_EQ_I64(hirate_proto_decision(&r, &c, 10, &d, &tokens, &why), HIRATE_EPROTO);
+    CHECK_EQ_I64(hirate_proto_decision(&r, &c, 10, &d, &state, &why), HIRATE_EPROTO);
     CHECK_EQ_STR(why, "the reply is for another key");
     free(keep);
 }
@@ -976,9 +1099,9 @@ static void an_error_reply_gives_its_class(void)
         CHECK_EQ_I64(parse_copy(error_replies[i].bytes, error_replies[i].len, &r, &keep),
                      error_replies[i].len);
         hirate_decision d;
-        double tokens;
+        hirate_bucket state;
         const char *why = NULL;
-        CHECK_EQ_I64(hirate_proto_decision(&r, &c, 10, &d, &tokens, &why), error_replies[i].rc);
+        CHECK_EQ_I64(hirate_proto_decision(&r, &c, 10, &d, &state, &why), error_replies[i].rc);
         free(keep);
     }
 }
@@ -996,6 +1119,7 @@ int main(void)
     byte_by_byte_feeding_gives_the_whole_result();
     random_split_feeding_gives_the_whole_result();
     malformed_replies_are_refused_with_a_reason();
+    a_number_line_of_19_digits_is_an_error_at_once();
     a_line_too_long_without_crlf_is_an_error();
     the_largest_bulk_is_accepted();
 

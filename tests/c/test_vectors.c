@@ -27,10 +27,15 @@
 #define KEY_TIMES_MAX 8192                 /* the schema's bound on {"repeat", "times"} */
 
 typedef struct backend {
-    const char *name;   /* "memory" or "redis", for messages */
+    const char *name;   /* "memory", "redis" or "redis+cache", for messages */
     const char *url;    /* NULL: the memory backend */
     int source;         /* the source every decision must carry */
+    int deny_cache;     /* 1: refusals may come from the deny cache instead */
+    const char *prefix; /* key prefix before the case id: "vec:" or "vc:" */
 } backend;
+
+/* Refusals the deny cache answered, in place of Redis, with equal values. */
+static int g_cache_hits;
 
 /* Where we are, so that each failure names it. */
 typedef struct where {
@@ -219,7 +224,9 @@ static void compare(const where *w, const cJSON *expect, const hirate_decision *
     expect_i64(w, "reset_after_us", reset, d->reset_after_us);
     expect_i64(w, "limit", limit, d->limit);
     expect_i64(w, "time_us", t_us, d->time_us);   /* the injected clock decided */
-    if (d->source == w->b->source) check_passed_++;
+    if (d->source == HIRATE_SOURCE_CACHE && w->b->deny_cache && !d->allowed) g_cache_hits++;
+    if (d->source == w->b->source || (d->source == HIRATE_SOURCE_CACHE && w->b->deny_cache &&
+                                      !d->allowed)) check_passed_++;
     else failf(w, "source: expected %s, got %s (%d)", hirate_source_name(w->b->source),
                hirate_source_name(d->source), d->source);
     if (d->error == 0) check_passed_++;
@@ -305,7 +312,7 @@ static void run_case(const backend *b, const cJSON *c)
     }
 
     char prefix[HIRATE_PREFIX_MAX + 1];
-    int n = snprintf(prefix, sizeof prefix, "vec:%s:", w.case_id);
+    int n = snprintf(prefix, sizeof prefix, "%s%s:", b->prefix, w.case_id);
     if (n < 0 || (size_t)n >= sizeof prefix) {
         failf(&w, "id too long for a key prefix of %d bytes", HIRATE_PREFIX_MAX);
         return;
@@ -319,6 +326,7 @@ static void run_case(const backend *b, const cJSON *c)
     o.prefix = prefix;
     o.connect_timeout_ms = 5000;   /* a slow CI machine must not turn into a fallback */
     o.timeout_ms = 5000;
+    o.deny_cache = b->deny_cache;
 
     char why[HIRATE_ERRMSG_SIZE] = "";
     hirate_limiter *lim = (hirate_limiter *)&w;   /* must become NULL on failure */
@@ -370,7 +378,7 @@ static void run_all(const backend *b, const cJSON *cases)
     }
 }
 
-/* What the vectors left in Redis: keys only under the "vec:" prefixes the
+/* What the vectors left in Redis: keys only under the "vec:" and "vc:" prefixes the
  * runner chose, and each with a TTL (the script's only write is SET ... PX). */
 static void check_redis_keys(rh_server *s)
 {
@@ -385,7 +393,8 @@ static void check_redis_keys(rh_server *s)
     CHECK(r->elements > 0);   /* the spends of the vectors were stored in this server */
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *k = r->element[i];
-        if (k->type != REDIS_REPLY_STRING || k->len < 4 || memcmp(k->str, "vec:", 4) != 0) {
+        if (k->type != REDIS_REPLY_STRING || k->len < 4 ||
+            (memcmp(k->str, "vec:", 4) != 0 && memcmp(k->str, "vc:", 3) != 0)) {
             check_failed_++;
             fprintf(stderr, "FAIL [redis] key without the limiter's prefix: %.*s\n",
                     k->type == REDIS_REPLY_STRING ? (int)k->len : 0, k->str ? k->str : "");
@@ -439,15 +448,23 @@ int main(int argc, char **argv)
         return check_summary("test_vectors");
     }
 
-    static const backend memory = {"memory", NULL, HIRATE_SOURCE_LOCAL};
+    static const backend memory = {"memory", NULL, HIRATE_SOURCE_LOCAL, 0, "vec:"};
     run_all(&memory, cases);
 
     rh_server s;
     memset(&s, 0, sizeof s);
     if (rh_start(&s) == 0) {
         check_passed_++;
-        const backend redis = {"redis", s.url, HIRATE_SOURCE_REDIS};
+        /* The script itself, then the same with the deny cache, which must
+         * give every value Redis gives while answering refusals itself. */
+        const backend redis = {"redis", s.url, HIRATE_SOURCE_REDIS, 0, "vec:"};
+        const backend cached = {"redis+cache", s.url, HIRATE_SOURCE_REDIS, 1, "vc:"};
         run_all(&redis, cases);
+        CHECK_EQ_I64(g_cache_hits, 0);
+        run_all(&cached, cases);
+        CHECK(g_cache_hits > 20);
+        printf("deny cache: %d refusals answered without Redis, all equal to Redis' own\n",
+               g_cache_hits);
         check_redis_keys(&s);
         rh_stop(&s);
     } else {
