@@ -1,0 +1,505 @@
+/*
+ * hirate: the command-line tool. It spends, inspects and resets the same
+ * buckets as every application that uses the same Redis, prefix, capacity
+ * and rate, so a shell script, a cron job or an operator can take part in a
+ * limit; it prints the Redis script for operators who preload it; and it
+ * generates load (bench.c).
+ *
+ *     hirate [OPTIONS] COMMAND [ARGS]      options may also follow the command
+ *
+ * Exit status: 0 allowed (peek: would pass; other commands: done), 1 refused,
+ * 2 error. The URL is never printed: it may hold a password.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("hirate: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int cli_limiter_new(const hirate_options *opts, hirate_limiter **out)
+{
+    char why[HIRATE_ERRMSG_SIZE] = "";
+    int rc = hirate_limiter_new(out, opts, why, sizeof why);
+    if (rc < 0) {
+        cli_error("%s", why[0] ? why : hirate_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+const char *cli_limiter_error(hirate_limiter *lim, int rc, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    hirate_limiter_errmsg(lim, buf, len);
+    if (!buf[0])
+        snprintf(buf, len, "%s", hirate_strerror(rc));
+    return buf;
+}
+
+/* ---- usage ------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+    hirate_options o;
+    hirate_options_init(&o);
+    fprintf(f,
+        "usage: hirate [OPTIONS] COMMAND [ARGS]\n"
+        "\n"
+        "Spend, inspect or reset a token bucket shared with every program that uses\n"
+        "hirate with the same Redis, prefix, capacity and rate.\n"
+        "\n"
+        "Commands:\n"
+        "  allow KEY         spend --cost tokens of KEY's bucket if it holds them\n"
+        "  peek KEY          what allow would decide now; spends nothing\n"
+        "  reset KEY         forget KEY's bucket: it is full again\n"
+        "  script [--sha1]   print the Redis script byte for byte, or only its SHA1\n"
+        "  bench             load generator: threads deciding on random keys\n"
+        "\n"
+        "Options (before or after the command; -- ends them):\n"
+        "  --url URL             redis://[[user]:password@]host[:port][/db] or\n"
+        "                        unix:///path[?db=N]; default $REDIS_URL, else in memory\n"
+        "                        (\"\" also means in memory)\n"
+        "  --capacity N          bucket size, whole tokens (required: allow, peek, bench)\n"
+        "  --rate R              tokens added per second (required: allow, peek, bench)\n"
+        "  --cost N              tokens to spend, or for peek to test; default 1\n"
+        "  --prefix P            prepended to every key in Redis; default \"%s\"\n"
+        "  --on-error POLICY     when Redis fails: local, open or closed; default %s\n"
+        "  --timeout MS          per Redis command, milliseconds; default %d\n"
+        "  --connect-timeout MS  per connection attempt, milliseconds; default %d\n"
+        "  --json                print one JSON object instead of a line of text\n"
+        "  -h, --help            print this help and exit\n"
+        "  --version             print the version and exit\n"
+        "\n"
+        "bench options:\n"
+        "  --threads N           threads sharing one limiter; default 4\n"
+        "  --keys N              keys bench:0 .. bench:N-1, drawn at random; default 1000\n"
+        "  --duration SECONDS    how long to run; default 5\n"
+        "  --batch N             decisions per call: 1 hirate_allow, more\n"
+        "                        hirate_allow_many; default 1\n"
+        "\n"
+        "Exit status: 0 allowed (peek: would pass; reset, script, bench: done),\n"
+        "1 refused, 2 error. See hirate(1).\n",
+        o.prefix ? o.prefix : "", hirate_on_error_name(o.on_error), o.timeout_ms,
+        o.connect_timeout_ms);
+}
+
+/* ---- strict numbers ----------------------------------------------------- */
+
+/* A whole number in base 10 and nothing else: no blanks, no suffix. */
+static int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    int digit = s[0] >= '0' && s[0] <= '9';
+    int sign = (s[0] == '-' || s[0] == '+') && s[1] >= '0' && s[1] <= '9';
+    char *end = NULL;
+    errno = 0;
+    long long v = digit || sign ? strtoll(s, &end, 10) : 0;
+    if (!(digit || sign) || *end != '\0') {
+        cli_error("%s: \"%s\" is not a whole number", opt, s);
+        return -1;
+    }
+    if (errno == ERANGE || v < lo || v > hi) {
+        if (lo < 0) /* no range of our own: the library checks the value */
+            cli_error("%s: %s is out of range", opt, s);
+        else
+            cli_error("%s: %s is out of range (%lld to %lld)", opt, s, (long long)lo,
+                      (long long)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A finite decimal number (1, 0.5, 2e-3); no hex, inf or nan. */
+static int parse_num(const char *opt, const char *s, double *out)
+{
+    char *end;
+    if (s[0] == '\0' || strspn(s, "0123456789+-.eE") != strlen(s)) {
+        cli_error("%s: \"%s\" is not a number", opt, s);
+        return -1;
+    }
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end != '\0') {
+        cli_error("%s: \"%s\" is not a number", opt, s);
+        return -1;
+    }
+    if (errno == ERANGE || !isfinite(v)) {
+        cli_error("%s: %s is out of range", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* ---- decisions ---------------------------------------------------------- */
+
+/* us as seconds, exactly: integer arithmetic, at most 6 decimals, trailing
+ * zeros dropped down to min_decimals (0: "0", "0.2", "1.000001"). */
+static void seconds(char *buf, size_t len, int64_t us, int min_decimals)
+{
+    uint64_t u = us < 0 ? (uint64_t)0 - (uint64_t)us : (uint64_t)us;
+    char frac[8];
+    snprintf(frac, sizeof frac, "%06llu", (unsigned long long)(u % 1000000));
+    int n = 6;
+    while (n > min_decimals && frac[n - 1] == '0')
+        n--;
+    frac[n] = '\0';
+    snprintf(buf, len, "%s%llu%s%s", us < 0 ? "-" : "", (unsigned long long)(u / 1000000),
+             n ? "." : "", frac);
+}
+
+static void print_decision(const hirate_decision *d, int json)
+{
+    char retry[32], reset[32];
+    const char *source = hirate_source_name(d->source);
+    if (json) {
+        if (d->retry_after_us == HIRATE_NEVER)
+            snprintf(retry, sizeof retry, "null");
+        else
+            seconds(retry, sizeof retry, d->retry_after_us, 0);
+        seconds(reset, sizeof reset, d->reset_after_us, 0);
+        printf("{\"allowed\":%s,\"remaining\":%lld,\"limit\":%lld,\"retry_after\":%s,"
+               "\"reset_after\":%s,\"source\":\"%s\"",
+               d->allowed ? "true" : "false", (long long)d->remaining, (long long)d->limit,
+               retry, reset, source);
+        if (d->error)
+            printf(",\"error\":\"%s\"", hirate_err_name(d->error));
+        printf("}\n");
+        return;
+    }
+    printf("%s  remaining=%lld limit=%lld", d->allowed ? "allowed" : "refused",
+           (long long)d->remaining, (long long)d->limit);
+    if (!d->allowed) {
+        if (d->retry_after_us == HIRATE_NEVER) {
+            printf(" retry_after=never");
+        } else {
+            seconds(retry, sizeof retry, d->retry_after_us, 3);
+            printf(" retry_after=%ss", retry);
+        }
+    }
+    seconds(reset, sizeof reset, d->reset_after_us, 3);
+    printf(" reset_after=%ss source=%s", reset, source);
+    if (d->error)
+        printf(" error=%s", hirate_err_name(d->error));
+    printf("\n");
+}
+
+/* allow, peek and reset: one call on one key. */
+static int cmd_key(const cli_config *c, const char *cmd, const char *key)
+{
+    hirate_limiter *lim;
+    if (cli_limiter_new(&c->opts, &lim) < 0)
+        return CLI_ERROR;
+    hirate_decision d;
+    size_t keylen = strlen(key);
+    int rc;
+    if (strcmp(cmd, "reset") == 0)
+        rc = hirate_reset(lim, key, keylen);
+    else if (strcmp(cmd, "peek") == 0)
+        rc = hirate_peek(lim, key, keylen, c->cost, &d);
+    else
+        rc = hirate_allow(lim, key, keylen, c->cost, &d);
+    int status;
+    if (rc < 0) {
+        char why[HIRATE_ERRMSG_SIZE];
+        cli_error("%s", cli_limiter_error(lim, rc, why, sizeof why));
+        status = CLI_ERROR;
+    } else if (strcmp(cmd, "reset") == 0) {
+        printf(c->json ? "{\"reset\":true}\n" : "reset\n");
+        status = CLI_ALLOWED;
+    } else {
+        print_decision(&d, c->json);
+        status = d.allowed ? CLI_ALLOWED : CLI_REFUSED;
+    }
+    hirate_limiter_free(lim);
+    return status;
+}
+
+/* stdout is the script byte for byte, so `hirate script | redis-cli -x
+ * SCRIPT LOAD` loads exactly what the library calls by SHA1. */
+static int cmd_script(const cli_config *c)
+{
+    if (c->sha1) {
+        printf("%s\n", hirate_script_sha1());
+    } else {
+        size_t len;
+        const char *src = hirate_script_source(&len);
+        fwrite(src, 1, len, stdout);
+    }
+    return CLI_ALLOWED;
+}
+
+/* ---- the command line --------------------------------------------------- */
+
+enum {
+    OPT_URL = 256, OPT_CAPACITY, OPT_RATE, OPT_COST, OPT_PREFIX, OPT_ON_ERROR,
+    OPT_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_JSON, OPT_VERSION, OPT_SHA1,
+    OPT_THREADS, OPT_KEYS, OPT_DURATION, OPT_BATCH
+};
+
+static const struct option long_options[] = {
+    {"url", required_argument, NULL, OPT_URL},
+    {"capacity", required_argument, NULL, OPT_CAPACITY},
+    {"rate", required_argument, NULL, OPT_RATE},
+    {"cost", required_argument, NULL, OPT_COST},
+    {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"on-error", required_argument, NULL, OPT_ON_ERROR},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"sha1", no_argument, NULL, OPT_SHA1},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"keys", required_argument, NULL, OPT_KEYS},
+    {"duration", required_argument, NULL, OPT_DURATION},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {NULL, 0, NULL, 0}
+};
+
+/* The option as typed, without any "=value": a mistyped --url=... must not
+ * print the password it carries. */
+static void option_error(const char *what, const char *arg, int shortopt)
+{
+    if (shortopt)
+        cli_error("%s -%c", what, shortopt);
+    else
+        cli_error("%s %.*s", what, (int)strcspn(arg ? arg : "?", "="), arg ? arg : "?");
+    fputs("Try 'hirate --help'.\n", stderr);
+}
+
+/* Whether arg ("--co=5") abbreviates more than one long option. */
+static int ambiguous(const char *arg)
+{
+    if (strncmp(arg, "--", 2) != 0)
+        return 0;
+    size_t len = strcspn(arg + 2, "=");
+    int matches = 0;
+    for (const struct option *o = long_options; o->name; o++)
+        matches += strncmp(o->name, arg + 2, len) == 0;
+    return len > 0 && matches > 1;
+}
+
+/* What the command line asked for, besides the cli_config. */
+typedef struct cli_args {
+    const char *pos[3];   /* the command and its arguments */
+    int npos;             /* how many there were (may exceed 3) */
+    int help, version;
+    int have_capacity, have_rate, have_url;
+    const char *url;
+    const char *bench_opt; /* the last bench-only option given, to name it */
+} cli_args;
+
+/* Parses one option into c and a; returns 0 or -1 (message printed). */
+static int take_option(int opt, const char *v, cli_config *c, cli_args *a)
+{
+    int64_t n;
+    double x;
+    switch (opt) {
+    case OPT_URL: a->url = v; a->have_url = 1; return 0;
+    case OPT_CAPACITY:
+        a->have_capacity = 1;
+        return parse_int("--capacity", v, INT64_MIN, INT64_MAX, &c->opts.capacity);
+    case OPT_RATE: a->have_rate = 1; return parse_num("--rate", v, &c->opts.rate);
+    case OPT_COST: return parse_int("--cost", v, INT64_MIN, INT64_MAX, &c->cost);
+    case OPT_PREFIX: c->opts.prefix = v; return 0;
+    case OPT_ON_ERROR:
+        c->opts.on_error = hirate_on_error_from_name(v);
+        if (c->opts.on_error < 0) {
+            cli_error("--on-error: \"%s\" is not a policy (local, open or closed)", v);
+            return -1;
+        }
+        return 0;
+    case OPT_TIMEOUT:
+        if (parse_int("--timeout", v, INT_MIN, INT_MAX, &n) < 0)
+            return -1;
+        c->opts.timeout_ms = (int)n;
+        return 0;
+    case OPT_CONNECT_TIMEOUT:
+        if (parse_int("--connect-timeout", v, INT_MIN, INT_MAX, &n) < 0)
+            return -1;
+        c->opts.connect_timeout_ms = (int)n;
+        return 0;
+    case OPT_JSON: c->json = 1; return 0;
+    case 'h': a->help = 1; return 0;
+    case OPT_VERSION: a->version = 1; return 0;
+    case OPT_SHA1: c->sha1 = 1; return 0;
+    case OPT_THREADS:
+        a->bench_opt = "--threads";
+        if (parse_int("--threads", v, 1, 1024, &n) < 0)
+            return -1;
+        c->threads = (int)n;
+        return 0;
+    case OPT_KEYS:
+        a->bench_opt = "--keys";
+        if (parse_int("--keys", v, 1, 1000000000, &n) < 0)
+            return -1;
+        c->keys = (uint64_t)n;
+        return 0;
+    case OPT_DURATION:
+        a->bench_opt = "--duration";
+        if (parse_num("--duration", v, &x) < 0)
+            return -1;
+        if (!(x > 0 && x <= 1e6)) {
+            cli_error("--duration: %s is out of range (above 0, at most 1000000 seconds)", v);
+            return -1;
+        }
+        c->duration_s = x;
+        return 0;
+    case OPT_BATCH:
+        a->bench_opt = "--batch";
+        if (parse_int("--batch", v, 1, 10000, &n) < 0)
+            return -1;
+        c->batch = (int)n;
+        return 0;
+    }
+    return -1;
+}
+
+/* Reads argv into c and a. A leading '-' in the option string hands every
+ * operand back in order as option 1, so options may follow the command
+ * whatever POSIXLY_CORRECT says; ':' reports a missing value as ':'. */
+static int parse_args(int argc, char **argv, cli_config *c, cli_args *a)
+{
+    int opt;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "-:h", long_options, NULL)) != -1) {
+        if (opt == 1) {
+            if (a->npos < 3)
+                a->pos[a->npos] = optarg;
+            a->npos++;
+        } else if (opt == ':') {
+            option_error("missing value for", argv[optind - 1], 0);
+            return -1;
+        } else if (opt == '?') {
+            option_error(ambiguous(argv[optind - 1]) ? "ambiguous option" : "unknown option",
+                         argv[optind - 1], optopt);
+            return -1;
+        } else if (take_option(opt, optarg, c, a) < 0) {
+            return -1;
+        }
+    }
+    for (; optind < argc; optind++) { /* after "--": operands only */
+        if (a->npos < 3)
+            a->pos[a->npos] = argv[optind];
+        a->npos++;
+    }
+    return 0;
+}
+
+/* Which operands and options the command takes; 0 or -1 (message printed). */
+static int check_command(const cli_config *c, const cli_args *a, const char *cmd)
+{
+    int keyed = strcmp(cmd, "allow") == 0 || strcmp(cmd, "peek") == 0 ||
+                strcmp(cmd, "reset") == 0;
+    int script = strcmp(cmd, "script") == 0, bench = strcmp(cmd, "bench") == 0;
+    if (!keyed && !script && !bench) {
+        cli_error("unknown command \"%s\"", cmd);
+        usage(stderr);
+        return -1;
+    }
+    if (keyed && a->npos != 2) {
+        cli_error(a->npos < 2 ? "%s needs a KEY" : "%s takes one KEY", cmd);
+        return -1;
+    }
+    if (!keyed && a->npos != 1) {
+        cli_error("%s takes no arguments", cmd);
+        return -1;
+    }
+    if (c->sha1 && !script) {
+        cli_error("--sha1 applies to script only");
+        return -1;
+    }
+    if (a->bench_opt && !bench) {
+        cli_error("%s applies to bench only", a->bench_opt);
+        return -1;
+    }
+    if (script && c->json) {
+        cli_error("--json does not apply to script");
+        return -1;
+    }
+    if (strcmp(cmd, "reset") != 0 && !script) {
+        if (!a->have_capacity) {
+            cli_error("%s needs --capacity N (the bucket size)", cmd);
+            return -1;
+        }
+        if (!a->have_rate) {
+            cli_error("%s needs --rate R (tokens per second)", cmd);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    cli_config c;
+    cli_args a;
+    memset(&c, 0, sizeof c);
+    memset(&a, 0, sizeof a);
+    hirate_options_init(&c.opts);
+    c.cost = 1;
+    c.threads = 4;
+    c.keys = 1000;
+    c.duration_s = 5;
+    c.batch = 1;
+
+    if (parse_args(argc, argv, &c, &a) < 0)
+        return CLI_ERROR;
+    if (a.help) {
+        usage(stdout);
+        return fflush(stdout) == 0 ? CLI_ALLOWED : CLI_ERROR;
+    }
+    if (a.version) {
+        printf("hirate %s\n", hirate_version());
+        return fflush(stdout) == 0 ? CLI_ALLOWED : CLI_ERROR;
+    }
+    if (a.npos == 0) {
+        cli_error("no command");
+        usage(stderr);
+        return CLI_ERROR;
+    }
+    const char *cmd = a.pos[0];
+    if (check_command(&c, &a, cmd) < 0)
+        return CLI_ERROR;
+
+    c.opts.url = a.have_url ? a.url : getenv("REDIS_URL");
+    if (c.opts.url && !c.opts.url[0])
+        c.opts.url = NULL; /* empty: in memory */
+    if (strcmp(cmd, "reset") == 0) {
+        /* reset needs no bucket size, but a limiter needs valid ones */
+        if (!a.have_capacity)
+            c.opts.capacity = 1;
+        if (!a.have_rate)
+            c.opts.rate = 1;
+    }
+
+    int status;
+    if (strcmp(cmd, "script") == 0)
+        status = cmd_script(&c);
+    else if (strcmp(cmd, "bench") == 0)
+        status = cli_bench(&c);
+    else
+        status = cmd_key(&c, cmd, a.pos[1]);
+
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        cli_error("cannot write the output: %s", strerror(errno));
+        return CLI_ERROR;
+    }
+    return status;
+}

@@ -1,0 +1,282 @@
+#!/bin/sh
+# End-to-end tests of the hirate command-line tool: exact stdout and exit
+# status, against the in-memory backend and a throwaway redis-server that
+# this script starts on a free loopback port and stops on exit.
+#
+#   sh tests/cli/test_cli.sh path/to/hirate [source-dir]
+#
+# Prints "N passed, N failed" and exits non-zero on any failure.
+
+HIRATE=${1:?usage: test_cli.sh path/to/hirate [source-dir]}
+SRC=${2:-$(dirname "$0")/../..}
+SCRIPT_FILE=$SRC/lua/token_bucket.lua
+CANARY=canary-pw-5d41b2
+unset REDIS_URL
+
+pass=0
+fail=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hirate-cli.XXXXXX") || exit 2
+redis_pid=
+
+cleanup() {
+    if [ -n "$redis_pid" ]; then
+        kill "$redis_pid" 2>/dev/null
+        wait "$redis_pid" 2>/dev/null
+    fi
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 2' INT TERM
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# run CMD...: runs it; sets rc, out (stdout) and err (stderr).
+run() {
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    out=$(cat "$tmp/out")
+    err=$(cat "$tmp/err")
+}
+
+ok() { pass=$((pass + 1)); }
+
+bad() {
+    fail=$((fail + 1))
+    printf 'FAIL: %s\n  wanted: %s\n  exit %s\n  stdout: %s\n  stderr: %s\n' \
+        "$1" "$2" "$rc" "$out" "$err"
+}
+
+# expect NAME RC STDOUT CMD...: exit status RC, stdout exactly the line STDOUT.
+expect() {
+    name=$1 want_rc=$2 want_out=$3
+    shift 3
+    run "$@"
+    if [ "$rc" = "$want_rc" ] && [ "$out" = "$want_out" ] &&
+        [ "$(wc -l <"$tmp/out")" -eq 1 ]; then
+        ok
+    else
+        bad "$name" "exit $want_rc, stdout $want_out"
+    fi
+}
+
+# expect_re NAME RC REGEX CMD...: exit status RC, stdout one line matching the
+# extended regular expression REGEX in full.
+expect_re() {
+    name=$1 want_rc=$2 re=$3
+    shift 3
+    run "$@"
+    if [ "$rc" = "$want_rc" ] && [ "$(wc -l <"$tmp/out")" -eq 1 ] &&
+        printf '%s\n' "$out" | grep -Eqx -- "$re"; then
+        ok
+    else
+        bad "$name" "exit $want_rc, stdout matching $re"
+    fi
+}
+
+# expect_error NAME REGEX CMD...: exit status 2, nothing on stdout, a
+# "hirate: " message on stderr matching REGEX, and never the password canary.
+expect_error() {
+    name=$1 re=$2
+    shift 2
+    run "$@"
+    if [ "$rc" = 2 ] && [ -z "$out" ] && printf '%s\n' "$err" | grep -q '^hirate: ' &&
+        printf '%s\n' "$err" | grep -Eq -- "$re" &&
+        ! printf '%s%s\n' "$out" "$err" | grep -q "$CANARY"; then
+        ok
+    else
+        bad "$name" "exit 2, stderr matching $re, no password"
+    fi
+}
+
+H=$HIRATE
+N='[0-9]+(\.[0-9]{1,6})?' # seconds, as JSON prints them
+MEM="--capacity 5 --rate 2"
+
+# ---- without Redis ---------------------------------------------------------
+
+version=$(sed -n 's/^#define HIRATE_VERSION_STRING "\(.*\)"$/\1/p' "$SRC/core/include/hirate.h")
+expect "--version prints the version" 0 "hirate $version" "$H" --version
+run "$H" --help
+if [ "$rc" = 0 ] && printf '%s\n' "$out" | grep -q '^usage: hirate' &&
+    printf '%s\n' "$out" | grep -q -- '--on-error' && [ -z "$err" ]; then ok; else
+    bad "--help prints usage on stdout" "exit 0, usage"; fi
+run "$H" -h
+if [ "$rc" = 0 ] && printf '%s\n' "$out" | grep -q '^usage: hirate'; then ok; else
+    bad "-h prints usage" "exit 0, usage"; fi
+run "$H"
+if [ "$rc" = 2 ] && [ -z "$out" ] && printf '%s\n' "$err" | grep -q '^usage: hirate'; then ok; else
+    bad "no command prints usage on stderr" "exit 2, usage on stderr"; fi
+
+expect "in memory: allow prints the exact JSON" 0 \
+    '{"allowed":true,"remaining":4,"limit":5,"retry_after":0,"reset_after":0.5,"source":"local"}' \
+    "$H" --json allow alice $MEM
+expect "in memory: allow prints one line of text" 0 \
+    'allowed  remaining=4 limit=5 reset_after=0.500s source=local' \
+    "$H" allow alice $MEM
+expect "options may come before the command" 0 \
+    'allowed  remaining=4 limit=5 reset_after=0.500s source=local' \
+    "$H" --capacity 5 --rate 2 allow alice
+expect "options after the command work even with POSIXLY_CORRECT" 0 \
+    'allowed  remaining=4 limit=5 reset_after=0.500s source=local' \
+    env POSIXLY_CORRECT=1 "$H" allow alice $MEM
+expect "-- ends the options, so a key may start with a dash" 0 \
+    'allowed  remaining=4 limit=5 reset_after=0.500s source=local' \
+    "$H" allow $MEM -- -alice
+expect "in memory: a cost above the capacity is refused for ever" 1 \
+    'refused  remaining=5 limit=5 retry_after=never reset_after=0.000s source=local' \
+    "$H" allow alice $MEM --cost 6
+expect "in memory: reset prints reset" 0 'reset' "$H" reset alice
+expect "reset --json" 0 '{"reset":true}' "$H" reset alice --json
+expect "an empty REDIS_URL means in memory" 0 \
+    '{"allowed":true,"remaining":4,"limit":5,"retry_after":0,"reset_after":0.5,"source":"local"}' \
+    env REDIS_URL= "$H" --json allow alice $MEM
+
+run "$H" script
+if [ "$rc" = 0 ] && cmp -s "$tmp/out" "$SCRIPT_FILE"; then ok; else
+    bad "script prints the script byte for byte" "stdout = $SCRIPT_FILE"; fi
+expect_re "script --sha1 prints 40 hex digits" 0 '[0-9a-f]{40}' "$H" script --sha1
+
+expect_error "--capacity 0 is refused" 'capacity' "$H" allow k --capacity 0 --rate 1
+expect_error "--capacity abc is refused" 'capacity.*abc' "$H" allow k --capacity abc --rate 1
+expect_error "--capacity 10x is refused" 'capacity.*10x' "$H" allow k --capacity 10x --rate 1
+expect_error "--capacity '' is refused" 'capacity' "$H" allow k --capacity '' --rate 1
+expect_error "--capacity 1e400 is refused" 'capacity.*1e400' "$H" allow k --capacity 1e400 --rate 1
+expect_error "--capacity nan is refused" 'capacity.*nan' "$H" allow k --capacity nan --rate 1
+expect_error "--rate -1 is refused" 'rate' "$H" allow k --capacity 1 --rate -1
+expect_error "--rate nan is refused" 'rate' "$H" allow k --capacity 1 --rate nan
+expect_error "--rate 1e400 is refused" 'rate' "$H" allow k --capacity 1 --rate 1e400
+expect_error "--cost -1 is refused" 'cost' "$H" allow k --capacity 1 --rate 1 --cost -1
+expect_error "--timeout 1.5 is refused" 'timeout' "$H" allow k --capacity 1 --rate 1 --timeout 1.5
+expect_error "--on-error maybe names the policies" 'local.*open.*closed' \
+    "$H" allow k --capacity 1 --rate 1 --on-error maybe
+expect_error "a missing --rate is named" '--rate' "$H" allow k --capacity 1
+expect_error "a missing --capacity is named" '--capacity' "$H" peek k --rate 1
+expect_error "bench needs --capacity too" '--capacity' "$H" bench --rate 1
+expect_error "an unknown command is refused" 'frob' "$H" frob k
+expect_error "an unknown option is refused" '--frob' "$H" allow k --capacity 1 --rate 1 --frob
+expect_error "allow needs a key" 'KEY' "$H" allow --capacity 1 --rate 1
+expect_error "an empty key is refused" 'key' "$H" allow '' --capacity 1 --rate 1
+long_key=$(printf '%0513d' 0)
+expect_error "a key longer than 512 bytes is refused" 'key' "$H" allow "$long_key" --capacity 1 --rate 1
+expect_error "a bench option elsewhere is refused" '--threads' "$H" allow k --capacity 1 --rate 1 --threads 2
+expect_error "a URL with a password and a bad port is refused, password unsaid" 'port' \
+    "$H" allow k --capacity 1 --rate 1 --url "redis://:$CANARY@127.0.0.1:99999"
+expect_error "a mistyped --url= option does not echo the password" 'unknown option' \
+    "$H" allow k --capacity 1 --rate 1 "--urlx=redis://:$CANARY@127.0.0.1:6379"
+
+run "$H" bench --duration 1 --threads 2 --keys 10 --capacity 100 --rate 1000
+if [ "$rc" = 0 ] && printf '%s\n' "$out" | grep -Eq '^decisions/s +[0-9]+$' && [ -z "$err" ]; then
+    ok; else bad "bench in memory prints decisions/s, no progress off a terminal" "exit 0"; fi
+run "$H" bench --json --duration 0.3 --threads 2 --keys 10 --capacity 100 --rate 1000
+if [ "$rc" = 0 ] && printf '%s\n' "$out" | python3 -c '
+import json, sys
+b = json.load(sys.stdin)
+assert b["decisions"] > 0 and b["errors"] == 0, b
+assert b["allowed"] + b["refused"] == b["decisions"], b
+assert set(b["latency_us"]) == {"p50", "p90", "p99", "p99.9", "max"}, b
+'; then ok; else bad "bench --json prints one JSON object" "exit 0, JSON"; fi
+
+# ---- against Redis -----------------------------------------------------------
+
+port=$(free_port)
+dead_port=$(free_port) # nothing listens there
+redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
+    --daemonize no >"$tmp/redis.log" 2>&1 &
+redis_pid=$!
+i=0
+until redis-cli -p "$port" ping >/dev/null 2>&1; do
+    i=$((i + 1))
+    if [ $i -gt 100 ]; then
+        echo "FAIL: redis-server did not start on port $port"
+        cat "$tmp/redis.log"
+        fail=$((fail + 1))
+        echo "$pass passed, $fail failed"
+        exit 1
+    fi
+    sleep 0.05
+done
+URL=redis://127.0.0.1:$port
+R="--url $URL --capacity 2 --rate 0.001"
+
+expect "redis: the first allow spends one of two" 0 \
+    '{"allowed":true,"remaining":1,"limit":2,"retry_after":0,"reset_after":1000,"source":"redis"}' \
+    "$H" --json allow bob $R
+expect_re "redis: the second allow spends the last" 0 \
+    "\\{\"allowed\":true,\"remaining\":0,\"limit\":2,\"retry_after\":0,\"reset_after\":$N,\"source\":\"redis\"\\}" \
+    "$H" --json allow bob $R
+expect_re "redis: the third is refused for about 1000 s" 1 \
+    "\\{\"allowed\":false,\"remaining\":0,\"limit\":2,\"retry_after\":(99[0-9]|1000)(\\.[0-9]{1,6})?,\"reset_after\":(199[0-9]|2000)(\\.[0-9]{1,6})?,\"source\":\"redis\"\\}" \
+    "$H" --json allow bob $R
+expect_re "redis: a refusal as text" 1 \
+    'refused  remaining=0 limit=2 retry_after=(99[0-9]|1000)\.[0-9]{3,6}s reset_after=(199[0-9]|2000)\.[0-9]{3,6}s source=redis' \
+    "$H" allow bob $R
+if [ "$(redis-cli -p "$port" exists rl:bob)" = 1 ]; then ok; else
+    bad "redis: the bucket is stored under the default prefix rl:" "rl:bob exists"; fi
+
+"$H" allow carol $R >/dev/null
+# Time passes between calls, so a stored bucket's times are matched, not fixed.
+PEEK1="\\{\"allowed\":true,\"remaining\":1,\"limit\":2,\"retry_after\":0,\"reset_after\":(99[0-9]|1000)(\\.[0-9]{1,6})?,\"source\":\"redis\"\\}"
+expect_re "redis: peek reports the bucket" 0 "$PEEK1" "$H" --json peek carol $R
+expect_re "redis: a second peek reports the same: peek spends nothing" 0 "$PEEK1" \
+    "$H" --json peek carol $R
+expect_re "redis: peek --cost 2 says it would not pass, and spends nothing" 1 \
+    'refused  remaining=1 limit=2 retry_after=(99[0-9]|1000)\.[0-9]{3,6}s reset_after=(99[0-9]|1000)\.[0-9]{3,6}s source=redis' \
+    "$H" peek carol $R --cost 2
+expect_re "redis: allow after the peeks still finds the token" 0 \
+    "\\{\"allowed\":true,\"remaining\":0,\"limit\":2,\"retry_after\":0,\"reset_after\":$N,\"source\":\"redis\"\\}" \
+    "$H" --json allow carol $R
+
+expect "redis: reset prints reset" 0 'reset' "$H" reset bob --url "$URL"
+expect "redis: after reset, allow leaves capacity - 1" 0 \
+    '{"allowed":true,"remaining":1,"limit":2,"retry_after":0,"reset_after":1000,"source":"redis"}' \
+    "$H" --json allow bob $R
+expect "redis: a cost above the capacity is refused, retry_after null" 1 \
+    '{"allowed":false,"remaining":2,"limit":2,"retry_after":null,"reset_after":0,"source":"redis"}' \
+    "$H" --json allow dave $R --cost 3
+
+"$H" allow erin --prefix app: $R >/dev/null
+if [ "$(redis-cli -p "$port" exists app:erin)" = 1 ] &&
+    [ "$(redis-cli -p "$port" exists rl:erin)" = 0 ]; then ok; else
+    bad "redis: --prefix names the Redis key" "app:erin exists, rl:erin does not"; fi
+
+expect "REDIS_URL from the environment is used without --url" 0 \
+    '{"allowed":true,"remaining":1,"limit":2,"retry_after":0,"reset_after":1000,"source":"redis"}' \
+    env REDIS_URL="$URL" "$H" --json allow frank --capacity 2 --rate 0.001
+expect "--url '' overrides REDIS_URL: in memory" 0 \
+    '{"allowed":true,"remaining":4,"limit":5,"retry_after":0,"reset_after":0.5,"source":"local"}' \
+    env REDIS_URL="$URL" "$H" --json allow frank --url '' $MEM
+
+expect "script --sha1 is the SHA1 Redis gives the script" 0 \
+    "$(redis-cli -p "$port" -x script load <"$SCRIPT_FILE")" "$H" script --sha1
+expect "script | redis-cli -x SCRIPT LOAD loads that SHA1" 0 \
+    "$("$H" script --sha1)" sh -c "'$H' script | redis-cli -p $port -x script load"
+
+expect_error "redis: a wrong password fails, and is never printed" '.' \
+    "$H" allow k --capacity 1 --rate 1 --url "redis://:$CANARY@127.0.0.1:$port"
+
+expect_re "--on-error open: Redis down allows, and says why" 0 \
+    '\{"allowed":true,.*"source":"fail_open","error":"HIRATE_ECONNECT"\}' \
+    "$H" --json allow k --capacity 1 --rate 1 --url "redis://127.0.0.1:$dead_port" --on-error open
+expect_re "--on-error closed: Redis down refuses, and says why" 1 \
+    '\{"allowed":false,.*"source":"fail_closed","error":"HIRATE_ECONNECT"\}' \
+    "$H" --json allow k --capacity 1 --rate 1 --url "redis://127.0.0.1:$dead_port" --on-error closed
+expect_re "--on-error local: Redis down decides in memory, and says why" 0 \
+    'allowed  remaining=0 limit=1 reset_after=[0-9.]+s source=local error=HIRATE_ECONNECT' \
+    "$H" allow k --capacity 1 --rate 1 --url "redis://127.0.0.1:$dead_port"
+
+run "$H" bench --json --duration 0.5 --threads 2 --keys 10 --batch 4 --capacity 100 --rate 1000 \
+    --url "$URL"
+if [ "$rc" = 0 ] && printf '%s\n' "$out" | python3 -c '
+import json, sys
+b = json.load(sys.stdin)
+assert b["backend"] == "redis" and b["batch"] == 4, b
+assert b["decisions"] > 0 and b["errors"] == 0, b
+assert b["decisions"] == 4 * b["calls"], b
+assert set(b["sources"]) <= {"redis", "cache"}, b  # cache: remembered refusals
+assert sum(b["sources"].values()) == b["decisions"], b
+'; then ok; else bad "redis: bench --batch 4 decides in batches" "exit 0, JSON"; fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
