@@ -32,6 +32,9 @@ struct hirate_limiter {
     hirate_memory *cache;       /* refusals foretold from Redis' replies */
     hirate_breaker breaker;
     uint64_t reset_epoch;       /* bumped by every reset (atomic) */
+    int64_t offset_min[2];      /* least (Redis time - send time) seen in this
+                                   window and the last one (atomic) */
+    int64_t offset_window;      /* when this window began (atomic) */
     uint64_t cache_hits, policy;/* counters (atomic) */
     pthread_mutex_t errlock;
     char errmsg[HIRATE_ERRMSG_SIZE];
@@ -190,6 +193,7 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
         return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory");
     l->cfg = cfg;
     l->local_cfg = local_cfg;
+    l->offset_min[0] = l->offset_min[1] = INT64_MAX;
     l->on_error = o->on_error;
     if (o->prefix) {
         l->prefixlen = strlen(o->prefix);
@@ -276,25 +280,54 @@ static void apply_policy(hirate_limiter *l, hirate_item *it, int spend, int64_t 
     } else {
         int never = it->cost > l->cfg.capacity;
         int open = l->on_error == HIRATE_ON_ERROR_OPEN;
-        d->allowed = open && !never;
+        int64_t back = wait_us > 0 ? wait_us : 1;   /* until Redis is asked again */
+        /* Open: as if the bucket were full. Closed: nothing passes but a
+         * cost of 0 (which spends nothing), until Redis can be asked again. */
+        d->allowed = !never && (open || it->cost == 0);
         d->source = open ? HIRATE_SOURCE_FAIL_OPEN : HIRATE_SOURCE_FAIL_CLOSED;
         d->limit = l->cfg.capacity;
-        /* Open: as if the bucket were full. Closed: come back when Redis may. */
-        d->remaining = d->allowed ? l->cfg.capacity - it->cost : 0;
-        d->retry_after_us = never ? HIRATE_NEVER : d->allowed ? 0 : (wait_us > 0 ? wait_us : 1);
-        d->reset_after_us = d->allowed || never ? 0 : d->retry_after_us;
+        d->remaining = open && !never ? l->cfg.capacity - it->cost : 0;
+        d->retry_after_us = never ? HIRATE_NEVER : d->allowed ? 0 : back;
+        d->reset_after_us = open ? 0 : back;
         d->time_us = now;
     }
     d->error = error;
 }
 
+/* How far Redis' clock is ahead of ours, at most. A call sent at our time
+ * `sent` ran at Redis time S, later: S - sent bounds the offset from above,
+ * and so does the least such difference seen, which is the tightest. Windows
+ * of OFFSET_WINDOW_US let old observations go, so that a drift or a step of
+ * either clock is forgotten within two windows. */
+#define OFFSET_WINDOW_US 10000000
+
+static int64_t redis_ahead(hirate_limiter *l, int64_t observed, int64_t now)
+{
+    int64_t began = __atomic_load_n(&l->offset_window, __ATOMIC_RELAXED);
+    if (now - began >= OFFSET_WINDOW_US &&
+        __atomic_compare_exchange_n(&l->offset_window, &began, now, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED)) {
+        int64_t last = __atomic_exchange_n(&l->offset_min[0], INT64_MAX, __ATOMIC_RELAXED);
+        __atomic_store_n(&l->offset_min[1], last, __ATOMIC_RELAXED);
+    }
+    int64_t cur = __atomic_load_n(&l->offset_min[0], __ATOMIC_RELAXED);
+    while (observed < cur &&
+           !__atomic_compare_exchange_n(&l->offset_min[0], &cur, observed, 1, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+    }
+    int64_t best = observed < cur ? observed : cur;
+    int64_t last = __atomic_load_n(&l->offset_min[1], __ATOMIC_RELAXED);
+    return last < best ? last : best;
+}
+
 /* Remembers, from a Redis decision, a bucket that would refuse the same cost
- * now: the stored state moved from Redis' clock to ours at the moment the
- * call was sent, which can only overstate the tokens. */
+ * now: the stored state moved from Redis' clock to ours by the most Redis
+ * can be ahead, which can only overstate the tokens. */
 static void learn(hirate_limiter *l, const hirate_item *it, const hirate_bucket *state,
                   int64_t sent, int known, uint64_t epoch)
 {
-    hirate_bucket local = {state->tokens, state->ts - it->decision.time_us + sent};
+    int64_t ahead = redis_ahead(l, it->decision.time_us - sent, sent);
+    hirate_bucket local = {state->tokens, state->ts - ahead};
     /* tokens is NAN when the reply showed the bucket kept the cost. */
     if (!isnan(local.tokens) && hirate_bucket_level(&l->cfg, &local, sent) < (double)it->cost) {
         /* A reset since the call was sent makes its reply stale. */
@@ -412,7 +445,9 @@ static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int sp
 
     int error = 0;
     int64_t wait_us = 0;
-    int verdict = m ? hirate_breaker_enter(&l->breaker, now, &error, &wait_us)
+    /* The breaker keeps real time, even when a test injects the time. */
+    int64_t mono = now_us >= 0 ? hirate_monotonic_us() : now;
+    int verdict = m ? hirate_breaker_enter(&l->breaker, mono, &error, &wait_us)
                     : HIRATE_BREAKER_PASS;
     if (m && verdict == HIRATE_BREAKER_SKIP) {
         for (size_t j = 0; j < m; j++)
@@ -427,8 +462,10 @@ static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int sp
                 outage = p.rcs[j];
         if (outage) {
             remember(l, outage, err);
+            /* The backoff runs from when the failure was known, not from
+             * when the call began (a timeout is as long as a backoff). */
             wait_us = hirate_breaker_failure(&l->breaker, verdict == HIRATE_BREAKER_PROBE,
-                                             outage, now);
+                                             outage, hirate_monotonic_us());
         } else {
             hirate_breaker_success(&l->breaker, verdict == HIRATE_BREAKER_PROBE);
         }

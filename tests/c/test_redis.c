@@ -47,6 +47,8 @@ typedef struct cfg {
     const char *url;        /* NULL: the shared server */
     const char *prefix;
     int timeout_ms, connect_timeout_ms, pool_size;   /* 0: the default */
+    int on_error;           /* a hirate_on_error; 0 is the default, LOCAL */
+    int no_deny_cache;      /* 1: deny_cache = 0, every decision reaches Redis */
 } cfg;
 
 static hirate_limiter *make(cfg c)
@@ -62,6 +64,8 @@ static hirate_limiter *make(cfg c)
     if (c.timeout_ms) o.timeout_ms = c.timeout_ms;
     if (c.connect_timeout_ms) o.connect_timeout_ms = c.connect_timeout_ms;
     if (c.pool_size) o.pool_size = c.pool_size;
+    o.on_error = c.on_error;
+    if (c.no_deny_cache) o.deny_cache = 0;
     int rc = hirate_limiter_new(&lim, &o, why, sizeof why);
     if (rc != 0) fprintf(stderr, "  hirate_limiter_new(%s): %s (%s)\n", o.url, hirate_err_name(rc), why);
     CHECK_EQ_I64(rc, 0);
@@ -71,11 +75,6 @@ static hirate_limiter *make(cfg c)
 static int allow_s(hirate_limiter *lim, const char *key, int64_t cost, hirate_decision *d)
 {
     return hirate_allow(lim, key, strlen(key), cost, d);
-}
-
-static int is_backend_error(int rc)
-{
-    return rc == HIRATE_ECONNECT || rc == HIRATE_EIO || rc == HIRATE_ETIMEDOUT;
 }
 
 /* The integer reply of one command, or -999999 when it is not an integer. */
@@ -336,7 +335,8 @@ static void test_evalsha_first_and_one_eval_after_noscript(void)
     hirate_stats st;
     hirate_decision d;
     CHECK(reply_is(rh_command(&S, "SCRIPT FLUSH"), "OK"));
-    hirate_limiter *lim = make((cfg){.capacity = 100, .rate = 0.001});
+    /* No deny cache: this counts what goes on the wire. */
+    hirate_limiter *lim = make((cfg){.capacity = 100, .rate = 0.001, .no_deny_cache = 1});
     if (!lim) return;
 
     stats(lim, &st);
@@ -435,7 +435,8 @@ static void test_script_flush_costs_at_most_one_eval_per_connection(void)
     hirate_stats st0, st1;
     worker sum;
     hirate_limiter *lim = make((cfg){.capacity = 1000, .rate = 0.001, .timeout_ms = 2000,
-                                     .connect_timeout_ms = 2000, .pool_size = 8});
+                                     .connect_timeout_ms = 2000, .pool_size = 8,
+                                     .no_deny_cache = 1});
     if (!lim) return;
     run_threads(lim, "flush-threads", 8, 10, &sum);
     CHECK_EQ_I64(sum.allowed, 80);
@@ -447,7 +448,10 @@ static void test_script_flush_costs_at_most_one_eval_per_connection(void)
     CHECK_EQ_I64(sum.allowed, 80);
     CHECK_EQ_I64(sum.errors, 0);
     CHECK(st0.connects >= 1 && st0.connects <= 8);
-    CHECK_EQ_I64(st1.connects, st0.connects);
+    /* NOSCRIPT drops no connection. (The pool may still grow to its 8 if the
+     * second round happens to overlap more than the first did.) */
+    CHECK_EQ_I64(st1.conns_dropped, st0.conns_dropped);
+    CHECK(st1.connects >= st0.connects && st1.connects <= 8);
     CHECK(st1.eval - st0.eval >= 1 && st1.eval - st0.eval <= st1.connects);
     CHECK_EQ_I64(st1.evalsha - st0.evalsha, 80);
     hirate_decision d;
@@ -484,7 +488,8 @@ static void test_wire_sequence_is_evalsha_eval_evalsha(void)
     redisSetTimeout(mon, tv);
     CHECK(reply_is(redisCommand(mon, "MONITOR"), "OK"));
 
-    hirate_limiter *lim = make((cfg){.capacity = 10, .rate = 0.001, .pool_size = 1});
+    hirate_limiter *lim = make((cfg){.capacity = 10, .rate = 0.001, .pool_size = 1,
+                                     .no_deny_cache = 1});
     hirate_decision d;
     if (lim) {
         CHECK_EQ_I64(allow_s(lim, "monitor", 1, &d), 0);
@@ -718,6 +723,25 @@ static void test_requirepass_with_a_password_only_url(void)
 
 /* ---- (g) a server that never accepts ------------------------------------- */
 
+/* What the CLOSED policy answers for a failure: refused, nothing remaining,
+ * come back when the breaker lets a probe through (at most max_wait_us). */
+static void check_fail_closed(int rc, const hirate_decision *d, int64_t capacity, int error,
+                              int64_t max_wait_us)
+{
+    CHECK_EQ_I64(rc, 0);
+    if (rc != 0) return;
+    CHECK_EQ_I64(d->allowed, 0);
+    CHECK_EQ_I64(d->source, HIRATE_SOURCE_FAIL_CLOSED);
+    CHECK_EQ_I64(d->error, error);
+    CHECK_EQ_I64(d->limit, capacity);
+    CHECK_EQ_I64(d->remaining, 0);
+    CHECK(d->retry_after_us >= 1 && d->retry_after_us <= max_wait_us);
+    CHECK_EQ_I64(d->reset_after_us, d->retry_after_us);
+}
+
+/* The breaker's longest wait with the default backoff (5 s, +25% jitter). */
+#define DEFAULT_MAX_WAIT_US 6250000
+
 static void test_connect_timeout_bounds_a_server_that_never_accepts(void)
 {
     struct sockaddr_in a;
@@ -737,18 +761,23 @@ static void test_connect_timeout_bounds_a_server_that_never_accepts(void)
 
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
-    /* A long command timeout: only the connect timeout can end the call early. */
+    /* A long command timeout: only the connect timeout can end the call early.
+     * The policy answers for the failure: closed, so every call is refused. */
     hirate_limiter *lim = make((cfg){.capacity = 5, .rate = 1, .url = url,
-                                     .connect_timeout_ms = 100, .timeout_ms = 5000});
+                                     .connect_timeout_ms = 100, .timeout_ms = 5000,
+                                     .on_error = HIRATE_ON_ERROR_CLOSED});
     if (lim) {
         for (int i = 0; i < 2; i++) {
             hirate_decision d;
+            memset(&d, 0, sizeof d);   /* printed even if the call fails */
             double t0 = now_ms();
             int rc = allow_s(lim, "never-accepts", 1, &d);
             double dt = now_ms() - t0;
-            printf("  connect timeout 100 ms: call %d returned %s after %.1f ms\n", i,
-                   hirate_err_name(rc), dt);
-            CHECK(rc == HIRATE_ECONNECT || rc == HIRATE_ETIMEDOUT);
+            printf("  connect timeout 100 ms: call %d returned %s, %s (%s) after %.1f ms\n", i,
+                   hirate_err_name(rc), hirate_source_name(d.source), hirate_err_name(d.error), dt);
+            /* The first failure opens the breaker for backoff_min_ms (100 ms
+             * by default, +25% jitter) at most. */
+            check_fail_closed(rc, &d, 5, HIRATE_ECONNECT, i == 0 ? 125000 : DEFAULT_MAX_WAIT_US);
             CHECK(dt < 1000);
             if (i == 0) CHECK(dt >= 80);   /* it did wait for the timeout */
         }
@@ -765,9 +794,10 @@ static void test_stopped_server_times_out_and_no_reply_is_misattributed(void)
 {
     enum { CAP = 100 };
     hirate_decision d;
-    hirate_stats st0, st1;
+    hirate_stats st0, st1, sa, sb;
     hirate_limiter *lim = make((cfg){.capacity = CAP, .rate = 0.001, .timeout_ms = 100,
-                                     .connect_timeout_ms = 250});
+                                     .connect_timeout_ms = 250,
+                                     .on_error = HIRATE_ON_ERROR_CLOSED});
     if (!lim) return;
     /* Two buckets far apart: A near full, B half empty. */
     check_fresh_allow(allow_s(lim, "pause-a", 1, &d), &d, CAP);
@@ -775,32 +805,53 @@ static void test_stopped_server_times_out_and_no_reply_is_misattributed(void)
     CHECK_EQ_I64(d.remaining, 50);
     stats(lim, &st0);
 
-    int sent_a = 0, sent_b = 0;   /* timed-out calls that may still run */
+    /* Calls sent to the stopped server (the first, then the breaker's probes)
+     * time out and may still run after SIGCONT; the others are answered by
+     * the policy at once. The EVALSHA counter tells which were sent. */
+    int sent_a = 0, sent_b = 0;
     rh_pause(&S);
     for (int i = 0; i < 4; i++) {
         const char *key = i % 2 ? "pause-b" : "pause-a";
+        stats(lim, &sa);
+        memset(&d, 0, sizeof d);
         double t0 = now_ms();
         int rc = allow_s(lim, key, 1, &d);
         double dt = now_ms() - t0;
-        printf("  SIGSTOP, timeout 100 ms: %s returned %s after %.1f ms\n", key,
-               hirate_err_name(rc), dt);
+        stats(lim, &sb);
+        int sent = (int)(sb.evalsha - sa.evalsha);
+        printf("  SIGSTOP, timeout 100 ms: %s returned %s, %s (%s), %d sent, after %.1f ms\n",
+               key, hirate_err_name(rc), hirate_source_name(d.source), hirate_err_name(d.error),
+               sent, dt);
+        check_fail_closed(rc, &d, CAP, HIRATE_ETIMEDOUT, DEFAULT_MAX_WAIT_US);
+        CHECK(sent == 0 || sent == 1);
         if (i == 0) {
-            CHECK_EQ_I64(rc, HIRATE_ETIMEDOUT);
+            CHECK_EQ_I64(sent, 1);
             CHECK(dt >= 80);
         }
-        CHECK(is_backend_error(rc));
         CHECK(dt < 1000);
-        if (rc == HIRATE_ETIMEDOUT) *(i % 2 ? &sent_b : &sent_a) += 1;
+        if (sent == 0) CHECK(dt < 50);   /* the breaker kept it away from Redis */
+        *(i % 2 ? &sent_b : &sent_a) += sent;
     }
     rh_resume(&S);
     stats(lim, &st1);
     CHECK(st1.conns_dropped > st0.conns_dropped);   /* the timed-out link is gone */
 
-    /* Recovery, probed with peeks, which spend nothing. */
+    /* Recovery: after its backoff (here at most 1.25 x 800 ms) the breaker
+     * lets one probe through. Probed with peeks, which spend nothing. */
     int rc = -1;
-    for (double end = now_ms() + 3000; now_ms() < end; sleep_ms(20))
-        if ((rc = hirate_peek(lim, "pause-probe", 11, 1, &d)) == 0) break;
+    double r0 = now_ms();
+    memset(&d, 0, sizeof d);
+    for (double end = r0 + 3000; now_ms() < end; sleep_ms(10)) {
+        rc = hirate_peek(lim, "pause-probe", 11, 1, &d);
+        if (rc != 0 || d.source == HIRATE_SOURCE_REDIS) break;
+        check_fail_closed(rc, &d, CAP, HIRATE_ETIMEDOUT, DEFAULT_MAX_WAIT_US);
+    }
+    printf("  resumed: Redis decides again after %.1f ms\n", now_ms() - r0);
     CHECK_EQ_I64(rc, 0);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
+    CHECK_EQ_I64(d.error, 0);
+    CHECK_EQ_I64(d.allowed, 1);
+    CHECK_EQ_I64(d.remaining, CAP);
     sleep_ms(50);   /* let the server run what the stopped calls left queued */
 
     /* Alternate: each reply must carry its own key's level. A late reply to
@@ -811,6 +862,7 @@ static void test_stopped_server_times_out_and_no_reply_is_misattributed(void)
         rc = allow_s(lim, is_b ? "pause-b" : "pause-a", 1, &d);
         CHECK_EQ_I64(rc, 0);
         CHECK_EQ_I64(d.allowed, 1);
+        CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
         int64_t *last = is_b ? &last_b : &last_a;
         int64_t base = is_b ? 50 : CAP - 1, maybe = is_b ? sent_b : sent_a;
         if (*last < 0) {
@@ -835,7 +887,8 @@ static void test_killed_server_fails_fast_and_recovers_after_restart(void)
     hirate_decision d;
     hirate_stats st0, st1, st2;
     hirate_limiter *lim = make((cfg){.capacity = 5, .rate = 0.001, .timeout_ms = TIMEOUT_MS,
-                                     .connect_timeout_ms = CONNECT_MS});
+                                     .connect_timeout_ms = CONNECT_MS,
+                                     .on_error = HIRATE_ON_ERROR_CLOSED});
     if (!lim) return;
     check_fresh_allow(allow_s(lim, "kill-before", 1, &d), &d, 5);
     stats(lim, &st0);
@@ -844,13 +897,20 @@ static void test_killed_server_fails_fast_and_recovers_after_restart(void)
     int calls = 0;
     double worst = 0;
     for (int i = 0; i < 20; i++, calls++) {
+        memset(&d, 0, sizeof d);
         double t0 = now_ms();
         int rc = allow_s(lim, "kill-during", 1, &d);
         double dt = now_ms() - t0;
         if (dt > worst) worst = dt;
-        if (!is_backend_error(rc))
-            fprintf(stderr, "  server down: call %d returned %s\n", i, hirate_err_name(rc));
-        CHECK(is_backend_error(rc));
+        /* The pooled connection breaks (EIO); new ones are refused
+         * (ECONNECT); in between the breaker repeats the last failure. */
+        int known = i == 0 ? d.error == HIRATE_EIO
+                           : d.error == HIRATE_EIO || d.error == HIRATE_ECONNECT;
+        if (rc != 0 || !known)
+            fprintf(stderr, "  server down: call %d returned %s, error %s\n", i,
+                    hirate_err_name(rc), hirate_err_name(d.error));
+        CHECK(known);
+        check_fail_closed(rc, &d, 5, d.error, DEFAULT_MAX_WAIT_US);
         CHECK(dt < bound);
         sleep_ms(10);
     }
@@ -863,20 +923,26 @@ static void test_killed_server_fails_fast_and_recovers_after_restart(void)
 
     CHECK_EQ_I64(rh_restart(&S), 0);
     int rc = -1;
+    memset(&d, 0, sizeof d);
     double t0 = now_ms();
+    /* The breaker's backoff after ~250 ms of failures is at most 1.25 x 400 ms;
+     * until it ends the policy answers (and "kill-after" is not touched). */
     for (double end = t0 + 3000; now_ms() < end; sleep_ms(20)) {
         double c0 = now_ms();
         rc = allow_s(lim, "kill-after", 1, &d);
         CHECK(now_ms() - c0 < bound);
-        if (rc == 0) break;
-        CHECK(is_backend_error(rc));
+        if (rc != 0 || d.source == HIRATE_SOURCE_REDIS) break;
+        CHECK_EQ_I64(d.source, HIRATE_SOURCE_FAIL_CLOSED);
+        CHECK(d.error == HIRATE_ECONNECT || d.error == HIRATE_EIO);
     }
     printf("  restarted: working again after %.1f ms\n", now_ms() - t0);
     check_fresh_allow(rc, &d, 5);
+    CHECK_EQ_I64(d.error, 0);
     stats(lim, &st2);
     CHECK_EQ_I64(st2.eval - st1.eval, 1);   /* the restarted server forgot the script */
     CHECK_EQ_I64(allow_s(lim, "kill-after", 1, &d), 0);
     CHECK_EQ_I64(d.remaining, 3);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
     stats(lim, &st1);
     CHECK_EQ_I64(st1.eval, st2.eval);
     CHECK_EQ_I64(st1.evalsha, st2.evalsha + 1);
