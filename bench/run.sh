@@ -1,0 +1,357 @@
+#!/usr/bin/env bash
+# Runs the benchmarks that are already built in BUILD_DIR and writes
+# docs/benchmarks.md from what they measure. Builds nothing itself:
+#
+#   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build build -j2
+#   bench/run.sh build                # or: make bench
+#
+# It starts its own redis-server on a free loopback port (and stops it), runs
+# bench_memory, bench_redis against that server, and bench_calls under
+# valgrind --tool=callgrind. Progress goes to stderr. About two minutes.
+#
+# Knobs (environment): BENCH_SECONDS (1) and BENCH_RUNS (5) for each memory
+# configuration, BENCH_ROUNDS (8) and BENCH_ROUND_SECONDS (1) for the Redis
+# comparison, BENCH_CALLS (2000) decisions counted by callgrind, BENCH_OUT
+# (docs/benchmarks.md) where the report goes.
+#
+# Needs (Debian): redis-server, redis-tools (redis-cli), valgrind; and to
+# build: cmake, gcc, pkg-config, libhiredis-dev.
+set -euo pipefail
+
+usage() { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
+[ $# -eq 1 ] || usage
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$(cd "$1" 2>/dev/null && pwd) || { echo "$0: no build directory $1" >&2; exit 2; }
+BIN="$BUILD/bench"
+OUT=${BENCH_OUT:-$ROOT/docs/benchmarks.md}
+SECONDS_EACH=${BENCH_SECONDS:-1}
+RUNS=${BENCH_RUNS:-5}
+ROUNDS=${BENCH_ROUNDS:-8}
+ROUND_SECONDS=${BENCH_ROUND_SECONDS:-1}
+NCALLS=${BENCH_CALLS:-2000}
+COMMAND="bench/run.sh $1"
+for v in BENCH_SECONDS BENCH_RUNS BENCH_ROUNDS BENCH_ROUND_SECONDS BENCH_CALLS; do
+    [ -n "${!v:-}" ] && COMMAND="$v=${!v} $COMMAND"
+done
+
+for b in bench_memory bench_redis bench_calls; do
+    [ -x "$BIN/$b" ] || { echo "$0: $BIN/$b is not built (configure with -DHIRATE_BUILD_BENCH=ON and build first)" >&2; exit 1; }
+done
+command -v redis-server >/dev/null || { echo "$0: redis-server not found (apt-get install redis-server)" >&2; exit 1; }
+command -v redis-cli >/dev/null || { echo "$0: redis-cli not found (apt-get install redis-tools)" >&2; exit 1; }
+HAVE_VALGRIND=1
+command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null || HAVE_VALGRIND=0
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/hirate-bench.XXXXXX")
+REDIS_PID=
+cleanup() {
+    if [ -n "$REDIS_PID" ]; then
+        kill "$REDIS_PID" 2>/dev/null || true
+        wait "$REDIS_PID" 2>/dev/null || true
+    fi
+    rm -rf "$WORK"
+}
+stop_redis() {
+    if [ -n "$REDIS_PID" ]; then
+        kill "$REDIS_PID" 2>/dev/null || true
+        wait "$REDIS_PID" 2>/dev/null || true
+        REDIS_PID=
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+step() { printf '[bench %3ds] %s\n' "$SECONDS" "$*" >&2; }
+
+# ---- a redis-server of our own on a free loopback port --------------------------
+start_redis() {
+    local try port
+    for try in 1 2 3 4 5 6 7 8; do
+        port=$((20000 + RANDOM % 40000))
+        # Something already answers there: pick another.
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
+        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+            --dir "$WORK" --logfile "$WORK/redis.log" --daemonize no &
+        REDIS_PID=$!
+        for _ in $(seq 100); do
+            if ! kill -0 "$REDIS_PID" 2>/dev/null; then break; fi   # lost the port: retry
+            if [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ]; then
+                PORT=$port
+                return 0
+            fi
+            sleep 0.05
+        done
+        kill "$REDIS_PID" 2>/dev/null || true
+        wait "$REDIS_PID" 2>/dev/null || true
+        REDIS_PID=
+    done
+    echo "$0: could not start redis-server; see $WORK/redis.log" >&2
+    return 1
+}
+
+# ---- facts about the machine and the build ----------------------------------------
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+ncpu=$(nproc)
+kernel=$(uname -sr)
+mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)
+clocksource=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)
+hyper=$(lscpu 2>/dev/null | sed -n 's/^Hypervisor vendor:[[:space:]]*//p')
+[ -n "$hyper" ] || hyper=$(grep -q hypervisor /proc/cpuinfo && echo "a hypervisor" || echo none)
+container=$( (systemd-detect-virt --container 2>/dev/null || true) | head -1)
+virt="hypervisor $hyper"
+[ -n "$container" ] && [ "$container" != none ] && virt="$virt, container $container"
+redis_v=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
+hiredis_v=$(pkg-config --modversion hiredis 2>/dev/null || echo unknown)
+gcc_v=$(gcc --version | head -1)
+valgrind_v=$( [ $HAVE_VALGRIND = 1 ] && valgrind --version || echo "not installed")
+hirate_v=$(sed -n 's/^#define HIRATE_VERSION_STRING "\(.*\)"/\1/p' "$ROOT/core/include/hirate.h")
+build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+bt_upper=$(echo "${build_type:-none}" | tr '[:lower:]' '[:upper:]')
+cflags=$(sed -n "s/^CMAKE_C_FLAGS_${bt_upper}:[A-Z]*=//p" "$BUILD/CMakeCache.txt")
+commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "none yet")
+dirty=$(git -C "$ROOT" status --porcelain -- core lua bench 2>/dev/null | head -1)
+[ -n "$dirty" ] && commit="$commit (with uncommitted changes)"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+# Busy CPU time of the whole machine (clock ticks), to tell afterwards how much
+# of it went to processes other than this run's.
+busy_ticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }
+busy0=$(busy_ticks)
+wall0=$(date +%s.%N)
+started=$(date -u '+%Y-%m-%d %H:%M UTC')
+
+SUMMARY="$WORK/summary.txt"
+: >"$SUMMARY"
+
+# ---- 1. memory backend ---------------------------------------------------------------
+step "memory backend: 12 configurations x $RUNS runs x ${SECONDS_EACH}s, then 1,000,000 keys"
+"$BIN/bench_memory" --seconds "$SECONDS_EACH" --runs "$RUNS" --summary "$SUMMARY" >"$WORK/memory.md"
+
+# ---- 2. Redis path ----------------------------------------------------------------------
+step "starting redis-server"
+start_redis
+URL="redis://127.0.0.1:$PORT"
+step "redis path: $ROUNDS rounds x 2 clients x ${ROUND_SECONDS}s, for 1 key and for 10,000 keys ($URL)"
+"$BIN/bench_redis" --url "$URL" --rounds "$ROUNDS" --seconds "$ROUND_SECONDS" \
+    --summary "$SUMMARY" >"$WORK/redis.md"
+
+# ---- 3. instructions per decision under callgrind ---------------------------------------
+# Prints "Ir_total" of one mode; the callgrind output stays in $WORK/cg.MODE.
+count_mode() {
+    local mode=$1 n=$2 w=$3
+    valgrind --tool=callgrind --collect-atstart=no --toggle-collect=bench_measured \
+        --callgrind-out-file="$WORK/cg.$mode" \
+        "$BIN/bench_calls" --mode "$mode" --n "$n" --warmup "$w" --url "$URL" >"$WORK/calls.$mode.log" 2>&1 ||
+        { cat "$WORK/calls.$mode.log" >&2; return 1; }
+    awk '/^totals:/ {print $2}' "$WORK/cg.$mode"
+}
+
+# The function table of one profile (self cost, every function), without the
+# annotated source that follows it.
+annotate() {
+    callgrind_annotate --threshold=100 --auto=no "$WORK/cg.$1" 2>/dev/null |
+        sed -n '/file:function/,/^$/p'
+}
+
+# Top functions of one profile as Markdown rows: Ir per decision and share.
+profile_rows() {
+    local mode=$1 n=$2 top=$3
+    annotate "$mode" |
+        awk -v n="$n" -v top="$top" '
+            match($0, /^ *[0-9,]+ \( *[0-9.]+%\) +/) {
+                head = substr($0, 1, RLENGTH); rest = substr($0, RLENGTH + 1)
+                gsub(/,/, "", head); gsub(/[()%]/, " ", head); split(head, h, " "); ir = h[1]; pct = h[2]
+                sub(/ \[[^]]*\]$/, "", rest)
+                i = index(rest, ":"); file = substr(rest, 1, i - 1); fn = substr(rest, i + 1)
+                sub(/.*\//, "", file)
+                sub(/@@?GLIBC.*/, "", fn)
+                # Read to the end (no early exit: the pipe must not break).
+                if (++rows <= top)
+                    printf "| `%s` | %s | %.0f | %.1f%% |\n", fn, file, ir / n, pct
+            }'
+}
+
+# Calls to clock_gettime per decision. Callgrind counts calls outside the
+# collected function too, so divide by the warm-up and the measured calls.
+clock_reads() {
+    awk -v n="$2" '
+        /^cfn=/ { s = $0; sub(/^cfn=/, "", s); id = s; sub(/ .*/, "", id)
+                  nm = s; sub(/^[^ ]* ?/, "", nm); if (nm != "") name[id] = nm; cur = name[id] }
+        /^calls=/ { split($1, a, "="); if (cur ~ /^clock_gettime/) c += a[2] }
+        END { printf "%.0f", c / n }' "$WORK/cg.$1"
+}
+
+MEM_CALLS=200000
+MEM_WARMUP=20000   # bench_calls: two passes over its 10,000 keys
+if [ $HAVE_VALGRIND = 1 ]; then
+    for mode in hirate plain argv memory; do
+        n=$NCALLS w=200
+        [ $mode = memory ] && n=$MEM_CALLS w=$MEM_WARMUP
+        step "callgrind: $mode ($n measured decisions)"
+        total=$(count_mode $mode $n $w)
+        echo "calls_ir_$mode $(awk -v t="$total" -v n="$n" 'BEGIN {printf "%.1f", t / n}')" >>"$SUMMARY"
+        echo "calls_clock_$mode $(clock_reads $mode $((n + w)))" >>"$SUMMARY"
+    done
+fi
+
+stop_redis
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+busy1=$(busy_ticks)
+wall1=$(date +%s.%N)
+# CPU seconds of this script's children (benchmarks, valgrind, redis-server).
+times >"$WORK/times"   # not in $(...): a subshell has no children of its own
+ours=$(awk 'NR == 2 {
+    for (i = 1; i <= 2; i++) { split($i, t, "m"); sub(/s$/, "", t[2]); s += t[1] * 60 + t[2] }
+    print s }' "$WORK/times")
+others=$(awk -v b0="$busy0" -v b1="$busy1" -v hz="$(getconf CLK_TCK)" -v ours="$ours" \
+             -v w0="$wall0" -v w1="$wall1" -v n="$ncpu" \
+             'BEGIN {o = (b1 - b0) / hz - ours; if (o < 0) o = 0; printf "%.0f", 100 * o / ((w1 - w0) * n)}')
+if [ "$others" -ge 10 ]; then
+    busy_note="Other processes kept the machine busy during this run (about $others% of its CPU time went to them): the timings above are pessimistic and noisier than on an idle machine."
+    echo "$0: warning: other processes used about $others% of the CPU during the run" >&2
+else
+    busy_note="Other processes used about $others% of the machine's CPU time during this run."
+fi
+step "writing $OUT"
+
+# ---- the report ------------------------------------------------------------------------
+val() { awk -v k="$1" '$1 == k {print $2; found = 1} END {if (!found) print "nan"}' "$SUMMARY"; }
+fmt() { awk -v x="$1" -v f="$2" 'BEGIN {printf f, x}'; }
+# 21454.3 -> 21,454
+grp() { awk -v x="$1" 'BEGIN {s = sprintf("%.0f", x); while (s ~ /[0-9][0-9][0-9][0-9]/) sub(/[0-9][0-9][0-9]($|,)/, ",&", s); sub(/^,/, "", s); print s}'; }
+le() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a + 0 <= b + 0)}'; }
+
+api1=$(val mem_allow_api_1t); inj1=$(val mem_allow_inj_1t)
+api2=$(val mem_allow_api_2t); inj2=$(val mem_allow_inj_2t)
+dis2=$(val mem_allow_inj_2t_disjoint)
+bpk=$(val mem_bytes_per_key); rss=$(val mem_rss_per_key); klen=$(val mem_key_len)
+rh=$(val redis_ratio_hot); rk=$(val redis_ratio_keys)
+ir_h=$(val calls_ir_hirate); ir_p=$(val calls_ir_plain); ir_a=$(val calls_ir_argv)
+ir_m=$(val calls_ir_memory)
+
+{
+cat <<EOF
+# Benchmarks
+
+Written by \`bench/run.sh\` from the figures it measured in one run; nothing here is typed
+by hand. Rerun it (\`make bench\`, or the command below after a build) to refresh this page.
+
+- Command: \`$COMMAND\`, after \`cmake -S . -B $1 -DCMAKE_BUILD_TYPE=${build_type:-none} && cmake --build $1\` (C flags \`${cflags}\`; \`make bench\` builds and runs the same way)
+- Date: $started; hirate $hirate_v, commit $commit
+- Machine: $cpu, $ncpu CPUs, $mem, $kernel, $virt, clock source $clocksource
+- Load average (1, 5, 15 min) before: $load_before; after: $load_after. $busy_note
+- Software: redis-server $redis_v, hiredis $hiredis_v, $gcc_v, $valgrind_v
+
+The programs are in \`bench/\`: \`bench_memory.c\` (memory backend), \`bench_redis.c\`
+(round trips against redis-server, next to a plain hiredis loop) and \`bench_calls.c\`
+(instructions per decision under callgrind). Each file's opening comment says exactly what
+it measures. The numbers come from a shared virtual machine: compare figures from the
+same run, not across runs.
+
+EOF
+cat "$WORK/memory.md"
+cat "$WORK/redis.md"
+
+echo "### Client instructions per decision (callgrind)"
+echo
+if [ $HAVE_VALGRIND = 1 ]; then
+    cat <<EOF
+\`valgrind --tool=callgrind --collect-atstart=no --toggle-collect=bench_measured bench_calls --mode MODE\`:
+after a warm-up (200 calls; for the memory backend two passes over its 10,000 keys, so
+that every bucket exists), $NCALLS decisions (${MEM_CALLS} for the memory backend) run
+inside \`bench_measured()\`, the only function whose instructions are collected, against the
+same redis-server; the count divided by the number of decisions is below. Callgrind counts
+user-space instructions only: what the kernel does for \`send\`/\`recv\` (or \`write\`/\`read\`)
+is not in it. Under valgrind \`clock_gettime\` is a real system call, so the vDSO's own
+instructions are not counted either (clock reads per decision: \`hirate_allow\` over Redis
+$(val calls_clock_hirate), in memory $(val calls_clock_memory), the plain hiredis loop $(val calls_clock_plain)).
+
+| client | instructions per decision | vs plain redisCommand |
+|---|---:|---:|
+| plain hiredis \`redisCommand(c, "EVALSHA %s 1 %s %s %s %s %s", ...)\` | $(grp "$ir_p") | 1.00 |
+| hiredis \`redisCommandArgv\` (arguments already split) | $(grp "$ir_a") | $(awk -v a="$ir_a" -v p="$ir_p" 'BEGIN {printf "%.2f", a / p}') |
+| \`hirate_allow\` (Redis) | **$(grp "$ir_h")** | $(awk -v a="$ir_h" -v p="$ir_p" 'BEGIN {printf "%.2f", a / p}') |
+| \`hirate_allow\` (memory backend) | $(grp "$ir_m") | |
+
+Where a Redis-backed \`hirate_allow\` spends them (self cost, top functions):
+
+| function | file | instructions per decision | share |
+|---|---|---:|---:|
+EOF
+    profile_rows hirate "$NCALLS" 14
+    cat <<EOF
+
+Where a memory-backed \`hirate_allow\` spends them:
+
+| function | file | instructions per decision | share |
+|---|---|---:|---:|
+EOF
+    profile_rows memory "$MEM_CALLS" 14
+    echo
+else
+    echo "Not measured: valgrind is not installed (\`apt-get install valgrind\`)."
+    echo
+fi
+
+# ---- targets ----
+echo "## Targets"
+echo
+clock_ns=$(awk -v a="$api1" -v i="$inj1" 'BEGIN {printf "%.0f", 1e9 / a - 1e9 / i}')
+if le 20000000 "$api1"; then
+    echo "- **Met**: memory backend, one thread, hot set of 10,000 keys: $(awk -v x="$api1" 'BEGIN {printf "%.1f", x / 1e6}') million decisions/s through \`hirate_allow\` (target: at least 20 million)."
+else
+    echo "- **Not met**: memory backend, one thread, hot set of 10,000 keys: $(awk -v x="$api1" 'BEGIN {printf "%.1f", x / 1e6}') million decisions/s through \`hirate_allow\` ($(awk -v x="$api1" 'BEGIN {printf "%.0f", 1e9 / x}') ns each; target: at least 20 million, 50 ns each)."
+    echo "  What stands in the way:"
+    echo "  - The clock. With the time injected (\`hirate__decide_at\`, the clock read once per 1024 decisions) the same loop makes $(awk -v x="$inj1" 'BEGIN {printf "%.1f", x / 1e6}') million/s: each decision's \`clock_gettime(CLOCK_MONOTONIC)\` (clock source $clocksource, in a virtual machine) costs about $clock_ns ns of the budget of 50."
+    if le 20000000 "$inj1"; then
+        echo "  - Only the clock: with the time injected the loop meets the target."
+    elif [ $HAVE_VALGRIND = 1 ]; then
+        echo "  - The work itself: even with the time injected a decision takes $(awk -v x="$inj1" 'BEGIN {printf "%.0f", 1e9 / x}') ns, $(grp "$ir_m") instructions, of which the largest self costs are $(profile_rows memory "$MEM_CALLS" 6 | awk -F' [|] ' '{gsub(/^[|] /, "", $1); printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $3}') (table above)."
+    fi
+fi
+echo "- Two threads on the same hot set make $(awk -v x="$api2" 'BEGIN {printf "%.1f", x / 1e6}') million/s together through \`hirate_allow\` ($(awk -v a="$api2" -v b="$api1" 'BEGIN {printf "%.2f", a / b}') times one thread; $(awk -v x="$inj2" 'BEGIN {printf "%.1f", x / 1e6}') million/s with the time injected, $(awk -v x="$dis2" 'BEGIN {printf "%.1f", x / 1e6}') million/s when each thread has its own half of the keys). No target is set for two threads; the table above shows how far they are from scaling."
+
+worst=$(awk -v a="$bpk" -v b="$rss" 'BEGIN {print (a > b ? a : b)}')
+if le "$worst" "$(awk -v k="$klen" 'BEGIN {print 96 + k}')"; then
+    echo "- **Met**: bytes per key: $(fmt "$bpk" "%.1f") by the table's own count and $(fmt "$rss" "%.1f") by resident-set growth for $klen-byte keys, that is $(awk -v a="$bpk" -v k="$klen" 'BEGIN {printf "%.1f", a - k}') and $(awk -v a="$rss" -v k="$klen" 'BEGIN {printf "%.1f", a - k}') plus the key (target: at most 96 plus the key)."
+else
+    echo "- **Not met**: bytes per key: $(fmt "$bpk" "%.1f") by the table's own count and $(fmt "$rss" "%.1f") by resident-set growth for $klen-byte keys, that is $(awk -v a="$bpk" -v k="$klen" 'BEGIN {printf "%.1f", a - k}') and $(awk -v a="$rss" -v k="$klen" 'BEGIN {printf "%.1f", a - k}') plus the key (target: at most 96 plus the key). What stands in the way: each entry is a separate malloc chunk (48 bytes of fields plus the key, plus malloc's own header and rounding) and the slot arrays add 8 to 16 bytes per key."
+fi
+
+if le "$rh" 1.05 && le "$rk" 1.05; then
+    echo "- **Met**: Redis path: \`hirate_allow\` takes $(fmt "$rh" "%.3f") times the plain hiredis loop's time per decision on one hot key and $(fmt "$rk" "%.3f") times on 10,000 keys (median of $ROUNDS interleaved rounds; target: at most 1.05)."
+else
+    echo "- **Not met**: Redis path: \`hirate_allow\` takes $(fmt "$rh" "%.3f") times the plain hiredis loop's time per decision on one hot key and $(fmt "$rk" "%.3f") times on 10,000 keys (median of $ROUNDS interleaved rounds; target: at most 1.05). What stands in the way: the per-round ratios range over $(fmt "$(val redis_ratio_min_hot)" "%.2f")..$(fmt "$(val redis_ratio_max_hot)" "%.2f") (one key) and $(fmt "$(val redis_ratio_min_keys)" "%.2f")..$(fmt "$(val redis_ratio_max_keys)" "%.2f") (10,000 keys), and the client's own work is $(grp "$ir_h") instructions per decision against the plain loop's $(grp "$ir_p"): look for the cause outside the client's CPU time (system calls, scheduling, a busy machine) before changing code."
+fi
+
+if [ $HAVE_VALGRIND = 1 ]; then
+    if le "$ir_h" 3000; then
+        echo "- **Met**: $(grp "$ir_h") client instructions per Redis-backed decision (target: at most 3,000; the plain \`redisCommand\` loop: $(grp "$ir_p"))."
+    else
+        echo "- **Not met**: $(grp "$ir_h") client instructions per Redis-backed decision (target: at most 3,000; the plain \`redisCommand\` loop: $(grp "$ir_p")). What stands in the way, from the profile above (instructions per decision):"
+        # Sum the self cost of the profile's functions by what they do.
+        annotate hirate |
+        awk -v n="$NCALLS" '
+            match($0, /^ *[0-9,]+ /) {
+                ir = substr($0, 1, RLENGTH); gsub(/[ ,]/, "", ir)
+                if ($0 ~ /strtod|mpn|round_and_return|round_away/) g["strtod"] += ir
+                else if ($0 ~ /proto.c:(hirate_proto_parse|parse_scalar|parse_i64|find_crlf)|memchr/) g["parse"] += ir
+                else if ($0 ~ /proto.c:(hirate_proto_encode_call|put_|bulk_size|int_bulk_size|u64_digits)|memmove|memcpy/) g["encode"] += ir
+                else if ($0 ~ /proto.c:hirate_proto_decision|memcmp|strspn/) g["decision"] += ir
+                else if ($0 ~ /redis.c:(acquire|release)|pthread_|clock_gettime|monotonic/) g["pool"] += ir
+                else g["other"] += ir
+            }
+            END {
+                printf "  - reading the reply: %.0f in the RESP parser (`hirate_proto_parse` and its helpers, `memchr`) and %.0f checking it (`hirate_proto_decision`, `memcmp`, `strspn`);\n", g["parse"] / n, g["decision"] / n
+                if (g["strtod"] > 0)
+                    printf "  - %.0f in glibc `strtod_l`, reading the token level (17 significant digits) from the reply;\n", g["strtod"] / n
+                printf "  - %.0f encoding the call (`hirate_proto_encode_call` and its helpers, `memcpy`);\n", g["encode"] / n
+                printf "  - %.0f in the pool (`acquire`/`release`: mutex, condition signal, clock reads);\n", g["pool"] / n
+                printf "  - %.0f everywhere else (`limiter.c`, the rest of `redis.c`, the benchmark loop).\n", g["other"] / n
+            }'
+    fi
+else
+    echo "- **Not measured**: client instructions per Redis-backed decision (valgrind is not installed)."
+fi
+} >"$OUT.tmp"
+mv "$OUT.tmp" "$OUT"
+step "done: $OUT"
