@@ -87,30 +87,31 @@ static void fork_prepare(hirate_fork_node *n)
         hirate_memory_lock_all(l->cache);
 }
 
-static void fork_parent(hirate_fork_node *n)
+/* After fork(): both sides release the locks; the child also drops the
+ * connections it inherited. */
+static void fork_release(hirate_fork_node *n, int child)
 {
     hirate_limiter *l = (hirate_limiter *)n;
     if (l->cache)
         hirate_memory_unlock_all(l->cache);
     if (l->memory)
         hirate_memory_unlock_all(l->memory);
-    if (l->redis)
+    if (l->redis && child)
+        hirate_redis_fork_child(l->redis);
+    else if (l->redis)
         hirate_redis_fork_parent(l->redis);
     pthread_mutex_unlock(&l->breaker.lock);
     pthread_mutex_unlock(&l->errlock);
 }
 
+static void fork_parent(hirate_fork_node *n)
+{
+    fork_release(n, 0);
+}
+
 static void fork_child(hirate_fork_node *n)
 {
-    hirate_limiter *l = (hirate_limiter *)n;
-    if (l->cache)
-        hirate_memory_unlock_all(l->cache);
-    if (l->memory)
-        hirate_memory_unlock_all(l->memory);
-    if (l->redis)
-        hirate_redis_fork_child(l->redis);
-    pthread_mutex_unlock(&l->breaker.lock);
-    pthread_mutex_unlock(&l->errlock);
+    fork_release(n, 1);
 }
 
 /* ---- construction ------------------------------------------------------------ */
@@ -384,6 +385,24 @@ static void pending_free(pending *p, pending_one *one)
         free(p->calls);
 }
 
+static int check_input(const void *key, size_t keylen, int64_t cost, char *err, size_t errlen)
+{
+    int rc = check_key(key, keylen, err, errlen);
+    return rc < 0 ? rc : hirate_bucket_check_cost(cost, err, errlen);
+}
+
+/* A decision of the in-memory backend (no URL). */
+static int decide_in_memory(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
+                            int spend, int64_t now, hirate_decision *out)
+{
+    char err[HIRATE_ERRMSG_SIZE];
+    int rc = check_input(key, keylen, cost, err, sizeof err);
+    if (rc < 0)
+        return remember(l, rc, err);
+    rc = hirate_memory_decide(l->memory, &l->cfg, key, keylen, now, cost, spend, out);
+    return rc < 0 ? remember(l, rc, "out of memory for a new bucket") : 0;
+}
+
 /* Decides items in order: each gets its rc and, when 0, its decision. The
  * deny cache answers what it can, the rest goes to Redis in one round trip,
  * or to the failure policy while the breaker keeps Redis alone. */
@@ -396,14 +415,11 @@ static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int sp
 
     for (size_t i = 0; i < n; i++) {
         hirate_item *it = &items[i];
-        if ((it->rc = check_key(it->key, it->keylen, err, sizeof err)) < 0 ||
-            (it->rc = hirate_bucket_check_cost(it->cost, err, sizeof err)) < 0) {
+        if (!l->redis) {
+            it->rc = decide_in_memory(l, it->key, it->keylen, it->cost, spend, now,
+                                      &it->decision);
+        } else if ((it->rc = check_input(it->key, it->keylen, it->cost, err, sizeof err)) < 0) {
             remember(l, it->rc, err);
-        } else if (!l->redis) {
-            it->rc = hirate_memory_decide(l->memory, &l->cfg, it->key, it->keylen, now,
-                                          it->cost, spend, &it->decision);
-            if (it->rc < 0)
-                remember(l, it->rc, "out of memory for a new bucket");
         } else {
             it->rc = 1;   /* for Redis */
             npending++;
@@ -493,17 +509,9 @@ static int decide(hirate_limiter *l, const void *key, size_t keylen, int64_t cos
         return HIRATE_EINVAL;
     if (!out)
         return remember(l, HIRATE_EINVAL, "the decision pointer is NULL");
-    if (!l->redis) {
-        /* The in-memory hot path: no batch bookkeeping. */
-        char err[HIRATE_ERRMSG_SIZE];
-        int rc;
-        if ((rc = check_key(key, keylen, err, sizeof err)) < 0 ||
-            (rc = hirate_bucket_check_cost(cost, err, sizeof err)) < 0)
-            return remember(l, rc, err);
-        rc = hirate_memory_decide(l->memory, &l->cfg, key, keylen,
-                                  now_us >= 0 ? now_us : hirate_monotonic_us(), cost, spend, out);
-        return rc < 0 ? remember(l, rc, "out of memory for a new bucket") : 0;
-    }
+    if (!l->redis)   /* the in-memory hot path: no batch bookkeeping */
+        return decide_in_memory(l, key, keylen, cost, spend,
+                                now_us >= 0 ? now_us : hirate_monotonic_us(), out);
     hirate_item it = {key, keylen, cost, 0, {0}};
     decide_items(l, &it, 1, spend, now_us);
     if (it.rc == 0)

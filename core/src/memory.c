@@ -114,6 +114,15 @@ static void push_newest(shard *s, entry *e)
     s->newest = e;
 }
 
+/* A bucket just used becomes the newest. */
+static void touch(shard *s, entry *e)
+{
+    if (s->newest != e) {
+        unlink_recency(s, e);
+        push_newest(s, e);
+    }
+}
+
 static void remove_entry(hirate_memory *m, shard *s, entry **pp)
 {
     entry *e = *pp;
@@ -255,10 +264,7 @@ int hirate_memory_decide(hirate_memory *m, const hirate_bucket_cfg *cfg, const v
             e->tokens = b.tokens;
             e->ts = b.ts;
         }
-        if (s->newest != e) {
-            unlink_recency(s, e);
-            push_newest(s, e);
-        }
+        touch(s, e);
     } else {
         /* A key without a bucket has a full one; store it only once it has
          * spent something. */
@@ -305,12 +311,10 @@ int hirate_memory_put(hirate_memory *m, const hirate_bucket_cfg *cfg, const void
     int rc = 0;
     pthread_mutex_lock(&s->lock);
     entry *e = *find(s, (uint32_t)h, key, keylen);
-    if (e) {
-        unlink_recency(s, e);
-        push_newest(s, e);
-    } else {
+    if (e)
+        touch(s, e);
+    else
         e = insert(m, s, cfg, (uint32_t)h, key, keylen, now);
-    }
     if (e) {
         e->tokens = state->tokens;
         e->ts = state->ts;
