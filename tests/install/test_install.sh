@@ -1,0 +1,67 @@
+#!/bin/sh
+# Installs hirate from a build tree into a scratch prefix, then builds and runs
+# the demo against the installed files two ways: cc with pkg-config, and a
+# CMake project with find_package(hirate). Prints "N passed, N failed".
+#   test_install.sh BUILD_DIR SOURCE_DIR
+set -u
+build=$1
+src=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/hirate-install.XXXXXX")
+trap 'rm -rf "$work"' EXIT INT TERM
+passed=0
+failed=0
+
+check() {   # check NAME COMMAND...: passes when the command succeeds
+    name=$1
+    shift
+    if "$@" >"$work/out" 2>&1; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        echo "FAIL: $name" >&2
+        sed 's/^/  /' "$work/out" >&2
+    fi
+}
+
+# The demo's burst: the sixth request is refused and told when to retry.
+demo_ran() {
+    "$@" >"$work/demo.out" 2>&1 &&
+        grep -q "request 6              refused  retry in 0.500 s" "$work/demo.out"
+}
+
+prefix=$work/prefix
+check "cmake --install" cmake --install "$build" --prefix "$prefix"
+check "header installed" test -f "$prefix/include/hirate.h"
+check "man page installed" test -f "$prefix/share/man/man1/hirate.1"
+check "the tool runs" "$prefix/bin/hirate" --version
+
+pcdir=$(dirname "$(find "$prefix" -name hirate.pc | head -n 1)")
+export PKG_CONFIG_PATH=$pcdir
+libdir=$(pkg-config --variable=libdir hirate)
+check "pkg-config finds the installed prefix" test -f "$libdir/libhirate.a"
+# shellcheck disable=SC2046
+check "cc with pkg-config" cc -o "$work/demo-pc" "$src/examples/demo.c" \
+    $(pkg-config --cflags --libs hirate)
+LD_LIBRARY_PATH=$libdir
+export LD_LIBRARY_PATH
+check "demo linked through pkg-config runs" demo_ran "$work/demo-pc"
+
+mkdir -p "$work/consumer"
+cp "$src/examples/demo.c" "$work/consumer/"
+cat >"$work/consumer/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.18)
+project(consumer C)
+find_package(hirate 0.1 REQUIRED)
+add_executable(demo demo.c)
+target_link_libraries(demo PRIVATE hirate::hirate)
+add_executable(demo_static demo.c)
+target_link_libraries(demo_static PRIVATE hirate::hirate_static)
+CMAKE
+check "find_package(hirate) configures" \
+    cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_PREFIX_PATH="$prefix"
+check "find_package(hirate) builds" cmake --build "$work/consumer/build"
+check "demo linked through CMake runs" demo_ran "$work/consumer/build/demo"
+check "demo linked statically through CMake runs" demo_ran "$work/consumer/build/demo_static"
+
+echo "test_install: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
