@@ -72,6 +72,17 @@ static void conn_close(conn *c)
     free(c);
 }
 
+/* Did a hiredis command fail by running out of time? hiredis 1.x says so
+ * with REDIS_ERR_TIMEOUT; 0.14 reports an I/O error with errno EAGAIN. */
+static int hiredis_timed_out(const redisContext *ctx)
+{
+#ifdef REDIS_ERR_TIMEOUT
+    if (ctx->err == REDIS_ERR_TIMEOUT)
+        return 1;
+#endif
+    return ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
 /* AUTH and SELECT through hiredis, before hirate takes over the socket. */
 static int handshake(hirate_redis *r, redisContext *ctx, char *err, size_t errlen)
 {
@@ -87,8 +98,8 @@ static int handshake(hirate_redis *r, redisContext *ctx, char *err, size_t errle
         lens[skip] = 4;
         rep = redisCommandArgv(ctx, 3 - skip, argv + skip, lens + skip);
         if (!rep)
-            return hirate__fail(err, errlen, ctx->err == REDIS_ERR_IO && errno == EAGAIN
-                                ? HIRATE_ETIMEDOUT : HIRATE_EIO, "AUTH: %s", ctx->errstr);
+            return hirate__fail(err, errlen, hiredis_timed_out(ctx) ? HIRATE_ETIMEDOUT : HIRATE_EIO,
+                                "AUTH: %s", ctx->errstr);
         if (rep->type == REDIS_REPLY_ERROR) {
             int rc = hirate__fail(err, errlen, HIRATE_EAUTH, "AUTH refused: %.100s", rep->str);
             freeReplyObject(rep);
@@ -102,8 +113,8 @@ static int handshake(hirate_redis *r, redisContext *ctx, char *err, size_t errle
         size_t lens[2] = {6, strlen(db)};
         rep = redisCommandArgv(ctx, 2, argv, lens);
         if (!rep)
-            return hirate__fail(err, errlen, ctx->err == REDIS_ERR_IO && errno == EAGAIN
-                                ? HIRATE_ETIMEDOUT : HIRATE_EIO, "SELECT: %s", ctx->errstr);
+            return hirate__fail(err, errlen, hiredis_timed_out(ctx) ? HIRATE_ETIMEDOUT : HIRATE_EIO,
+                                "SELECT: %s", ctx->errstr);
         if (rep->type == REDIS_REPLY_ERROR) {
             int rc = hirate_proto_error_class(rep->str, rep->len);
             rc = hirate__fail(err, errlen, rc < 0 ? rc : HIRATE_EREPLY,
