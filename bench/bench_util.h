@@ -90,6 +90,32 @@ static inline void bench_shuffle(uint32_t *v, size_t n, uint64_t *rng)
     }
 }
 
+/* A growing list of samples (e.g. µs per call); exits when memory runs out. */
+typedef struct bench_samples {
+    double *v;
+    size_t n, cap;
+} bench_samples;
+
+static inline void bench_samples_push(bench_samples *s, double x)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 1 << 16;
+        s->v = realloc(s->v, s->cap * sizeof *s->v);
+        if (!s->v) {
+            fprintf(stderr, "bench: out of memory for samples\n");
+            exit(1);
+        }
+    }
+    s->v[s->n++] = x;
+}
+
+static inline void bench_samples_free(bench_samples *s)
+{
+    free(s->v);
+    s->v = NULL;
+    s->n = s->cap = 0;
+}
+
 /* n distinct keys "user:NNNNNNN" (12 bytes): distinct 7-digit ids drawn at
  * random, as a service's user ids would be. */
 typedef struct bench_keys {
@@ -198,7 +224,7 @@ static inline void bench_summary(const char *path, const char *name, double valu
         perror(path);
         exit(1);
     }
-    fprintf(f, "%s %.6g\n", name, value);
+    fprintf(f, "%s %.10g\n", name, value);   /* counts of millions stay exact */
     fclose(f);
 }
 
