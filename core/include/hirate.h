@@ -172,7 +172,11 @@ HIRATE_EXPORT int hirate_limiter_new(hirate_limiter **out, const hirate_options 
 HIRATE_EXPORT void hirate_limiter_free(hirate_limiter *lim);
 
 /* Spends cost tokens from key's bucket if it holds that many. cost 0 spends
- * nothing and reports the bucket as it is. */
+ * nothing and reports the bucket as it is. When Redis fails, the on_error
+ * policy decides: the call still returns 0, out->source says who decided and
+ * out->error names the failure. A refusal is out->allowed == 0, not an error;
+ * errors are bad arguments and configuration errors (HIRATE_EAUTH,
+ * HIRATE_ENOPERM, HIRATE_EREPLY). */
 HIRATE_EXPORT int hirate_allow(hirate_limiter *lim, const void *key, size_t keylen,
                                int64_t cost, hirate_decision *out);
 
