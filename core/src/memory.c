@@ -11,7 +11,7 @@
 
 #define SHARDS_MAX 64
 #define FIRST_SLOTS 8
-/* How many of the least recently used buckets a full shard looks at for one
+/* How many of the oldest buckets a full shard looks at for one
  * to evict: enough to find a full one most of the time, and still O(1). */
 #define EVICT_SCAN 8
 /* The fewest buckets a shard holds (when max_keys allows): twice the scan. */
@@ -19,11 +19,13 @@
 
 typedef struct entry {
     struct entry *next;           /* hash chain */
-    struct entry *older, *newer;  /* recency list */
+    struct entry *older, *newer;  /* queue, oldest first: inserted or given
+                                     a second chance */
     double tokens;
     int64_t ts;
     uint32_t hash;
     uint16_t keylen;
+    uint8_t used;                 /* used since it last came up for eviction */
     unsigned char key[];
 } entry;
 
@@ -114,13 +116,13 @@ static void push_newest(shard *s, entry *e)
     s->newest = e;
 }
 
-/* A bucket just used becomes the newest. */
-static void touch(shard *s, entry *e)
+/* Marks a bucket as used (CLOCK, not strict LRU): a hit writes one byte of
+ * its own entry, never the queue, so threads on different keys of a shard
+ * do not bounce its head between them. */
+static inline void touch(entry *e)
 {
-    if (s->newest != e) {
-        unlink_recency(s, e);
-        push_newest(s, e);
-    }
+    if (!e->used)
+        e->used = 1;
 }
 
 static void remove_entry(hirate_memory *m, shard *s, entry **pp)
@@ -134,24 +136,38 @@ static void remove_entry(hirate_memory *m, shard *s, entry **pp)
     free(e);
 }
 
-/* Makes room for one more bucket in a full shard. A bucket that has refilled
- * goes first (forgetting it changes no answer); else the fullest of the
- * EVICT_SCAN least recently used, since forgetting a drained bucket would
- * hand its key a fresh burst. */
+/* Makes room for one more bucket in a full shard, looking at the EVICT_SCAN
+ * oldest. A bucket that has refilled goes first: forgetting it changes no
+ * answer. Otherwise a used one gets a second chance (back of the queue) and
+ * the fullest of the unused goes, since forgetting a drained bucket would
+ * hand its key a fresh burst; if all were used, the fullest of all. */
 static void evict_one(hirate_memory *m, shard *s, const hirate_bucket_cfg *cfg, int64_t now)
 {
-    entry *victim = NULL, *e = s->oldest;
-    double best = -1;
-    for (int i = 0; e && i < EVICT_SCAN; i++, e = e->newer) {
+    entry *victim = NULL, *fallback = NULL, *e = s->oldest, *next;
+    double best = -1, best_any = -1;
+    for (int i = 0; e && i < EVICT_SCAN; i++, e = next) {
+        next = e->newer;
         hirate_bucket b = {e->tokens, e->ts};
         double level = hirate_bucket_level(cfg, &b, now);
-        if (level > best) {
+        if (level >= cfg->capacity_d) {
+            victim = e;
+            break;
+        }
+        if (level > best_any) {
+            best_any = level;
+            fallback = e;
+        }
+        if (e->used) {
+            e->used = 0;
+            unlink_recency(s, e);
+            push_newest(s, e);
+        } else if (level > best) {
             best = level;
             victim = e;
-            if (level >= cfg->capacity_d)
-                break;
         }
     }
+    if (!victim)
+        victim = fallback;
     if (victim)
         remove_entry(m, s, find(s, victim->hash, victim->key, victim->keylen));
 }
@@ -186,6 +202,7 @@ static entry *insert(hirate_memory *m, shard *s, const hirate_bucket_cfg *cfg, u
         return NULL;
     e->hash = hash;
     e->keylen = (uint16_t)keylen;
+    e->used = 0;
     memcpy(e->key, key, keylen);
     entry **head = &s->slots[hash & s->mask];
     e->next = *head;
@@ -264,7 +281,7 @@ int hirate_memory_decide(hirate_memory *m, const hirate_bucket_cfg *cfg, const v
             e->tokens = b.tokens;
             e->ts = b.ts;
         }
-        touch(s, e);
+        touch(e);
     } else {
         /* A key without a bucket has a full one; store it only once it has
          * spent something. */
@@ -312,7 +329,7 @@ int hirate_memory_put(hirate_memory *m, const hirate_bucket_cfg *cfg, const void
     pthread_mutex_lock(&s->lock);
     entry *e = *find(s, (uint32_t)h, key, keylen);
     if (e)
-        touch(s, e);
+        touch(e);
     else
         e = insert(m, s, cfg, (uint32_t)h, key, keylen, now);
     if (e) {

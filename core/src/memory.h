@@ -1,8 +1,10 @@
 /*
  * The in-memory backend: a sharded, bounded hash table of buckets. Each shard
- * has its own lock and least-recently-used list; a new key in a full shard
- * evicts a bucket that has refilled to full (which loses nothing: a missing
- * key is a full bucket), else the fullest of the least recently used few.
+ * has its own lock and a CLOCK queue (oldest first, a "used" mark per bucket);
+ * a new key in a full shard evicts, among the oldest few, a bucket that has
+ * refilled to full (which loses nothing: a missing key is a full bucket),
+ * else the fullest of those not used since they last came up (the used get a
+ * second chance). The same table holds the deny cache.
  */
 #ifndef HIRATE_MEMORY_H
 #define HIRATE_MEMORY_H

@@ -286,6 +286,33 @@ static void without_a_full_bucket_the_fullest_of_the_oldest_goes(void)
     hirate_limiter_free(lim);
 }
 
+/* One shard of 16 (max_keys 16 gives one shard): "old" is the oldest and the
+ * fullest bucket that is not full, but it was used again after it was
+ * stored, so it gets a second chance and "second-fullest" (8 left, never used
+ * again) goes instead. Without the second chance "old" would go. */
+static void a_used_bucket_gets_a_second_chance(void)
+{
+    hirate_bucket_cfg cfg = make_cfg(10, 0.001);
+    hirate_memory *m = hirate_memory_new(16);
+    hirate_decision d;
+    char key[32];
+
+    CHECK_EQ_I64(hirate_memory_decide(m, &cfg, "old", 3, 0, 1, 1, &d), 0);       /* 9 left */
+    for (int i = 0; i < 15; i++) {
+        int64_t cost = i == 2 ? 2 : 5;                            /* 8 left, else 5 */
+        int n = snprintf(key, sizeof key, i == 2 ? "second-fullest" : "other-%d", i);
+        CHECK_EQ_I64(hirate_memory_decide(m, &cfg, key, (size_t)n, 0, cost, 1, &d), 0);
+    }
+    CHECK_EQ_I64(hirate_memory_count(m), 16);
+    CHECK_EQ_I64(hirate_memory_decide(m, &cfg, "old", 3, 0, 0, 0, &d), 0);       /* a use */
+    CHECK_EQ_I64(hirate_memory_decide(m, &cfg, "newcomer", 8, 0, 1, 1, &d), 0);
+    CHECK_EQ_I64(hirate_memory_count(m), 16);
+    CHECK_EQ_I64(hirate_memory_lookup(m, &cfg, "old", 3, 0, 1, &d), 1);
+    CHECK_EQ_I64(d.remaining, 9);
+    CHECK_EQ_I64(hirate_memory_lookup(m, &cfg, "second-fullest", 14, 0, 1, &d), 0);
+    hirate_memory_free(m);
+}
+
 /* ---- memory per key -------------------------------------------------------------------- */
 
 static void a_16_byte_key_costs_at_most_128_bytes(void)
@@ -464,6 +491,7 @@ int main(void)
     a_one_key_table_holds_one_key();
     eviction_forgets_full_buckets_before_a_drained_one();
     without_a_full_bucket_the_fullest_of_the_oldest_goes();
+    a_used_bucket_gets_a_second_chance();
     a_16_byte_key_costs_at_most_128_bytes();
     threads_spend_exactly_what_they_were_allowed();
     a_forked_child_can_use_the_limiter();
