@@ -385,20 +385,32 @@ static void pending_free(pending *p, pending_one *one)
         free(p->calls);
 }
 
-static int check_input(const void *key, size_t keylen, int64_t cost, char *err, size_t errlen)
+/* The code and message for a bad key or cost, kept out of the hot path. */
+__attribute__((noinline, cold)) static int bad_input(hirate_limiter *l, const void *key,
+                                                     size_t keylen, int64_t cost)
 {
-    int rc = check_key(key, keylen, err, errlen);
-    return rc < 0 ? rc : hirate_bucket_check_cost(cost, err, errlen);
+    char err[HIRATE_ERRMSG_SIZE];
+    int rc = check_key(key, keylen, err, sizeof err);
+    if (rc == 0)
+        rc = hirate_bucket_check_cost(cost, err, sizeof err);
+    return remember(l, rc, err);
+}
+
+/* Checks a key and a cost: 0, or the code with its message remembered. */
+static inline int check_input(hirate_limiter *l, const void *key, size_t keylen, int64_t cost)
+{
+    if (key && keylen - 1 < HIRATE_KEY_MAX && cost >= 0 && cost <= HIRATE_EXACT_MAX)
+        return 0;
+    return bad_input(l, key, keylen, cost);
 }
 
 /* A decision of the in-memory backend (no URL). */
 static int decide_in_memory(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
                             int spend, int64_t now, hirate_decision *out)
 {
-    char err[HIRATE_ERRMSG_SIZE];
-    int rc = check_input(key, keylen, cost, err, sizeof err);
+    int rc = check_input(l, key, keylen, cost);
     if (rc < 0)
-        return remember(l, rc, err);
+        return rc;
     rc = hirate_memory_decide(l->memory, &l->cfg, key, keylen, now, cost, spend, out);
     return rc < 0 ? remember(l, rc, "out of memory for a new bucket") : 0;
 }
@@ -418,9 +430,7 @@ static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int sp
         if (!l->redis) {
             it->rc = decide_in_memory(l, it->key, it->keylen, it->cost, spend, now,
                                       &it->decision);
-        } else if ((it->rc = check_input(it->key, it->keylen, it->cost, err, sizeof err)) < 0) {
-            remember(l, it->rc, err);
-        } else {
+        } else if ((it->rc = check_input(l, it->key, it->keylen, it->cost)) == 0) {
             it->rc = 1;   /* for Redis */
             npending++;
         }
