@@ -1233,38 +1233,15 @@ static void test_a_batch_in_an_outage_is_decided_by_the_policy(void)
 
 /* ---- main ------------------------------------------------------------------------------------ */
 
-/* A hang anywhere is a failure, not a stuck CI job. Only async-signal-safe
- * calls: kill the server and remove what it wrote. */
-static char alarm_log[300], alarm_sock[300];
-
-static void on_alarm(int sig)
-{
-    static const char msg[] = "test_policy: FAILED, timed out (did a call hang?)\n";
-    (void)sig;
-    ssize_t n = write(2, msg, sizeof msg - 1);
-    (void)n;
-    if (S.pid > 0) {
-        kill(S.pid, SIGCONT);
-        kill(S.pid, SIGKILL);
-    }
-    unlink(alarm_log);
-    unlink(alarm_sock);
-    rmdir(S.dir);
-    _exit(2);
-}
-
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    signal(SIGALRM, on_alarm);
-    alarm(120);
     if (rh_start(&S) != 0) {
         CHECK(!"redis-server must start (is it installed and on PATH?)");
         return check_summary("test_policy");
     }
     printf("redis-server pid %d on port %d, dir %s\n", (int)S.pid, S.port, S.dir);
-    snprintf(alarm_log, sizeof alarm_log, "%s/redis.log", S.dir);
-    snprintf(alarm_sock, sizeof alarm_sock, "%s", S.unixsock);
+    rh_watchdog(&S, "test_policy", 120);
 
     test_each_policy_decides_each_outage_and_redis_returns();
     test_local_policy_divides_capacity_and_rate_by_instances();

@@ -949,35 +949,15 @@ static void test_killed_server_fails_fast_and_recovers_after_restart(void)
     hirate_limiter_free(lim);
 }
 
-/* A hang anywhere is a failure, not a stuck CI job. Only async-signal-safe
- * calls: kill the server and remove what it wrote (rh_stop cannot run here). */
-static char alarm_log[300], alarm_sock[300];
-
-static void on_alarm(int sig)
-{
-    static const char msg[] = "test_redis: FAILED, timed out (did a call hang?)\n";
-    (void)sig;
-    ssize_t n = write(2, msg, sizeof msg - 1);
-    (void)n;
-    if (S.pid > 0) kill(S.pid, SIGKILL);
-    unlink(alarm_log);
-    unlink(alarm_sock);
-    rmdir(S.dir);
-    _exit(2);
-}
-
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);   /* timings reach the log even on a crash */
-    signal(SIGALRM, on_alarm);
-    alarm(60);
     if (rh_start(&S) != 0) {
         CHECK(!"redis-server must start (is it installed and on PATH?)");
         return check_summary("test_redis");
     }
     printf("redis-server pid %d on port %d, dir %s\n", (int)S.pid, S.port, S.dir);
-    snprintf(alarm_log, sizeof alarm_log, "%s/redis.log", S.dir);
-    snprintf(alarm_sock, sizeof alarm_sock, "%s", S.unixsock);
+    rh_watchdog(&S, "test_redis", 60);
 
     test_script_sha1_is_what_redis_computes();
     test_decisions_are_exact_and_every_key_has_a_ttl();

@@ -455,6 +455,7 @@ int main(int argc, char **argv)
     memset(&s, 0, sizeof s);
     if (rh_start(&s) == 0) {
         check_passed_++;
+        rh_watchdog(&s, "test_vectors", 120);
         /* The script itself, then the same with the deny cache, which must
          * give every value Redis gives while answering refusals itself. */
         const backend redis = {"redis", s.url, HIRATE_SOURCE_REDIS, 0, "vec:"};

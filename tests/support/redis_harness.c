@@ -285,3 +285,39 @@ long long rh_info_int(rh_server *s, const char *field)
     if (r) freeReplyObject(r);
     return v;
 }
+
+/* ---- watchdog ---------------------------------------------------------------------- */
+
+/* What the SIGALRM handler needs, prepared beforehand: it may only make
+ * async-signal-safe calls. */
+static struct {
+    const rh_server *server;
+    char message[160], log[300], sock[300];
+} watchdog;
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    ssize_t n = write(2, watchdog.message, strlen(watchdog.message));
+    (void)n;
+    const rh_server *s = watchdog.server;
+    if (s->pid > 0) {
+        kill(s->pid, SIGCONT);   /* a stopped server cannot die of SIGKILL until resumed */
+        kill(s->pid, SIGKILL);
+    }
+    unlink(watchdog.log);
+    unlink(watchdog.sock);
+    rmdir(s->dir);
+    _exit(2);
+}
+
+void rh_watchdog(const rh_server *s, const char *program, unsigned seconds)
+{
+    watchdog.server = s;
+    snprintf(watchdog.message, sizeof watchdog.message,
+             "%s: FAILED, timed out after %u s (did a call hang?)\n", program, seconds);
+    snprintf(watchdog.log, sizeof watchdog.log, "%s/redis.log", s->dir);
+    snprintf(watchdog.sock, sizeof watchdog.sock, "%s", s->unixsock);
+    signal(SIGALRM, on_alarm);
+    alarm(seconds);
+}

@@ -33,6 +33,11 @@ void rh_stop(rh_server *s);
 /* One command on a fresh connection (argv style, like redisCommand's format);
  * the caller frees the reply with freeReplyObject. NULL if unreachable. */
 redisReply *rh_command(rh_server *s, const char *fmt, ...);
+/* Arms a watchdog: if the program is still running after `seconds`, it
+ * prints "<program>: FAILED, timed out", kills the server, removes its
+ * directory and exits with status 2, so a hang fails instead of stalling CI.
+ * Call it after rh_start (it uses SIGALRM). */
+void rh_watchdog(const rh_server *s, const char *program, unsigned seconds);
 /* An integer field of INFO, e.g. rh_info_int(s, "total_connections_received"); -1 if absent. */
 long long rh_info_int(rh_server *s, const char *field);
 
