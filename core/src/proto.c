@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errors.h"
 #include "proto.h"
 #include "script.h"
 
@@ -284,6 +285,27 @@ size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int
     return (size_t)(p - buf);
 }
 
+size_t hirate_proto_batch_bound(const hirate_call *calls, size_t n, const int *rcs, int select,
+                                int eval_first)
+{
+    size_t total = 0, m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!select || rcs[i] == select)
+            total += hirate_proto_call_bound(&calls[i], eval_first && m++ == 0);
+    return total;
+}
+
+size_t hirate_proto_encode_batch(char *buf, size_t cap, const hirate_call *calls, size_t n,
+                                 const int *rcs, int select, int eval_first)
+{
+    size_t len = 0, m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!select || rcs[i] == select)
+            len += hirate_proto_encode_call(buf + len, cap - len, &calls[i],
+                                            eval_first && m++ == 0);
+    return len;
+}
+
 size_t hirate_proto_encode_limits(char *buf, size_t cap, int64_t capacity, double rate)
 {
     char r[32];
@@ -414,4 +436,33 @@ int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t c
     d->reset_after_us = reset;
     d->time_us = now;
     return 0;
+}
+
+int hirate_proto_error_reply(const hirate_reply *rep, int *drop, char *err, size_t errlen)
+{
+    /* Keep the connection unless the server is the wrong one to talk to now
+     * (READONLY after a failover, LOADING, MASTERDOWN). */
+    if (hirate_proto_error_drops_connection(rep->top.str, rep->top.len))
+        *drop = 1;
+    int rc = hirate_proto_error_class(rep->top.str, rep->top.len);
+    int n = rep->top.len > 120 ? 120 : (int)rep->top.len;
+    return hirate__fail(err, errlen, rc == HIRATE_PROTO_NOSCRIPT ? HIRATE_EREPLY : rc,
+                        "Redis replied: %.*s", n, rep->top.str);
+}
+
+int hirate_proto_outcome(const hirate_reply *rep, const hirate_call *c, int64_t capacity,
+                         int after_eval, hirate_decision *d, hirate_bucket *state, int *drop,
+                         char *err, size_t errlen)
+{
+    const char *why = NULL;
+    int rc = hirate_proto_decision(rep, c, capacity, d, state, &why);
+    if (rc == HIRATE_PROTO_NOSCRIPT && after_eval)
+        rc = HIRATE_EREPLY;   /* NOSCRIPT after EVAL: no second fallback */
+    if (rc < 0 && rep->top.type == '-') {
+        rc = hirate_proto_error_reply(rep, drop, err, errlen);
+    } else if (rc == HIRATE_EPROTO) {
+        rc = hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: %s", why);
+        *drop = 1;
+    }
+    return rc;
 }

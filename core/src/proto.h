@@ -63,6 +63,15 @@ size_t hirate_proto_call_bound(const hirate_call *c, int eval);
  * length the call takes; writes it only when that is at most cap. */
 size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int eval);
 
+/* A batch: the calls whose rcs[i] is `select` (all of them when select is
+ * 0), the first as EVAL when eval_first. batch_bound is a quick upper bound
+ * of its length; encode_batch writes it into buf (cap at least the bound)
+ * and returns the exact length. */
+size_t hirate_proto_batch_bound(const hirate_call *calls, size_t n, const int *rcs, int select,
+                                int eval_first);
+size_t hirate_proto_encode_batch(char *buf, size_t cap, const hirate_call *calls, size_t n,
+                                 const int *rcs, int select, int eval_first);
+
 /* Encodes capacity and rate as the two bulk strings of hirate_call.args; the
  * rate in the fewest digits that read back as the same double. */
 size_t hirate_proto_encode_limits(char *buf, size_t cap, int64_t capacity, double rate);
@@ -91,5 +100,18 @@ int hirate_proto_error_drops_connection(const char *msg, size_t len);
  * 0, HIRATE_EPROTO with *why set, or the class of an error reply. */
 int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t capacity,
                           hirate_decision *d, hirate_bucket *state, const char **why);
+
+/* An error reply: its class (NOSCRIPT counts as HIRATE_EREPLY here), with
+ * "Redis replied: <its words>" in err; sets *drop as hirate_proto_outcome. */
+int hirate_proto_error_reply(const hirate_reply *rep, int *drop, char *err, size_t errlen);
+
+/* What one reply to call c means: 0 with *d and *state filled,
+ * HIRATE_PROTO_NOSCRIPT (unless after_eval: the call was already sent as
+ * EVAL, so it is HIRATE_EREPLY), or an error code with its message in err.
+ * Sets *drop when the connection must not be used again (a malformed reply,
+ * READONLY, LOADING, MASTERDOWN). */
+int hirate_proto_outcome(const hirate_reply *rep, const hirate_call *c, int64_t capacity,
+                         int after_eval, hirate_decision *d, hirate_bucket *state, int *drop,
+                         char *err, size_t errlen);
 
 #endif

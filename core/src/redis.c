@@ -424,16 +424,6 @@ static void release(hirate_redis *r, conn *c, int healthy)
     pthread_mutex_unlock(&r->lock);
 }
 
-/* After an error reply: keep the connection unless the server is the wrong
- * one to talk to now (READONLY after a failover, LOADING, MASTERDOWN). */
-static int reply_error(const hirate_reply *rep, int rc, int *healthy, char *err, size_t errlen)
-{
-    if (hirate_proto_error_drops_connection(rep->top.str, rep->top.len))
-        *healthy = 0;
-    int n = rep->top.len > 120 ? 120 : (int)rep->top.len;
-    return hirate__fail(err, errlen, rc, "Redis replied: %.*s", n, rep->top.str);
-}
-
 /* One pipeline: the calls whose rcs[i] is `select` (all of them when select
  * is 0), the first as EVAL when eval_first, answered in order. Each answered
  * call gets its rc; an I/O error, which leaves the stream's state unknown, is
@@ -443,10 +433,7 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
                     int *rcs, int *healthy, char *err, size_t errlen)
 {
     char stackbuf[2048];
-    size_t total = 0, m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!select || rcs[i] == select)
-            total += hirate_proto_call_bound(&calls[i], eval_first && m++ == 0);
+    size_t total = hirate_proto_batch_bound(calls, n, rcs, select, eval_first);
     char *buf = total <= sizeof stackbuf ? stackbuf : malloc(total);
     if (!buf) {
         int rc = hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory for %zu calls", n);
@@ -455,48 +442,31 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
                 rcs[i] = rc;
         return 0;   /* nothing was sent: the connection is fine */
     }
-    size_t len = 0;
-    m = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!select || rcs[i] == select) {
-            int eval = eval_first && m++ == 0;
-            len += hirate_proto_encode_call(buf + len, total - len, &calls[i], eval);
-            if (eval)
-                STAT_INC(r, eval);
-            else
-                STAT_INC(r, evalsha);
-        }
-    }
-
+    size_t len = hirate_proto_encode_batch(buf, total, calls, n, rcs, select, eval_first);
     int64_t deadline = begin_roundtrip(r, c);
     int io = conn_send(r, c, buf, len, err, errlen);
     if (buf != stackbuf)
         free(buf);
+
+    int sent_eval = 0, drop = 0;
     for (size_t i = 0; i < n; i++) {
         if (select && rcs[i] != select)
             continue;
+        if (eval_first && !sent_eval++)
+            STAT_INC(r, eval);
+        else
+            STAT_INC(r, evalsha);
         hirate_reply rep;
-        const char *why = NULL;
         if (io == 0)
             io = conn_read(r, c, deadline, &rep, err, errlen);
-        if (io < 0) {
-            rcs[i] = io;
-            continue;
-        }
-        int rc = hirate_proto_decision(&rep, &calls[i], capacity, &ds[i], &states[i], &why);
-        if (rc == HIRATE_PROTO_NOSCRIPT && select == HIRATE_PROTO_NOSCRIPT)
-            rc = HIRATE_EREPLY;   /* NOSCRIPT after EVAL: no second fallback */
-        if (rc < 0 && rep.top.type == '-') {
-            rc = reply_error(&rep, rc, healthy, err, errlen);
-        } else if (rc == HIRATE_EPROTO) {
-            rc = hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: %s", why);
-            *healthy = 0;
-        }
-        rcs[i] = rc;
+        rcs[i] = io < 0 ? io
+                        : hirate_proto_outcome(&rep, &calls[i], capacity,
+                                               select == HIRATE_PROTO_NOSCRIPT, &ds[i],
+                                               &states[i], &drop, err, errlen);
     }
     if (io == 0)
         io = end_roundtrip(c, err, errlen);
-    if (io < 0)
+    if (io < 0 || drop)
         *healthy = 0;
     return io;
 }
@@ -548,16 +518,16 @@ int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, co
     rc = conn_send(r, c, req, len, err, errlen);
     if (rc == 0)
         rc = conn_read(r, c, deadline, &rep, err, errlen);
+    int drop = 0;
     if (rc == 0 && rep.top.type == '-')
-        rc = reply_error(&rep, hirate_proto_error_class(rep.top.str, rep.top.len), &healthy,
-                         err, errlen);
+        rc = hirate_proto_error_reply(&rep, &drop, err, errlen);
     else if (rc == 0 && rep.top.type != ':')
         rc = hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: DEL gave no integer");
     if (rc == 0 || rep.top.type == '-') {
         int io = end_roundtrip(c, err, errlen);
         rc = io < 0 ? io : rc;
     }
-    if (rc == HIRATE_EPROTO || rc == HIRATE_EIO || rc == HIRATE_ETIMEDOUT)
+    if (drop || rc == HIRATE_EPROTO || rc == HIRATE_EIO || rc == HIRATE_ETIMEDOUT)
         healthy = 0;
     release(r, c, healthy);
     return rc;
