@@ -339,52 +339,6 @@ static void learn(hirate_limiter *l, const hirate_item *it, const hirate_bucket 
     }
 }
 
-/* The calls of a batch that go to Redis, with room for their answers. */
-typedef struct pending {
-    size_t *index;          /* item index of each call */
-    hirate_call *calls;
-    hirate_decision *ds;
-    hirate_bucket *states;
-    int *rcs;
-    unsigned char *known;   /* the deny cache held the key */
-} pending;
-
-/* Stack room for a single decision; a batch allocates. */
-typedef struct pending_one {
-    size_t index[1];
-    hirate_call calls[1];
-    hirate_decision ds[1];
-    hirate_bucket states[1];
-    int rcs[1];
-    unsigned char known[1];
-} pending_one;
-
-static int pending_alloc(pending *p, pending_one *one, size_t n)
-{
-    if (n <= 1) {
-        *p = (pending){one->index, one->calls, one->ds, one->states, one->rcs, one->known};
-        return 0;
-    }
-    char *m = malloc(n * (sizeof(size_t) + sizeof(hirate_call) + sizeof(hirate_decision) +
-                          sizeof(hirate_bucket) + sizeof(int) + 1));
-    if (!m)
-        return HIRATE_ENOMEM;
-    /* Largest alignment first. */
-    p->calls = (hirate_call *)m;
-    p->ds = (hirate_decision *)(p->calls + n);
-    p->states = (hirate_bucket *)(p->ds + n);
-    p->index = (size_t *)(p->states + n);
-    p->rcs = (int *)(p->index + n);
-    p->known = (unsigned char *)(p->rcs + n);
-    return 0;
-}
-
-static void pending_free(pending *p, pending_one *one)
-{
-    if (p->calls != one->calls)
-        free(p->calls);
-}
-
 /* The code and message for a bad key or cost, kept out of the hot path. */
 __attribute__((noinline, cold)) static int bad_input(hirate_limiter *l, const void *key,
                                                      size_t keylen, int64_t cost)
@@ -415,20 +369,87 @@ static int decide_in_memory(hirate_limiter *l, const void *key, size_t keylen, i
     return rc < 0 ? remember(l, rc, "out of memory for a new bucket") : 0;
 }
 
-/* Decides items in order: each gets its rc and, when 0, its decision. The
- * deny cache answers what it can, the rest goes to Redis in one round trip,
- * or to the failure policy while the breaker keeps Redis alone. */
-static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int spend,
-                         int64_t now_us)
-{
-    char err[HIRATE_ERRMSG_SIZE];
-    int64_t now = now_us >= 0 ? now_us : hirate_monotonic_us();
-    size_t npending = 0;
+/* A batch on its way through the limiter, in three steps:
+ *   batch_begin   decides what needs no Redis: bad input, the memory
+ *                 backend, the deny cache, and the policy while the breaker
+ *                 keeps Redis alone; leaves the rest as calls (b->m of them);
+ *   (the I/O)     someone sends the calls and fills rcs, ds and states:
+ *                 redis.c in hirate_allow_many, or a binding's own sockets;
+ *   batch_settle  tells the breaker, teaches the deny cache, and lets the
+ *                 policy answer the calls that met a failure. */
+typedef struct batch {
+    hirate_limiter *l;
+    hirate_item *items;
+    int spend;
+    int64_t now_us;         /* injected time, or < 0 */
+    int64_t now;            /* the decision clock: injected or monotonic */
+    size_t m;               /* calls for Redis */
+    int verdict;            /* the breaker's */
+    uint64_t epoch;         /* resets seen when the calls were made */
+    size_t *index;          /* item index of each call */
+    hirate_call *calls;
+    hirate_decision *ds;
+    hirate_bucket *states;
+    int *rcs;
+    unsigned char *known;   /* the deny cache held the key */
+    struct {                /* room for a single call: no allocation */
+        size_t index;
+        hirate_call call;
+        hirate_decision d;
+        hirate_bucket state;
+        int rc;
+        unsigned char known;
+    } one;
+} batch;
 
+static int batch_alloc(batch *b, size_t n)
+{
+    if (n <= 1) {
+        b->index = &b->one.index;
+        b->calls = &b->one.call;
+        b->ds = &b->one.d;
+        b->states = &b->one.state;
+        b->rcs = &b->one.rc;
+        b->known = &b->one.known;
+        return 0;
+    }
+    /* One block, largest alignment first. */
+    char *m = malloc(n * (sizeof(hirate_call) + sizeof(hirate_decision) + sizeof(hirate_bucket) +
+                          sizeof(size_t) + sizeof(int) + 1));
+    if (!m)
+        return HIRATE_ENOMEM;
+    b->calls = (hirate_call *)m;
+    b->ds = (hirate_decision *)(b->calls + n);
+    b->states = (hirate_bucket *)(b->ds + n);
+    b->index = (size_t *)(b->states + n);
+    b->rcs = (int *)(b->index + n);
+    b->known = (unsigned char *)(b->rcs + n);
+    return 0;
+}
+
+static void batch_free(batch *b)
+{
+    if (b->calls != &b->one.call)
+        free(b->calls);
+}
+
+/* Returns the number of calls left for Redis (0: every item is decided). */
+static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_t n, int spend,
+                          int64_t now_us)
+{
+    b->l = l;
+    b->items = items;
+    b->spend = spend;
+    b->now_us = now_us;
+    b->now = now_us >= 0 ? now_us : hirate_monotonic_us();
+    b->m = 0;
+    b->calls = NULL;
+
+    size_t npending = 0;
     for (size_t i = 0; i < n; i++) {
         hirate_item *it = &items[i];
         if (!l->redis) {
-            it->rc = decide_in_memory(l, it->key, it->keylen, it->cost, spend, now,
+            it->rc = decide_in_memory(l, it->key, it->keylen, it->cost, spend, b->now,
                                       &it->decision);
         } else if ((it->rc = check_input(l, it->key, it->keylen, it->cost)) == 0) {
             it->rc = 1;   /* for Redis */
@@ -436,25 +457,22 @@ static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int sp
         }
     }
     if (!npending)
-        return;
-
-    pending_one one;
-    pending p;
-    if (pending_alloc(&p, &one, npending) < 0) {
+        return 0;
+    if (batch_alloc(b, npending) < 0) {
         for (size_t i = 0; i < n; i++)
             if (items[i].rc == 1)
                 items[i].rc = remember(l, HIRATE_ENOMEM, "out of memory for a batch");
-        return;
+        return 0;
     }
-    size_t m = 0;
+
     for (size_t i = 0; i < n; i++) {
         hirate_item *it = &items[i];
         if (it->rc != 1)
             continue;
         int known = 0;
         if (l->cache && it->cost > 0 && it->cost <= l->cfg.capacity) {
-            known = hirate_memory_lookup(l->cache, &l->cfg, it->key, it->keylen, now, it->cost,
-                                         &it->decision);
+            known = hirate_memory_lookup(l->cache, &l->cfg, it->key, it->keylen, b->now,
+                                         it->cost, &it->decision);
             if (known && !it->decision.allowed) {
                 it->decision.source = HIRATE_SOURCE_CACHE;
                 it->rc = 0;
@@ -462,54 +480,76 @@ static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int sp
                 continue;
             }
         }
-        p.index[m] = i;
-        p.known[m] = (unsigned char)known;
-        p.calls[m] = (hirate_call){l->prefix, l->prefixlen, it->key, it->keylen, l->args,
-                                   l->argslen, it->cost, spend, now_us};
-        m++;
+        b->index[b->m] = i;
+        b->known[b->m] = (unsigned char)known;
+        b->calls[b->m] = (hirate_call){l->prefix, l->prefixlen, it->key, it->keylen, l->args,
+                                       l->argslen, it->cost, spend, now_us};
+        b->m++;
     }
+    if (!b->m)
+        return 0;
 
     int error = 0;
     int64_t wait_us = 0;
     /* The breaker keeps real time, even when a test injects the time. */
-    int64_t mono = now_us >= 0 ? hirate_monotonic_us() : now;
-    int verdict = m ? hirate_breaker_enter(&l->breaker, mono, &error, &wait_us)
-                    : HIRATE_BREAKER_PASS;
-    if (m && verdict == HIRATE_BREAKER_SKIP) {
-        for (size_t j = 0; j < m; j++)
-            apply_policy(l, &items[p.index[j]], spend, now, error, wait_us);
-    } else if (m) {
-        uint64_t epoch = __atomic_load_n(&l->reset_epoch, __ATOMIC_ACQUIRE);
-        hirate_redis_decide_many(l->redis, p.calls, m, l->cfg.capacity, p.ds, p.states, p.rcs,
-                                 err, sizeof err);
-        int outage = 0;
-        for (size_t j = 0; j < m; j++)
-            if (is_outage(p.rcs[j]))
-                outage = p.rcs[j];
-        if (outage) {
-            remember(l, outage, err);
-            /* The backoff runs from when the failure was known, not from
-             * when the call began (a timeout is as long as a backoff). */
-            wait_us = hirate_breaker_failure(&l->breaker, verdict == HIRATE_BREAKER_PROBE,
-                                             outage, hirate_monotonic_us());
+    int64_t mono = now_us >= 0 ? hirate_monotonic_us() : b->now;
+    b->verdict = hirate_breaker_enter(&l->breaker, mono, &error, &wait_us);
+    if (b->verdict == HIRATE_BREAKER_SKIP) {
+        for (size_t j = 0; j < b->m; j++)
+            apply_policy(l, &items[b->index[j]], spend, b->now, error, wait_us);
+        b->m = 0;
+        return 0;
+    }
+    b->epoch = __atomic_load_n(&l->reset_epoch, __ATOMIC_ACQUIRE);
+    return b->m;
+}
+
+/* After the calls were answered (rcs, ds, states); err holds the message of
+ * the last error. */
+static void batch_settle(batch *b, const char *err)
+{
+    hirate_limiter *l = b->l;
+    int outage = 0;
+    int64_t wait_us = 0;
+    for (size_t j = 0; j < b->m; j++)
+        if (is_outage(b->rcs[j]))
+            outage = b->rcs[j];
+    if (outage) {
+        remember(l, outage, err);
+        /* The backoff runs from when the failure was known, not from when
+         * the call began (a timeout is as long as a backoff). */
+        wait_us = hirate_breaker_failure(&l->breaker, b->verdict == HIRATE_BREAKER_PROBE, outage,
+                                         hirate_monotonic_us());
+    } else {
+        hirate_breaker_success(&l->breaker, b->verdict == HIRATE_BREAKER_PROBE);
+    }
+    for (size_t j = 0; j < b->m; j++) {
+        hirate_item *it = &b->items[b->index[j]];
+        it->rc = b->rcs[j];
+        if (it->rc == 0) {
+            it->decision = b->ds[j];
+            if (l->cache && it->cost > 0 && it->cost <= l->cfg.capacity)
+                learn(l, it, &b->states[j], b->now, b->known[j], b->epoch);
+        } else if (is_outage(it->rc)) {
+            apply_policy(l, it, b->spend, b->now, it->rc, wait_us);
         } else {
-            hirate_breaker_success(&l->breaker, verdict == HIRATE_BREAKER_PROBE);
-        }
-        for (size_t j = 0; j < m; j++) {
-            hirate_item *it = &items[p.index[j]];
-            it->rc = p.rcs[j];
-            if (it->rc == 0) {
-                it->decision = p.ds[j];
-                if (l->cache && it->cost > 0 && it->cost <= l->cfg.capacity)
-                    learn(l, it, &p.states[j], now, p.known[j], epoch);
-            } else if (is_outage(it->rc)) {
-                apply_policy(l, it, spend, now, it->rc, wait_us);
-            } else {
-                remember(l, it->rc, err);
-            }
+            remember(l, it->rc, err);
         }
     }
-    pending_free(&p, &one);
+}
+
+/* Decides items in order: each gets its rc and, when 0, its decision. */
+static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int spend,
+                         int64_t now_us)
+{
+    batch b;
+    if (batch_begin(&b, l, items, n, spend, now_us)) {
+        char err[HIRATE_ERRMSG_SIZE];
+        hirate_redis_decide_many(l->redis, b.calls, b.m, l->cfg.capacity, b.ds, b.states, b.rcs,
+                                 err, sizeof err);
+        batch_settle(&b, err);
+    }
+    batch_free(&b);
 }
 
 static int decide(hirate_limiter *l, const void *key, size_t keylen, int64_t cost, int spend,
@@ -633,4 +673,179 @@ const char *hirate_script_sha1(void)
 const char *hirate_version(void)
 {
     return HIRATE_VERSION_STRING;
+}
+
+/* ---- deciding without I/O (hirate_internal.h) ---------------------------------- */
+
+struct hirate_op {
+    batch b;
+    int pass;           /* 1: every call as EVALSHA; 2: after NOSCRIPT, again */
+    size_t next;        /* the next call whose reply is due */
+    int drop;           /* the connection must not be used again */
+    char *req;
+    size_t reqlen;
+    char err[HIRATE_ERRMSG_SIZE];
+};
+
+/* Encodes this pass's request: every call, or those that met NOSCRIPT with
+ * the first as EVAL. */
+static int op_encode(hirate_op *op)
+{
+    int select = op->pass == 2 ? HIRATE_PROTO_NOSCRIPT : 0;
+    size_t cap = hirate_proto_batch_bound(op->b.calls, op->b.m, op->b.rcs, select, op->pass == 2);
+    free(op->req);
+    op->req = malloc(cap);
+    if (!op->req)
+        return HIRATE_ENOMEM;
+    op->reqlen = hirate_proto_encode_batch(op->req, cap, op->b.calls, op->b.m, op->b.rcs, select,
+                                           op->pass == 2);
+    op->next = 0;
+    return 0;
+}
+
+/* The next call of this pass still waiting for its reply, or m. */
+static size_t op_due(const hirate_op *op)
+{
+    size_t j = op->next;
+    while (op->pass == 2 && j < op->b.m && op->b.rcs[j] != HIRATE_PROTO_NOSCRIPT)
+        j++;
+    return j;
+}
+
+int hirate__op_start(hirate_limiter *l, hirate_item *items, size_t n, int spend, int64_t now_us,
+                     hirate_op **out)
+{
+    *out = NULL;
+    if (!l || (!items && n) || !l->redis)
+        return HIRATE_EINVAL;
+    hirate_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return HIRATE_ENOMEM;
+    if (!batch_begin(&op->b, l, items, n, spend, now_us)) {
+        hirate__op_free(op);
+        return 0;
+    }
+    op->pass = 1;
+    if (op_encode(op) < 0) {
+        hirate__op_fail(op, HIRATE_ENOMEM);
+        hirate__op_free(op);
+        return 0;
+    }
+    *out = op;
+    return 1;
+}
+
+const char *hirate__op_request(const hirate_op *op, size_t *len)
+{
+    *len = op->reqlen;
+    return op->req;
+}
+
+/* Every call still waiting for this pass's reply gets rc. */
+static void op_answer_rest(hirate_op *op, int rc)
+{
+    for (size_t j = op_due(op); j < op->b.m; op->next = j + 1, j = op_due(op))
+        op->b.rcs[j] = rc;
+}
+
+int hirate__op_feed(hirate_op *op, const char *buf, size_t len, size_t *used)
+{
+    *used = 0;
+    for (;;) {
+        size_t j = op_due(op);
+        if (j == op->b.m) {
+            int again = 0;
+            for (size_t k = 0; op->pass == 1 && k < op->b.m; k++)
+                again |= op->b.rcs[k] == HIRATE_PROTO_NOSCRIPT;
+            if (again) {
+                /* The calls that met NOSCRIPT provably did not run. */
+                op->pass = 2;
+                if (op_encode(op) == 0)
+                    return HIRATE_OP_SEND;
+                hirate__op_fail(op, HIRATE_ENOMEM);
+                return HIRATE_OP_DONE;
+            }
+            batch_settle(&op->b, op->err);
+            return HIRATE_OP_DONE;
+        }
+        hirate_reply rep;
+        long r = hirate_proto_parse(buf + *used, len - *used, &rep);
+        if (r == 0 && len - *used <= HIRATE_PROTO_MAX_REPLY)
+            return HIRATE_OP_MORE;
+        if (r <= 0) {
+            hirate__fail(op->err, sizeof op->err, HIRATE_EPROTO, "malformed reply from Redis: %s",
+                         r < 0 ? rep.why : "longer than the longest reply");
+            hirate__op_fail(op, HIRATE_EPROTO);
+            return HIRATE_OP_DONE;
+        }
+        op->b.rcs[j] = hirate_proto_outcome(&rep, &op->b.calls[j], op->b.l->cfg.capacity,
+                                            op->pass == 2, &op->b.ds[j], &op->b.states[j],
+                                            &op->drop, op->err, sizeof op->err);
+        *used += (size_t)r;
+        op->next = j + 1;
+    }
+}
+
+void hirate__op_fail(hirate_op *op, int code)
+{
+    if (!op->err[0] || code != HIRATE_EPROTO)
+        hirate__fail(op->err, sizeof op->err, code, "%s", hirate_strerror(code));
+    op->drop = 1;
+    op_answer_rest(op, code);
+    batch_settle(&op->b, op->err);
+}
+
+int hirate__op_drop(const hirate_op *op)
+{
+    return op->drop;
+}
+
+void hirate__op_free(hirate_op *op)
+{
+    if (!op)
+        return;
+    batch_free(&op->b);
+    free(op->req);
+    free(op);
+}
+
+int hirate__endpoint(hirate_limiter *l, hirate_endpoint *out)
+{
+    if (!l || !l->redis)
+        return HIRATE_EINVAL;
+    const hirate_url *u = hirate_redis_url(l->redis);
+    memset(out, 0, sizeof *out);
+    out->is_unix = u->is_unix;
+    snprintf(out->host, sizeof out->host, "%s", u->host);
+    out->port = u->port;
+    snprintf(out->path, sizeof out->path, "%s", u->path);
+    out->connect_timeout_ms = hirate_redis_timeouts(l->redis, &out->timeout_ms);
+    return 0;
+}
+
+size_t hirate__handshake(hirate_limiter *l, char *buf, size_t cap, int *replies)
+{
+    const hirate_url *u = hirate_redis_url(l->redis);
+    const char *argv[3];
+    size_t lens[3], len = 0;
+    char db[16];
+    int argc;
+    *replies = 0;
+    /* Measured first, then written, so that nothing is written unless all fits. */
+    for (int write = 0; write < 2; write++) {
+        char *p = write ? buf : NULL;
+        len = 0;
+        *replies = 0;
+        if ((argc = hirate_url_auth_argv(u, argv, lens)) > 0) {
+            len += hirate_proto_encode_argv(p ? p + len : NULL, p ? cap - len : 0, argc, argv, lens);
+            ++*replies;
+        }
+        if ((argc = hirate_url_select_argv(u, db, argv, lens)) > 0) {
+            len += hirate_proto_encode_argv(p ? p + len : NULL, p ? cap - len : 0, argc, argv, lens);
+            ++*replies;
+        }
+        if (len > cap || !buf)
+            break;
+    }
+    return len;
 }

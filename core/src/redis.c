@@ -87,16 +87,14 @@ static int hiredis_timed_out(const redisContext *ctx)
 static int handshake(hirate_redis *r, redisContext *ctx, char *err, size_t errlen)
 {
     const hirate_url *u = &r->cfg.url;
+    const char *argv[3];
+    size_t lens[3];
     char db[16];
     redisReply *rep;
+    int argc;
 
-    if (u->password[0]) {
-        const char *argv[3] = {"AUTH", u->user, u->password};
-        size_t lens[3] = {4, strlen(u->user), strlen(u->password)};
-        int skip = u->user[0] ? 0 : 1;   /* no user: AUTH <password> */
-        argv[skip] = "AUTH";
-        lens[skip] = 4;
-        rep = redisCommandArgv(ctx, 3 - skip, argv + skip, lens + skip);
+    if ((argc = hirate_url_auth_argv(u, argv, lens)) > 0) {
+        rep = redisCommandArgv(ctx, argc, argv, lens);
         if (!rep)
             return hirate__fail(err, errlen, hiredis_timed_out(ctx) ? HIRATE_ETIMEDOUT : HIRATE_EIO,
                                 "AUTH: %s", ctx->errstr);
@@ -107,11 +105,8 @@ static int handshake(hirate_redis *r, redisContext *ctx, char *err, size_t errle
         }
         freeReplyObject(rep);
     }
-    if (u->db) {
-        snprintf(db, sizeof db, "%d", u->db);
-        const char *argv[2] = {"SELECT", db};
-        size_t lens[2] = {6, strlen(db)};
-        rep = redisCommandArgv(ctx, 2, argv, lens);
+    if ((argc = hirate_url_select_argv(u, db, argv, lens)) > 0) {
+        rep = redisCommandArgv(ctx, argc, argv, lens);
         if (!rep)
             return hirate__fail(err, errlen, hiredis_timed_out(ctx) ? HIRATE_ETIMEDOUT : HIRATE_EIO,
                                 "SELECT: %s", ctx->errstr);
@@ -562,4 +557,15 @@ void hirate_redis_fork_child(hirate_redis *r)
     pthread_mutex_unlock(&r->lock);
     pthread_cond_destroy(&r->freed);
     init_cond(&r->freed);
+}
+
+const hirate_url *hirate_redis_url(const hirate_redis *r)
+{
+    return &r->cfg.url;
+}
+
+int hirate_redis_timeouts(const hirate_redis *r, int *timeout_ms)
+{
+    *timeout_ms = r->cfg.timeout_ms;
+    return r->cfg.connect_timeout_ms;
 }

@@ -50,6 +50,11 @@ typedef struct hirate_redis_stats {
 
 void hirate_redis_stats_get(hirate_redis *r, hirate_redis_stats *out);
 
+/* For bindings with sockets of their own: where to connect, and the
+ * timeouts (returns the connect timeout, *timeout_ms the command timeout). */
+const hirate_url *hirate_redis_url(const hirate_redis *r);
+int hirate_redis_timeouts(const hirate_redis *r, int *timeout_ms);
+
 /* fork(): prepare takes the pool lock, parent releases it, child releases it
  * and closes every inherited connection. */
 void hirate_redis_fork_prepare(hirate_redis *r);

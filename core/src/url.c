@@ -4,6 +4,7 @@
  *
  * Messages name the part that is wrong and never quote the user or password.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -167,4 +168,32 @@ int hirate_url_parse(const char *url, hirate_url *u, char *err, size_t errlen)
     if (rc < 0)
         return rc;
     return u->is_unix ? parse_unix(p, end, u, err, errlen) : parse_tcp(p, end, u, err, errlen);
+}
+
+int hirate_url_auth_argv(const hirate_url *u, const char *argv[3], size_t lens[3])
+{
+    if (!u->password[0])
+        return 0;
+    int n = 0;
+    argv[n] = "AUTH";
+    lens[n++] = 4;
+    if (u->user[0]) {   /* an ACL user; else the default user's password */
+        argv[n] = u->user;
+        lens[n++] = strlen(u->user);
+    }
+    argv[n] = u->password;
+    lens[n++] = strlen(u->password);
+    return n;
+}
+
+int hirate_url_select_argv(const hirate_url *u, char db[16], const char *argv[2], size_t lens[2])
+{
+    if (!u->db)
+        return 0;
+    snprintf(db, 16, "%d", u->db);
+    argv[0] = "SELECT";
+    lens[0] = 6;
+    argv[1] = db;
+    lens[1] = strlen(db);
+    return 2;
 }

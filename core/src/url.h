@@ -19,4 +19,11 @@ typedef struct hirate_url {
  * message in err that never contains the password. */
 int hirate_url_parse(const char *url, hirate_url *out, char *err, size_t errlen);
 
+/* The connection's handshake, as command arguments: AUTH [user] password
+ * when the URL has a password, SELECT db when it names a database other than
+ * 0. Each returns argc, 0 when the command is not needed. db is room for the
+ * number. The arguments point into u (and db). */
+int hirate_url_auth_argv(const hirate_url *u, const char *argv[3], size_t lens[3]);
+int hirate_url_select_argv(const hirate_url *u, char db[16], const char *argv[2], size_t lens[2]);
+
 #endif
