@@ -7,6 +7,7 @@
 
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
+BUILD_BENCH ?= build-bench
 PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
@@ -17,7 +18,8 @@ all: $(BUILD)/Makefile
 
 $(BUILD)/Makefile:
 	@tools/deps.sh build
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=$(PREFIX) \
+		-DHIRATE_BUILD_TESTS=OFF
 
 demo: all
 	./$(BUILD)/hirate_demo
@@ -26,14 +28,15 @@ test: test-plain test-asan
 
 test-plain:
 	@tools/deps.sh test
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHIRATE_WERROR=ON
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHIRATE_WERROR=ON \
+		-DHIRATE_BUILD_TESTS=ON
 	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-asan:
 	@tools/deps.sh test
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DHIRATE_WERROR=ON \
-		-DHIRATE_SANITIZE=address,undefined -DHIRATE_BUILD_BENCH=OFF
+		-DHIRATE_SANITIZE=address,undefined -DHIRATE_BUILD_TESTS=ON -DHIRATE_BUILD_BENCH=OFF
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -41,12 +44,13 @@ test-asan:
 
 bench:
 	@tools/deps.sh bench
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build $(BUILD) -j $(JOBS)
-	bench/run.sh $(BUILD)
+	cmake -S . -B $(BUILD_BENCH) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHIRATE_WERROR=ON \
+		-DHIRATE_BUILD_TESTS=OFF
+	cmake --build $(BUILD_BENCH) -j $(JOBS)
+	bench/run.sh $(BUILD_BENCH)
 
 install: all
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_BENCH)
