@@ -1,17 +1,23 @@
 # Wrappers around CMake; the build itself lives in CMakeLists.txt.
 #   make demo     build and run the in-memory demo
-#   make test     build with warnings as errors and run every test, then again
-#                 under AddressSanitizer and UndefinedBehaviorSanitizer
+#   make test     build with warnings as errors and run every test: the C tests
+#                 (plain, then under ASan+UBSan, then the stress test under
+#                 TSan), the Python tests, the Lua and nginx tests, and a short
+#                 run of every fuzz target
+#   make fuzz     run every fuzz target longer (FUZZ_SECONDS each, default 60)
 #   make bench    run the benchmarks and rewrite docs/benchmarks.md
 #   make install  install the library, header, pkg-config and CMake files
 
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
 BUILD_BENCH ?= build-bench
+BUILD_TSAN ?= build-tsan
+FUZZ_SECONDS ?= 60
 PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all demo test test-plain test-asan bench install clean
+.PHONY: all demo test test-plain test-asan test-tsan test-python test-lua test-fuzz fuzz \
+	bench install clean
 
 all: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
@@ -24,7 +30,7 @@ $(BUILD)/Makefile:
 demo: all
 	./$(BUILD)/hirate_demo
 
-test: test-plain test-asan
+test: test-plain test-asan test-tsan test-python test-lua test-fuzz
 
 test-plain:
 	@tools/deps.sh test
@@ -42,6 +48,31 @@ test-asan:
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		ctest --output-on-failure -j $(JOBS)
 
+# TSan: the programs that share one limiter among many threads.
+test-tsan:
+	@tools/deps.sh test
+	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHIRATE_WERROR=ON \
+		-DHIRATE_SANITIZE=thread -DHIRATE_BUILD_TESTS=ON -DHIRATE_BUILD_BENCH=OFF
+	cmake --build $(BUILD_TSAN) -j $(JOBS)
+	cd $(BUILD_TSAN) && TSAN_OPTIONS=halt_on_error=1:detect_deadlocks=0 \
+		ctest --output-on-failure -j $(JOBS) -L tsan
+
+test-python:
+	@tools/deps.sh python
+	tests/python/run.sh
+
+test-lua:
+	@tools/deps.sh lua
+	tests/lua/run.sh
+
+test-fuzz:
+	@tools/deps.sh fuzz
+	tests/fuzz/run.sh 10
+
+fuzz:
+	@tools/deps.sh fuzz
+	tests/fuzz/run.sh $(FUZZ_SECONDS)
+
 bench:
 	@tools/deps.sh bench
 	cmake -S . -B $(BUILD_BENCH) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHIRATE_WERROR=ON \
@@ -53,4 +84,4 @@ install: all
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_BENCH)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_BENCH) $(BUILD_TSAN) build-py build-lua build-fuzz
