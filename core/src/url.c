@@ -74,7 +74,9 @@ static int parse_userinfo(const char **p, const char *end, hirate_url *u, char *
     if (colon && decode(colon + 1, (size_t)(at - colon - 1), u->password, sizeof u->password) < 0)
         return hirate__fail(err, errlen, HIRATE_EURL,
                             "invalid Redis URL: the password is malformed or too long");
-    if (u->user[0] && !colon)
+    /* "user@" and "user:@" alike: AUTH without a password would drop the
+     * user and log in as the default one. */
+    if (u->user[0] && !u->password[0])
         return hirate__fail(err, errlen, HIRATE_EURL,
                             "invalid Redis URL: a user name needs a password (user:password@)");
     *p = at + 1;

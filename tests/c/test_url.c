@@ -78,6 +78,8 @@ static const bad_case rejected[] = {
     {"junk after an IPv6 host", "redis://[::1]x", NULL},
     {"a query on a TCP URL", "redis://h:6379?db=2", NULL},
     {"a user without a password", "redis://u@h", NULL},
+    {"a user with an empty password (AUTH would drop the user)", "redis://u:@h", "password"},
+    {"a unix user with an empty password", "unix://u:@/tmp/r.sock", "password"},
     {"a malformed percent escape", "redis://u:%zz@h", "password"},
     {"a truncated percent escape", "redis://u:ab%4@h", "password"},
     {"a percent escape that decodes to NUL", "redis://u:a%00b@h", "password"},
