@@ -86,6 +86,12 @@ int hirate__endpoint(hirate_limiter *lim, hirate_endpoint *out);
  * how many replies to read. */
 size_t hirate__handshake(hirate_limiter *lim, char *buf, size_t cap, int *replies);
 
+/* The part of hirate_reset() that needs no I/O: checks the key, then forgets
+ * it in the deny cache and the local buckets. A binding that does its own
+ * I/O calls it first, then sends "DEL <prefix><key>" as hirate_reset() does
+ * (an integer reply is success). */
+int hirate__reset_local(hirate_limiter *lim, const void *key, size_t keylen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -598,7 +598,7 @@ int hirate__decide_at(hirate_limiter *l, const void *key, size_t keylen, int64_t
     return decide(l, key, keylen, cost, spend, now_us, out);
 }
 
-int hirate_reset(hirate_limiter *l, const void *key, size_t keylen)
+int hirate__reset_local(hirate_limiter *l, const void *key, size_t keylen)
 {
     char err[HIRATE_ERRMSG_SIZE];
     int rc;
@@ -613,11 +613,19 @@ int hirate_reset(hirate_limiter *l, const void *key, size_t keylen)
     }
     if (l->memory)
         hirate_memory_reset(l->memory, key, keylen);
-    if (l->redis) {
+    return 0;
+}
+
+int hirate_reset(hirate_limiter *l, const void *key, size_t keylen)
+{
+    char err[HIRATE_ERRMSG_SIZE];
+    int rc = hirate__reset_local(l, key, keylen);
+
+    if (rc == 0 && l->redis) {
         rc = hirate_redis_reset(l->redis, l->prefix, l->prefixlen, key, keylen, err, sizeof err);
         return rc < 0 ? remember(l, rc, err) : 0;
     }
-    return 0;
+    return rc;
 }
 
 const char *hirate_limiter_errmsg(hirate_limiter *l, char *buf, size_t len)
