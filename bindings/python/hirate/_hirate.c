@@ -758,6 +758,29 @@ static PyObject *limiter_reset(PyObject *op, PyObject *key)
     Py_RETURN_NONE;
 }
 
+/* _reset_local(key): what reset() does without I/O (check the key, forget it
+ * in the deny cache and the local buckets), for AsyncLimiter, which then
+ * sends the DEL itself. */
+static PyObject *limiter_reset_local(PyObject *op, PyObject *key)
+{
+    LimiterObject *self = (LimiterObject *)op;
+    keybuf k;
+    char msg[HIRATE_ERRMSG_SIZE];
+    if (key_get(key, &k) < 0)
+        return NULL;
+    if (self->closed) {
+        key_release(&k);
+        return raise_closed(self->st);
+    }
+    int rc = hirate__reset_local(self->lim, k.p, (size_t)k.n);
+    if (rc < 0)
+        hirate_limiter_errmsg(self->lim, msg, sizeof msg);
+    key_release(&k);
+    if (rc < 0)
+        return raise_code(self->st, rc, msg);
+    Py_RETURN_NONE;
+}
+
 /* ---- batches: allow_many and the Op of _op_start ------------------------ */
 
 /* The items of a batch and what keeps their key bytes alive. */
@@ -1612,6 +1635,8 @@ static PyMethodDef limiter_methods[] = {
     {"_handshake", limiter_handshake, METH_NOARGS,
      "_handshake() -> (bytes, replies): AUTH/SELECT for a new connection."},
     {"_stats", limiter_stats, METH_NOARGS, "_stats() -> dict of counters."},
+    {"_reset_local", limiter_reset_local, METH_O,
+     "_reset_local(key): reset() without the DEL (the deny cache and local buckets)."},
     {NULL, NULL, 0, NULL},
 };
 
