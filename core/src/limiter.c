@@ -800,6 +800,11 @@ void hirate__op_fail(hirate_op *op, int code)
         hirate__fail(op->err, sizeof op->err, code, "%s", hirate_strerror(code));
     op->drop = 1;
     op_answer_rest(op, code);
+    /* Calls that met NOSCRIPT in the first pass were waiting to be sent
+     * again; they will not be, so the failure is theirs too. */
+    for (size_t j = 0; j < op->b.m; j++)
+        if (op->b.rcs[j] == HIRATE_PROTO_NOSCRIPT)
+            op->b.rcs[j] = code;
     batch_settle(&op->b, op->err);
 }
 

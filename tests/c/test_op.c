@@ -197,6 +197,36 @@ static void a_malformed_reply_is_a_failure_and_drops_the_connection(void)
     hirate_limiter_free(lim);
 }
 
+/* A call that met NOSCRIPT waits to be sent again; when the connection fails
+ * first (here a malformed reply to the next call, or a timeout), the policy
+ * decides it too, and no item is left with the NOSCRIPT marker as its rc. */
+static void a_failure_after_noscript_leaves_no_call_undecided(void)
+{
+    static const char noscript[] = "-NOSCRIPT No matching script. Please use EVAL.\r\n";
+    static const char junk[] = "-NOSCRIPT No matching script. Please use EVAL.\r\n*8\r\n:1@\r\n";
+    for (int how = 0; how < 2; how++) {
+        hirate_limiter *lim = make("redis://127.0.0.1:1", "opn:", 5, HIRATE_ON_ERROR_CLOSED);
+        hirate_item items[2] = {{"a", 1, 1, 0, {0}}, {"b", 1, 1, 0, {0}}};
+        hirate_op *op;
+        size_t used;
+        CHECK_EQ_I64(hirate__op_start(lim, items, 2, 1, -1, &op), 1);
+        if (how == 0) {
+            CHECK_EQ_I64(hirate__op_feed(op, junk, sizeof junk - 1, &used), HIRATE_OP_DONE);
+        } else {
+            CHECK_EQ_I64(hirate__op_feed(op, noscript, sizeof noscript - 1, &used), HIRATE_OP_MORE);
+            CHECK_EQ_I64(used, sizeof noscript - 1);
+            hirate__op_fail(op, HIRATE_ETIMEDOUT);
+        }
+        hirate__op_free(op);
+        for (int i = 0; i < 2; i++) {
+            CHECK_EQ_I64(items[i].rc, 0);
+            CHECK_EQ_I64(items[i].decision.source, HIRATE_SOURCE_FAIL_CLOSED);
+            CHECK_EQ_I64(items[i].decision.error, how == 0 ? HIRATE_EPROTO : HIRATE_ETIMEDOUT);
+        }
+        hirate_limiter_free(lim);
+    }
+}
+
 static void the_handshake_is_auth_then_select(void)
 {
     static const char want[] = "*3\r\n$4\r\nAUTH\r\n$2\r\nrl\r\n$6\r\ns3cr3t\r\n"
@@ -236,6 +266,7 @@ int main(void)
     a_batch_goes_as_one_request_and_noscript_as_one_eval();
     a_failed_io_is_decided_by_the_policy_and_opens_the_breaker();
     a_malformed_reply_is_a_failure_and_drops_the_connection();
+    a_failure_after_noscript_leaves_no_call_undecided();
     the_handshake_is_auth_then_select();
     rh_stop(&S);
     return check_summary("test_op");
