@@ -1,0 +1,36 @@
+--- hirate: a distributed token-bucket rate limiter for Lua 5.1-5.4, LuaJIT
+-- and OpenResty.
+--
+--     local hirate = require "hirate"
+--     local lim = hirate.new{ url = "redis://127.0.0.1:6379", capacity = 10, rate = 2 }
+--     local d, err, code = lim:allow("alice")
+--     if not d then ... err, e.g. a wrong password (code "EAUTH")
+--     elseif d.allowed then ... serve
+--     else ... refuse; retry in d.retry_after seconds
+--
+-- In plain Lua, hirate.new returns the C limiter of hirate.core, which does
+-- its Redis I/O with the core's blocking client. Inside OpenResty (where the
+-- global ngx exists) it returns the cosocket-backed limiter of hirate.resty,
+-- which answers the same calls without ever blocking the nginx worker. See
+-- docs/lua.md.
+
+local core = require "hirate.core"
+
+local hirate = {
+    _VERSION = core._VERSION,
+    _NAME = "hirate",
+    script_source = core.script_source,
+    script_sha1 = core.script_sha1,
+    version = core.version,
+}
+
+-- Chosen once, when the module is loaded: a module loaded by nginx's Lua sees
+-- ngx in every phase, plain Lua never does. rawget, so that a strict-globals
+-- checker does not object to the probe.
+if rawget(_G, "ngx") ~= nil then
+    hirate.new = require("hirate.resty").new
+else
+    hirate.new = core.new
+end
+
+return hirate

@@ -1,0 +1,949 @@
+/*
+ * hirate.core: the Lua binding of the hirate C core.
+ *
+ * One source for Lua 5.1 to 5.4 and LuaJIT (the differences live in
+ * hirate_compat.h). The shape follows lua-cjson and luasocket: a limiter is a
+ * userdata with a metatable; close() is idempotent and serves __gc and, on
+ * 5.4, __close; argument errors raise; runtime errors return
+ * nil, message, code, where code is the error's name without the HIRATE_
+ * prefix ("EAUTH").
+ *
+ * Plain Lua uses the core's blocking client (hirate_allow and friends). The
+ * methods whose names start with an underscore are the hooks of the
+ * OpenResty path (hirate/resty.lua), which does the network I/O itself
+ * through cosockets and lets the core encode the calls and read the replies
+ * (hirate__op_*), and of the tests (injected time, counters). They are not
+ * public API.
+ *
+ * Memory: nothing here mallocs. Scratch space and keys live in userdata, so
+ * an error raised halfway (a longjmp) leaks nothing; the only C allocations
+ * are the core's own limiter and op, each stored in its userdata the moment
+ * it exists.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bucket.h"            /* hirate_bucket_check_cost: the core's words for a bad cost */
+#include "hirate.h"
+#include "hirate_compat.h"
+#include "hirate_internal.h"
+
+#define LIMITER_MT "hirate.limiter"
+#define OP_MT "hirate.op"
+
+#if defined(__GNUC__)
+#define HL_EXPORT __attribute__((visibility("default")))
+#else
+#define HL_EXPORT
+#endif
+
+/* Limiters made and not yet freed, in every Lua state of the process: the
+ * tests check that the garbage collector frees an open limiter. */
+static long live_limiters;
+
+typedef struct limiter_ud {
+    hirate_limiter *lim;    /* NULL once freed */
+    int closed;             /* close() was called: every call answers ECLOSED */
+    int ops;                /* ops still waiting on lim: it outlives them */
+    int has_redis;
+    int64_t capacity;
+    double rate;
+    char where[];           /* "memory", or the URL with the password as *** */
+} limiter_ud;
+
+enum { OP_PENDING, OP_DONE };
+
+typedef struct op_ud {
+    hirate_op *op;          /* the core's op while it waits for Redis */
+    limiter_ud *lud;        /* while pending; the uservalue keeps it alive */
+    int state;
+    int drop;               /* the connection must be closed */
+    int rc;                 /* the first failed item's code, or 0 */
+    char errmsg[HIRATE_ERRMSG_SIZE];
+    size_t n;
+    hirate_item items[];    /* then the keys' bytes: the core points into them */
+} op_ud;
+
+/* ---- errors -------------------------------------------------------------------- */
+
+/* Raises "bad argument #arg to 'f' (message)", formatted. */
+static int arg_errorf(lua_State *L, int arg, const char *fmt, ...)
+{
+    char msg[HIRATE_ERRMSG_SIZE + 64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return luaL_argerror(L, arg, msg);
+}
+
+/* "EAUTH" for HIRATE_EAUTH. */
+static const char *code_name(int rc)
+{
+    const char *name = hirate_err_name(rc);
+    return strncmp(name, "HIRATE_", 7) == 0 ? name + 7 : name;
+}
+
+static int push_closed(lua_State *L)
+{
+    lua_pushnil(L);
+    lua_pushstring(L, hirate_strerror(HIRATE_ECLOSED));
+    lua_pushstring(L, code_name(HIRATE_ECLOSED));
+    return 3;
+}
+
+static int push_error(lua_State *L, int rc, const char *msg)
+{
+    lua_pushnil(L);
+    lua_pushstring(L, msg && msg[0] ? msg : hirate_strerror(rc));
+    lua_pushstring(L, code_name(rc));
+    return 3;
+}
+
+/* nil, the limiter's message for rc, its code. */
+static int push_failure(lua_State *L, limiter_ud *u, int rc)
+{
+    char msg[HIRATE_ERRMSG_SIZE];
+    hirate_limiter_errmsg(u->lim, msg, sizeof msg);
+    return push_error(L, rc, msg);
+}
+
+/* ---- numbers --------------------------------------------------------------------- */
+
+/* The shortest %g that reads back as the same double: 2 for 2.0, 0.1 for 0.1. */
+static void format_double(char *buf, size_t len, double v)
+{
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            return;
+    }
+}
+
+/* The number or value at idx as a message shows it. */
+static const char *describe(lua_State *L, int idx, char *buf, size_t len)
+{
+    if (lua_type(L, idx) != LUA_TNUMBER)
+        return luaL_typename(L, idx);
+    int64_t i;
+    if (hl_toint64(L, idx, &i))
+        snprintf(buf, len, "%lld", (long long)i);
+    else
+        format_double(buf, len, (double)lua_tonumber(L, idx));
+    return buf;
+}
+
+/* An integer at idx into *out. what names it in messages ("cost",
+ * "item 2: cost"); arg is the argument to blame. */
+static void check_int(lua_State *L, int idx, int arg, const char *what, int64_t *out)
+{
+    char buf[64];
+    if (lua_type(L, idx) != LUA_TNUMBER)
+        arg_errorf(L, arg, "%s must be an integer, got %s", what, luaL_typename(L, idx));
+    if (!hl_toint64(L, idx, out))
+        arg_errorf(L, arg, "%s must be an integer, got %s", what, describe(L, idx, buf, sizeof buf));
+}
+
+/* A whole number of the range [lo, hi] at idx. */
+static int64_t check_int_range(lua_State *L, int idx, int arg, const char *what, int64_t lo,
+                               int64_t hi)
+{
+    char buf[64];
+    int64_t v;
+    check_int(L, idx, arg, what, &v);
+    if (v < lo || v > hi)
+        arg_errorf(L, arg, "%s must be from %lld to %lld, got %s", what, (long long)lo,
+                   (long long)hi, describe(L, idx, buf, sizeof buf));
+    return v;
+}
+
+/* ---- keys and costs: checked here, before the core sees them, so that a bad
+ * item of a batch raises before any item of it was spent ---------------------------- */
+
+static const char *check_key(lua_State *L, int idx, int arg, int item, size_t *len)
+{
+    char what[32] = "key";
+    if (item)
+        snprintf(what, sizeof what, "item %d: key", item);
+    if (lua_type(L, idx) != LUA_TSTRING)
+        arg_errorf(L, arg, "%s must be a string, got %s", what, luaL_typename(L, idx));
+    const char *key = lua_tolstring(L, idx, len);
+    if (*len == 0)
+        arg_errorf(L, arg, "%s is empty", what);
+    if (*len > HIRATE_KEY_MAX)
+        arg_errorf(L, arg, "%s is %lu bytes; the most is %d", what, (unsigned long)*len,
+                   HIRATE_KEY_MAX);
+    return key;
+}
+
+/* A cost: nil means 1. */
+static int64_t check_cost(lua_State *L, int idx, int arg, int item)
+{
+    char what[32] = "cost", buf[64], err[HIRATE_ERRMSG_SIZE];
+    int64_t cost;
+    if (item)
+        snprintf(what, sizeof what, "item %d: cost", item);
+    if (lua_isnoneornil(L, idx))
+        return 1;
+    if (lua_type(L, idx) == LUA_TNUMBER && !hl_toint64(L, idx, &cost)) {
+        /* A whole double beyond int64_t (5.1, LuaJIT): out of range, not a fraction. */
+        lua_Number n = lua_tonumber(L, idx);
+        if (n == floor(n))
+            arg_errorf(L, arg, "%s must be a whole number from 0 to 2^53-1, got %s", what,
+                       describe(L, idx, buf, sizeof buf));
+    }
+    check_int(L, idx, arg, what, &cost);
+    if (hirate_bucket_check_cost(cost, err, sizeof err) < 0) {
+        if (item)
+            arg_errorf(L, arg, "item %d: %s", item, err);
+        arg_errorf(L, arg, "%s", err);
+    }
+    return cost;
+}
+
+/* A boolean at idx; arg is the argument to blame. */
+static int check_boolean(lua_State *L, int idx, int arg, const char *what)
+{
+    if (lua_type(L, idx) != LUA_TBOOLEAN)
+        arg_errorf(L, arg, "%s must be a boolean, got %s", what, luaL_typename(L, idx));
+    return lua_toboolean(L, idx);
+}
+
+/* An injected time in µs: 0 to 2^53-1, the range of the vectors and of the
+ * script's arithmetic. */
+static int64_t check_now_us(lua_State *L, int arg)
+{
+    return check_int_range(L, arg, arg, "now_us", 0, HIRATE_EXACT_MAX);
+}
+
+/* The items of a batch, {{key, cost}, ...}, at arg: checks every one and
+ * returns how many there are; *keybytes sums their keys' lengths. */
+static size_t check_items(lua_State *L, int arg, size_t *keybytes)
+{
+    luaL_checktype(L, arg, LUA_TTABLE);
+    size_t n = hl_rawlen(L, arg);
+    if (n > INT_MAX / 2)
+        arg_errorf(L, arg, "%lu items are too many", (unsigned long)n);
+    *keybytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len;
+        lua_rawgeti(L, arg, (int)i + 1);
+        if (lua_type(L, -1) != LUA_TTABLE)
+            arg_errorf(L, arg, "item %d must be a table {key, cost}, got %s", (int)i + 1,
+                       luaL_typename(L, -1));
+        lua_rawgeti(L, -1, 1);
+        lua_rawgeti(L, -2, 2);
+        check_key(L, -2, arg, (int)i + 1, &len);
+        check_cost(L, -1, arg, (int)i + 1);
+        *keybytes += len;
+        lua_pop(L, 3);
+    }
+    return n;
+}
+
+/* Fills items[0..n) from the checked table at arg. With keys non-NULL the
+ * key bytes are copied there (the op keeps them); otherwise the items point
+ * into the Lua strings, which the table keeps alive for the call. */
+static void fill_items(lua_State *L, int arg, hirate_item *items, size_t n, char *keys)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t len;
+        lua_rawgeti(L, arg, (int)i + 1);
+        lua_rawgeti(L, -1, 1);
+        lua_rawgeti(L, -2, 2);
+        const char *key = lua_tolstring(L, -2, &len);
+        memset(&items[i], 0, sizeof items[i]);
+        items[i].cost = check_cost(L, -1, arg, (int)i + 1);
+        items[i].keylen = len;
+        if (keys) {
+            memcpy(keys, key, len);
+            items[i].key = keys;
+            keys += len;
+        } else {
+            items[i].key = key;
+        }
+        lua_pop(L, 3);
+    }
+}
+
+/* ---- decisions ------------------------------------------------------------------- */
+
+static void push_decision(lua_State *L, const hirate_decision *d)
+{
+    lua_createtable(L, 0, 7);
+    lua_pushboolean(L, d->allowed);
+    lua_setfield(L, -2, "allowed");
+    hl_pushint64(L, d->remaining);
+    lua_setfield(L, -2, "remaining");
+    hl_pushint64(L, d->limit);
+    lua_setfield(L, -2, "limit");
+    /* Seconds as us / 1e6, one correctly rounded division, so that Lua code
+     * computing the same quotient gets the same double. */
+    lua_pushnumber(L, d->retry_after_us == HIRATE_NEVER ? (lua_Number)HUGE_VAL
+                                                         : (lua_Number)d->retry_after_us / 1e6);
+    lua_setfield(L, -2, "retry_after");
+    lua_pushnumber(L, (lua_Number)d->reset_after_us / 1e6);
+    lua_setfield(L, -2, "reset_after");
+    lua_pushstring(L, hirate_source_name(d->source));
+    lua_setfield(L, -2, "source");
+    if (d->error) {
+        lua_pushstring(L, code_name(d->error));
+        lua_setfield(L, -2, "error");
+    }
+}
+
+/* An array of the items' decisions, or nil, message, code for the first
+ * item that failed. */
+static int push_items(lua_State *L, const hirate_item *items, size_t n, int rc, const char *msg)
+{
+    if (rc < 0)
+        return push_error(L, rc, msg);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        push_decision(L, &items[i].decision);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    return 1;
+}
+
+/* ---- the limiter ------------------------------------------------------------------ */
+
+static limiter_ud *check_limiter(lua_State *L)
+{
+    return (limiter_ud *)luaL_checkudata(L, 1, LIMITER_MT);
+}
+
+/* Frees the C limiter once it is closed and no op waits on it. */
+static void limiter_release(limiter_ud *u)
+{
+    if (u->lim && u->closed && u->ops == 0) {
+        hirate_limiter_free(u->lim);
+        u->lim = NULL;
+        __atomic_fetch_sub(&live_limiters, 1, __ATOMIC_RELAXED);
+    }
+}
+
+/* close(), __gc and __close: idempotent. */
+static int l_close(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    u->closed = 1;
+    limiter_release(u);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* The URL with its password replaced by ***, split as url.c splits it: the
+ * userinfo ends at the last '@' before the first '/' or '?' after the
+ * scheme, and the password follows its first ':'. out has room for
+ * strlen(url) + 4 bytes. */
+static void redact_url(const char *url, char *out)
+{
+    const char *start = strstr(url, "://");
+    start = start ? start + 3 : url;
+    const char *at = NULL;
+    for (const char *q = start; *q && *q != '/' && *q != '?'; q++)
+        if (*q == '@')
+            at = q;
+    const char *colon = at ? memchr(start, ':', (size_t)(at - start)) : NULL;
+    if (!colon) {
+        strcpy(out, url);
+        return;
+    }
+    size_t head = (size_t)(colon + 1 - url);
+    memcpy(out, url, head);
+    memcpy(out + head, "***", 3);
+    strcpy(out + head + 3, at);
+}
+
+/* The option names new() knows, so that a misspelt one is an error, not a
+ * silent default. */
+static const char *const option_names[] = {
+    "url", "capacity", "rate", "prefix", "on_error", "instances", "timeout",
+    "connect_timeout", "deny_cache", "max_keys", "pool_size", NULL};
+
+static void check_option_names(lua_State *L)
+{
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+        int known = 0;
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING)
+            arg_errorf(L, 1, "option names must be strings, got %s", luaL_typename(L, -1));
+        const char *name = lua_tostring(L, -1);
+        for (int i = 0; option_names[i] && !known; i++)
+            known = strcmp(name, option_names[i]) == 0 && strlen(name) == hl_rawlen(L, -1);
+        if (!known)
+            arg_errorf(L, 1, "unknown option '%.40s'", name);
+    }
+}
+
+/* Pushes option name and returns its type: the value stays on the stack, so
+ * that a string stays alive while the core reads it. */
+static int get_option(lua_State *L, const char *name)
+{
+    lua_getfield(L, 1, name);
+    return lua_type(L, -1);
+}
+
+static const char *opt_string(lua_State *L, const char *name, const char *dflt)
+{
+    int t = get_option(L, name);
+    if (t == LUA_TNIL)
+        return dflt;
+    if (t != LUA_TSTRING)
+        arg_errorf(L, 1, "%s must be a string, got %s", name, luaL_typename(L, -1));
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    if (strlen(s) != len)
+        arg_errorf(L, 1, "%s contains a NUL byte", name);
+    return s;
+}
+
+/* A whole-number option of the range [lo, hi], as the core states it. */
+static int64_t opt_int(lua_State *L, const char *name, int64_t dflt, int64_t lo, int64_t hi)
+{
+    if (get_option(L, name) == LUA_TNIL)
+        return dflt;
+    return check_int_range(L, -1, 1, name, lo, hi);
+}
+
+/* A time in seconds, given to the core in whole milliseconds (rounded:
+ * 0.1 * 1000 is not exactly 100 in binary). */
+static int opt_seconds(lua_State *L, const char *name, int dflt_ms)
+{
+    char buf[64];
+    int t = get_option(L, name);
+    if (t == LUA_TNIL)
+        return dflt_ms;
+    if (t != LUA_TNUMBER)
+        arg_errorf(L, 1, "%s must be a number of seconds, got %s", name, luaL_typename(L, -1));
+    double s = (double)lua_tonumber(L, -1);
+    double ms = floor(s * 1000.0 + 0.5);
+    if (!(ms >= 1 && ms <= 60000))
+        arg_errorf(L, 1, "%s must be from 0.001 to 60 seconds, got %s", name,
+                   describe(L, -1, buf, sizeof buf));
+    return (int)ms;
+}
+
+/* hirate.new{url = ..., capacity = ..., rate = ..., ...} */
+static int l_new(lua_State *L)
+{
+    hirate_options o;
+    char buf[64];
+
+    hirate_options_init(&o);
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    luaL_checkstack(L, 24, "hirate.new");
+    check_option_names(L);
+
+    o.url = opt_string(L, "url", NULL);
+    if (get_option(L, "capacity") == LUA_TNIL)
+        arg_errorf(L, 1, "capacity is required");
+    if (lua_type(L, -1) == LUA_TNUMBER && !hl_toint64(L, -1, &o.capacity) &&
+        lua_tonumber(L, -1) == floor(lua_tonumber(L, -1)))
+        arg_errorf(L, 1, "capacity must be a whole number from 1 to 2^53-1, got %s",
+                   describe(L, -1, buf, sizeof buf));
+    check_int(L, -1, 1, "capacity", &o.capacity);
+    int t = get_option(L, "rate");
+    if (t == LUA_TNIL)
+        arg_errorf(L, 1, "rate is required");
+    if (t != LUA_TNUMBER)
+        arg_errorf(L, 1, "rate must be a number, got %s", luaL_typename(L, -1));
+    o.rate = (double)lua_tonumber(L, -1);
+    o.prefix = opt_string(L, "prefix", o.prefix);
+    const char *policy = opt_string(L, "on_error", "local");
+    if ((o.on_error = hirate_on_error_from_name(policy)) < 0)
+        arg_errorf(L, 1, "on_error must be \"local\", \"open\" or \"closed\", got \"%.20s\"",
+                   policy);
+    o.instances = (int)opt_int(L, "instances", o.instances, 1, 100000);
+    o.timeout_ms = opt_seconds(L, "timeout", o.timeout_ms);
+    o.connect_timeout_ms = opt_seconds(L, "connect_timeout", o.connect_timeout_ms);
+    t = get_option(L, "deny_cache");
+    if (t != LUA_TNIL)
+        o.deny_cache = check_boolean(L, -1, 1, "deny_cache");
+    o.max_keys = (size_t)opt_int(L, "max_keys", (int64_t)o.max_keys, 1, 4000000000LL);
+    o.pool_size = (int)opt_int(L, "pool_size", o.pool_size, 1, 1024);
+
+    size_t wlen = o.url ? strlen(o.url) + 4 : sizeof "memory";
+    limiter_ud *u = (limiter_ud *)lua_newuserdata(L, sizeof *u + wlen);
+    memset(u, 0, sizeof *u);
+    if (o.url)
+        redact_url(o.url, u->where);
+    else
+        strcpy(u->where, "memory");
+    luaL_getmetatable(L, LIMITER_MT);
+    lua_setmetatable(L, -2);
+
+    char why[HIRATE_ERRMSG_SIZE];
+    hirate_limiter *lim;
+    int rc = hirate_limiter_new(&lim, &o, why, sizeof why);
+    if (rc == HIRATE_ENOMEM)
+        return luaL_error(L, "hirate.new: %s", why);
+    if (rc < 0)
+        return luaL_argerror(L, 1, why);   /* the core's message names the option */
+    u->lim = lim;
+    u->has_redis = o.url != NULL;
+    u->capacity = o.capacity;
+    u->rate = o.rate;
+    __atomic_fetch_add(&live_limiters, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+/* lim:allow(key, cost) and lim:peek(key, cost) */
+static int decide(lua_State *L, int spend)
+{
+    limiter_ud *u = check_limiter(L);
+    size_t keylen;
+    const char *key = check_key(L, 2, 2, 0, &keylen);
+    int64_t cost = check_cost(L, 3, 3, 0);
+    if (u->closed)
+        return push_closed(L);
+    hirate_decision d;
+    int rc = spend ? hirate_allow(u->lim, key, keylen, cost, &d)
+                   : hirate_peek(u->lim, key, keylen, cost, &d);
+    if (rc < 0)
+        return push_failure(L, u, rc);
+    push_decision(L, &d);
+    return 1;
+}
+
+static int l_allow(lua_State *L)
+{
+    return decide(L, 1);
+}
+
+static int l_peek(lua_State *L)
+{
+    return decide(L, 0);
+}
+
+/* lim:reset(key) -> true, or nil, message, code */
+static int l_reset(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    size_t keylen;
+    const char *key = check_key(L, 2, 2, 0, &keylen);
+    if (u->closed)
+        return push_closed(L);
+    int rc = hirate_reset(u->lim, key, keylen);
+    if (rc < 0)
+        return push_failure(L, u, rc);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* lim:_reset_local(key) -> true, or nil, message, code: what reset() does
+ * without I/O (the deny cache and the local buckets forget the key), for the
+ * OpenResty path, which sends the DEL itself. */
+static int l_reset_local(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    size_t keylen;
+    const char *key = check_key(L, 2, 2, 0, &keylen);
+    if (u->closed)
+        return push_closed(L);
+    int rc = hirate__reset_local(u->lim, key, keylen);
+    if (rc < 0)
+        return push_failure(L, u, rc);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* lim:allow_many{{key, cost}, ...} -> {decision, ...}: one round trip. */
+static int l_allow_many(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    size_t keybytes;
+    size_t n = check_items(L, 2, &keybytes);
+    if (u->closed)
+        return push_closed(L);
+    hirate_item *items = (hirate_item *)lua_newuserdata(L, (n ? n : 1) * sizeof *items);
+    fill_items(L, 2, items, n, NULL);
+    hirate_allow_many(u->lim, items, n);
+    for (size_t i = 0; i < n; i++)
+        if (items[i].rc < 0)
+            return push_failure(L, u, items[i].rc);
+    return push_items(L, items, n, 0, NULL);
+}
+
+/* lim:_decide_at(key, cost, spend, now_us): a decision at an injected time
+ * (the test vectors). */
+static int l_decide_at(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    size_t keylen;
+    const char *key = check_key(L, 2, 2, 0, &keylen);
+    int64_t cost = check_cost(L, 3, 3, 0);
+    int spend = check_boolean(L, 4, 4, "spend");
+    int64_t now_us = check_now_us(L, 5);
+    if (u->closed)
+        return push_closed(L);
+    hirate_decision d;
+    int rc = hirate__decide_at(u->lim, key, keylen, cost, spend, now_us, &d);
+    if (rc < 0)
+        return push_failure(L, u, rc);
+    push_decision(L, &d);
+    return 1;
+}
+
+/* lim:_stats() -> the core's counters */
+static int l_stats(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    if (u->closed)
+        return push_closed(L);
+    hirate_stats s;
+    hirate__stats(u->lim, &s);
+    lua_createtable(L, 0, 10);
+#define FIELD(name)                          \
+    hl_pushint64(L, (int64_t)s.name);        \
+    lua_setfield(L, -2, #name)
+    FIELD(connects);
+    FIELD(evalsha);
+    FIELD(eval);
+    FIELD(conns_dropped);
+    FIELD(cache_hits);
+    FIELD(policy);
+    FIELD(breaker_opens);
+    FIELD(memory_keys);
+    FIELD(local_keys);
+    FIELD(cache_keys);
+#undef FIELD
+    return 1;
+}
+
+static void check_redis(lua_State *L, limiter_ud *u, const char *what)
+{
+    if (!u->has_redis)
+        luaL_error(L, "%s needs a limiter with a Redis URL (this one is in memory)", what);
+}
+
+/* lim:_endpoint() -> {host =, port =} or {path =}, with connect_timeout and
+ * timeout in seconds */
+static int l_endpoint(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    check_redis(L, u, "_endpoint");
+    if (u->closed)
+        return push_closed(L);
+    hirate_endpoint ep;
+    int rc = hirate__endpoint(u->lim, &ep);
+    if (rc < 0)
+        return push_failure(L, u, rc);
+    lua_createtable(L, 0, 4);
+    if (ep.is_unix) {
+        lua_pushstring(L, ep.path);
+        lua_setfield(L, -2, "path");
+    } else {
+        lua_pushstring(L, ep.host);
+        lua_setfield(L, -2, "host");
+        lua_pushinteger(L, ep.port);
+        lua_setfield(L, -2, "port");
+    }
+    lua_pushnumber(L, (lua_Number)ep.connect_timeout_ms / 1000);
+    lua_setfield(L, -2, "connect_timeout");
+    lua_pushnumber(L, (lua_Number)ep.timeout_ms / 1000);
+    lua_setfield(L, -2, "timeout");
+    return 1;
+}
+
+/* lim:_handshake() -> bytes to send on a new connection ("" for none), and
+ * how many replies (each +OK) to read */
+static int l_handshake(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    check_redis(L, u, "_handshake");
+    if (u->closed)
+        return push_closed(L);
+    char small[1024], *buf = small;
+    int replies;
+    size_t len = hirate__handshake(u->lim, small, sizeof small, &replies);
+    if (len > sizeof small) {   /* a long user name and password */
+        buf = (char *)lua_newuserdata(L, len);
+        hirate__handshake(u->lim, buf, len, &replies);
+    }
+    lua_pushlstring(L, buf, len);
+    lua_pushinteger(L, replies);
+    return 2;
+}
+
+static int l_tostring(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    char rate[64], cap[32];
+    format_double(rate, sizeof rate, u->rate);
+    snprintf(cap, sizeof cap, "%lld", (long long)u->capacity);
+    lua_pushfstring(L, "hirate.limiter(%s, capacity=%s, rate=%s%s)", u->where, cap, rate,
+                    u->closed ? ", closed" : "");
+    return 1;
+}
+
+/* ---- ops: one decision (or batch) whose I/O the caller does ------------------------- */
+
+static op_ud *check_op(lua_State *L)
+{
+    return (op_ud *)luaL_checkudata(L, 1, OP_MT);
+}
+
+/* The op is answered: keep what results() and drop() need, give back the
+ * core's op, and let a closed limiter go. */
+static void op_finish(op_ud *o)
+{
+    for (size_t i = 0; i < o->n && !o->rc; i++)
+        if (o->items[i].rc < 0) {
+            o->rc = o->items[i].rc;
+            hirate_limiter_errmsg(o->lud->lim, o->errmsg, sizeof o->errmsg);
+        }
+    if (o->op) {
+        o->drop = hirate__op_drop(o->op);
+        hirate__op_free(o->op);
+        o->op = NULL;
+        o->lud->ops--;
+        limiter_release(o->lud);
+    }
+    o->lud = NULL;
+    o->state = OP_DONE;
+}
+
+/* lim:_op_start(items, spend, now_us) -> op */
+static int l_op_start(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    size_t keybytes;
+    size_t n = check_items(L, 2, &keybytes);
+    int spend = check_boolean(L, 3, 3, "spend");
+    int64_t now_us = lua_isnoneornil(L, 4) ? -1 : check_now_us(L, 4);
+    check_redis(L, u, "_op_start");
+    if (u->closed)
+        return push_closed(L);
+
+    op_ud *o = (op_ud *)lua_newuserdata(L, sizeof *o + n * sizeof(hirate_item) + keybytes);
+    memset(o, 0, sizeof *o);
+    o->state = OP_DONE;   /* until the core's op exists */
+    luaL_getmetatable(L, OP_MT);
+    lua_setmetatable(L, -2);
+    /* The op keeps the limiter's userdata alive while it may point into it. */
+    lua_createtable(L, 1, 0);
+    lua_pushvalue(L, 1);
+    lua_rawseti(L, -2, 1);
+    hl_setuservalue(L, -2);
+    o->n = n;
+    fill_items(L, 2, o->items, n, (char *)(o->items + n));
+
+    hirate_op *op = NULL;
+    int rc = hirate__op_start(u->lim, o->items, n, spend, now_us, &op);
+    if (rc < 0)
+        return push_failure(L, u, rc);
+    o->lud = u;
+    if (rc == 1) {
+        o->op = op;
+        o->state = OP_PENDING;
+        u->ops++;
+    } else {
+        op_finish(o);
+    }
+    return 1;
+}
+
+/* op:request() -> the bytes to send now, or nil */
+static int l_op_request(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    if (o->state != OP_PENDING) {
+        lua_pushnil(L);
+        return 1;
+    }
+    size_t len;
+    const char *req = hirate__op_request(o->op, &len);
+    lua_pushlstring(L, req, len);
+    return 1;
+}
+
+static void check_pending(lua_State *L, op_ud *o, const char *what)
+{
+    if (o->state != OP_PENDING)
+        luaL_error(L, "%s: the op is done (it has its results)", what);
+}
+
+/* op:feed(bytes) -> "more" | "send" | "done", bytes used */
+static int l_op_feed(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    size_t len, used = 0;
+    if (lua_type(L, 2) != LUA_TSTRING)
+        arg_errorf(L, 2, "bytes must be a string, got %s", luaL_typename(L, 2));
+    const char *buf = lua_tolstring(L, 2, &len);
+    check_pending(L, o, "feed");
+    int r = hirate__op_feed(o->op, buf, len, &used);
+    if (r == HIRATE_OP_DONE)
+        op_finish(o);
+    lua_pushstring(L, r == HIRATE_OP_MORE ? "more" : r == HIRATE_OP_SEND ? "send" : "done");
+    lua_pushinteger(L, (lua_Integer)used);
+    return 2;
+}
+
+static const struct {
+    const char *name;
+    int code;
+} error_codes[] = {
+#define HL_ERROR_ENTRY(name, code, msg) {#name, HIRATE_##name},
+    HIRATE_ERRNO_MAP(HL_ERROR_ENTRY)
+#undef HL_ERROR_ENTRY
+};
+
+/* op:fail(code_name): the I/O failed ("ETIMEDOUT", "ECONNECT", "EIO", or
+ * "EAUTH" when the handshake was refused); the policy decides what waits.
+ * On an op that is done already it does nothing, so that error handling
+ * around the I/O may call it without knowing how far the I/O got. */
+static int l_op_fail(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    if (lua_type(L, 2) != LUA_TSTRING)
+        arg_errorf(L, 2, "code must be an error name such as \"ETIMEDOUT\", got %s",
+                   luaL_typename(L, 2));
+    const char *name = lua_tostring(L, 2);
+    int code = 0;
+    for (size_t i = 0; i < sizeof error_codes / sizeof error_codes[0] && !code; i++)
+        if (strcmp(name, error_codes[i].name) == 0)
+            code = error_codes[i].code;
+    if (!code)
+        arg_errorf(L, 2, "code must be an error name such as \"ETIMEDOUT\", got \"%.20s\"", name);
+    if (o->state == OP_PENDING) {
+        hirate__op_fail(o->op, code);
+        op_finish(o);
+    }
+    return 0;
+}
+
+/* op:drop() -> true when the connection must be closed, not reused */
+static int l_op_drop(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    lua_pushboolean(L, o->state == OP_PENDING ? hirate__op_drop(o->op) : o->drop);
+    return 1;
+}
+
+/* op:results() -> {decision, ...}, or nil, message, code */
+static int l_op_results(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    if (o->state == OP_PENDING)
+        return luaL_error(L, "results: the op still waits for Redis (feed it the replies, "
+                             "or fail it)");
+    return push_items(L, o->items, o->n, o->rc, o->errmsg);
+}
+
+/* op:free() and __gc. An op dropped before it is done counts as failed I/O:
+ * the core may be waiting on it as the breaker's one probe, and a probe
+ * that never reports would keep every later call on the policy. */
+static int l_op_free(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    if (o->state == OP_PENDING) {
+        hirate__op_fail(o->op, HIRATE_EIO);
+        op_finish(o);
+    }
+    return 0;
+}
+
+static int l_op_tostring(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    lua_pushfstring(L, "hirate.op(%s, %d items)", o->state == OP_PENDING ? "waiting" : "done",
+                    (int)o->n);
+    return 1;
+}
+
+/* ---- the module --------------------------------------------------------------------- */
+
+static int l_script_source(lua_State *L)
+{
+    size_t len;
+    const char *s = hirate_script_source(&len);
+    lua_pushlstring(L, s, len);
+    return 1;
+}
+
+static int l_script_sha1(lua_State *L)
+{
+    lua_pushstring(L, hirate_script_sha1());
+    return 1;
+}
+
+static int l_version(lua_State *L)
+{
+    lua_pushstring(L, hirate_version());
+    return 1;
+}
+
+/* Limiters not yet freed, in the whole process (tests). */
+static int l_live(lua_State *L)
+{
+    lua_pushinteger(L, (lua_Integer)__atomic_load_n(&live_limiters, __ATOMIC_RELAXED));
+    return 1;
+}
+
+static void new_class(lua_State *L, const char *name, const luaL_Reg *meta,
+                      const luaL_Reg *methods)
+{
+    luaL_newmetatable(L, name);
+    hl_setfuncs(L, meta);
+    lua_newtable(L);
+    hl_setfuncs(L, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+}
+
+HL_EXPORT int luaopen_hirate_core(lua_State *L);
+
+HL_EXPORT int luaopen_hirate_core(lua_State *L)
+{
+    static const luaL_Reg limiter_meta[] = {
+        {"__gc", l_close}, {"__close", l_close}, {"__tostring", l_tostring}, {NULL, NULL}};
+    static const luaL_Reg limiter_methods[] = {
+        {"allow", l_allow},
+        {"peek", l_peek},
+        {"reset", l_reset},
+        {"allow_many", l_allow_many},
+        {"close", l_close},
+        {"_op_start", l_op_start},
+        {"_endpoint", l_endpoint},
+        {"_handshake", l_handshake},
+        {"_reset_local", l_reset_local},
+        {"_decide_at", l_decide_at},
+        {"_stats", l_stats},
+        {NULL, NULL}};
+    static const luaL_Reg op_meta[] = {
+        {"__gc", l_op_free}, {"__tostring", l_op_tostring}, {NULL, NULL}};
+    static const luaL_Reg op_methods[] = {
+        {"request", l_op_request},
+        {"feed", l_op_feed},
+        {"fail", l_op_fail},
+        {"drop", l_op_drop},
+        {"results", l_op_results},
+        {"free", l_op_free},
+        {NULL, NULL}};
+    static const luaL_Reg functions[] = {
+        {"new", l_new},
+        {"script_source", l_script_source},
+        {"script_sha1", l_script_sha1},
+        {"version", l_version},
+        {"_live", l_live},
+        {NULL, NULL}};
+
+    new_class(L, LIMITER_MT, limiter_meta, limiter_methods);
+    new_class(L, OP_MT, op_meta, op_methods);
+    lua_newtable(L);
+    hl_setfuncs(L, functions);
+    lua_pushstring(L, HIRATE_VERSION_STRING);
+    lua_setfield(L, -2, "_VERSION");
+    lua_pushstring(L, "hirate.core");
+    lua_setfield(L, -2, "_NAME");
+    return 1;
+}
