@@ -1,0 +1,631 @@
+"""What hirate.flask and hirate.asgi share: limits, bucket keys, the client's
+address behind proxies, and the rate-limit response headers.
+
+Nothing here does I/O or imports a web framework; both integrations turn a
+request into a peer address and header values, ask their limiters, and hand
+the decisions to a Result, which knows the headers and the refusal body.
+"""
+
+import hashlib
+import ipaddress
+import math
+import numbers
+import re
+
+__all__ = ["Limit", "Result", "ClientIP", "key_header", "refill_seconds"]
+
+# From hirate.h: a key is at most HIRATE_KEY_MAX bytes; capacity, cost and
+# every time in µs stay at most HIRATE_EXACT_MAX.
+KEY_MAX = 512
+EXACT_MAX = 2**53 - 1
+# A scope is written into every key, before the client's identity; keeping it
+# short leaves the identity room enough not to need hashing.
+SCOPE_MAX = 200
+
+_SCOPE_SEP = "|"
+
+
+# ---------------------------------------------------------------------------
+# Limits
+
+
+def refill_seconds(capacity, rate):
+    """Whole seconds to refill an empty bucket, rounded up: the "w" of
+    RateLimit-Policy. Computed as the core computes reset_after (bucket.c,
+    hirate_bucket_until) from tokens 0, in the same double arithmetic, so
+    that w is what a drained bucket's reset_after says, rounded up."""
+    target = float(capacity)
+    rate = float(rate)
+
+    def level(r):
+        return 0.0 + float(r) * rate / 1000000.0
+
+    r = math.ceil(target * 1000000.0 / rate)
+    for _ in range(64):
+        if level(r) >= target:
+            break
+        r += 1
+    for _ in range(64):
+        if not (r > 1 and level(r - 1) >= target):
+            break
+        r -= 1
+    return -(-r // 1000000)
+
+
+def _check_capacity(capacity):
+    if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral):
+        raise TypeError("capacity must be an int, got %s" % type(capacity).__name__)
+    if not 1 <= capacity <= EXACT_MAX:
+        raise ValueError("capacity must be a whole number from 1 to 2^53-1, got %d"
+                         % capacity)
+    return int(capacity)
+
+
+def _check_rate(rate, capacity):
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Real):
+        raise TypeError("rate must be a number of tokens per second, got %s"
+                        % type(rate).__name__)
+    rate = float(rate)
+    if not (rate > 0 and math.isfinite(rate)):
+        raise ValueError("rate must be a finite number of tokens per second above 0, "
+                         "got %r" % rate)
+    # The core's range rule (hirate_bucket_cfg_init), checked here so that a
+    # bad limit fails where it is declared, not at its first request.
+    if float(capacity) * 1000000.0 / rate > float(EXACT_MAX):
+        raise ValueError("capacity %d at rate %r takes over 2^53 us to refill; "
+                         "raise the rate or lower the capacity" % (capacity, rate))
+    return rate
+
+
+def _check_cost(cost):
+    if callable(cost):
+        return cost
+    if isinstance(cost, bool) or not isinstance(cost, numbers.Integral):
+        raise TypeError("cost must be an int or a callable, got %s" % type(cost).__name__)
+    if not 0 <= cost <= EXACT_MAX:
+        raise ValueError("cost must be a whole number from 0 to 2^53-1, got %d" % cost)
+    return int(cost)
+
+
+def check_scope(scope, what="scope"):
+    """A scope is written into bucket keys before a "|": it may not hold one,
+    so that no scope and identity can spell another pair's key."""
+    if not isinstance(scope, str):
+        raise TypeError("%s must be a str, got %s" % (what, type(scope).__name__))
+    if not scope:
+        raise ValueError("%s must not be empty" % what)
+    if _SCOPE_SEP in scope:
+        raise ValueError("%s %r contains %r, which separates the parts of a key; "
+                         "choose another scope" % (what, scope, _SCOPE_SEP))
+    if len(scope.encode("utf-8", "surrogatepass")) > SCOPE_MAX:
+        raise ValueError("%s %r is longer than %d bytes" % (what, scope[:40] + "...",
+                                                            SCOPE_MAX))
+    return scope
+
+
+_NAME_RE = re.compile(r"[\x20-\x7e]+\Z")
+
+
+def _check_name(name):
+    # RateLimit-Policy names are Structured Field strings: printable ASCII.
+    if not isinstance(name, str):
+        raise TypeError("name must be a str, got %s" % type(name).__name__)
+    if not _NAME_RE.match(name):
+        raise ValueError("name %r must be 1 or more printable ASCII characters "
+                         "(it is sent in the RateLimit headers)" % name)
+    return name
+
+
+class Limit:
+    """One rate limit: a bucket of `capacity` tokens refilled at `rate` tokens
+    per second, per client, per scope.
+
+    key         callable(request) -> str | bytes | int | None: whose bucket the
+                request spends from; None (or key=None) means the client's
+                address (see ClientIP)
+    cost        tokens a request spends: an int, or callable(request) -> int
+    scope       which requests share the bucket: None is the route (Flask
+                endpoint, ASGI path pattern or route) the limit is declared on;
+                a string shares the bucket among every limit with that scope,
+                capacity and rate
+    name        the policy's name in the RateLimit headers; by default
+                "<capacity>-per-<w>s", w being refill_seconds(capacity, rate)
+    exempt_when callable(request) -> bool: True lets the request pass this
+                limit untouched
+    """
+
+    __slots__ = ("capacity", "rate", "key", "cost", "scope", "name", "window",
+                 "exempt_when", "_head")
+
+    def __init__(self, capacity, rate, *, key=None, cost=1, scope=None, name=None,
+                 exempt_when=None):
+        self.capacity = _check_capacity(capacity)
+        self.rate = _check_rate(rate, self.capacity)
+        if key is not None and not callable(key):
+            raise TypeError("key must be a callable(request) or None, got %s"
+                            % type(key).__name__)
+        self.key = key
+        self.cost = _check_cost(cost)
+        self.scope = None if scope is None else check_scope(scope)
+        self.window = refill_seconds(self.capacity, self.rate)
+        self.name = (_check_name(name) if name is not None
+                     else "%d-per-%ds" % (self.capacity, self.window))
+        if exempt_when is not None and not callable(exempt_when):
+            raise TypeError("exempt_when must be a callable(request) or None, got %s"
+                            % type(exempt_when).__name__)
+        self.exempt_when = exempt_when
+        # capacity and rate are part of every key: two limits of one scope
+        # with other numbers must never read each other's buckets.
+        self._head = "%d/%r" % (self.capacity, self.rate)
+
+    @classmethod
+    def of(cls, spec):
+        """A Limit from a Limit or a (capacity, rate) pair."""
+        if isinstance(spec, cls):
+            return spec
+        if isinstance(spec, tuple) and len(spec) == 2:
+            return cls(*spec)
+        raise TypeError("a limit must be a hirate Limit or a (capacity, rate) pair, got %r"
+                        % (spec,))
+
+    def bucket_key(self, scope, ident):
+        """The key (bytes) of this limit's bucket in `scope` for `ident`, as
+        made by ident_for_key or ident_for_ip. The prefix of the hirate
+        Limiter comes before it."""
+        head = ("%s|%s|" % (scope, self._head)).encode("utf-8", "surrogatepass")
+        if len(head) + len(ident) > KEY_MAX:
+            # Hashed identities start with "#", plain ones with "ip:" or "k:",
+            # so a hash never equals a plain identity.
+            ident = b"#" + hashlib.sha256(ident).hexdigest().encode()
+        return head + ident
+
+    def cost_for(self, request):
+        cost = self.cost
+        if callable(cost):
+            cost = _check_cost(cost(request))
+            if callable(cost):
+                raise TypeError("a cost callable must return an int, not a callable")
+        return cost
+
+    def __repr__(self):
+        return "Limit(%d, %r, name=%r%s)" % (
+            self.capacity, self.rate, self.name,
+            "" if self.scope is None else ", scope=%r" % self.scope)
+
+
+def check_limits(limits, where):
+    """A list of Limits, checked for names that would repeat in one response
+    and for limits that would spend one bucket twice."""
+    out = [Limit.of(spec) for spec in limits]
+    names = set()
+    buckets = set()
+    for lim in out:
+        if lim.name in names:
+            raise ValueError("two limits on %s are both named %r; give one another name="
+                             % (where, lim.name))
+        names.add(lim.name)
+        bucket = (lim.scope, lim.capacity, lim.rate, lim.key)
+        if bucket in buckets:
+            raise ValueError("%r on %s repeats a limit with the same scope, capacity, rate "
+                             "and key: every request would spend that bucket twice"
+                             % (lim, where))
+        buckets.add(bucket)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Identities
+
+
+def ident_for_key(value):
+    """The identity bytes for what a key function returned (not None)."""
+    if isinstance(value, str):
+        return b"k:" + value.encode("utf-8", "surrogatepass")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return b"k:" + bytes(value)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return b"k:" + str(int(value)).encode()
+    raise TypeError("a key function must return str, bytes, int or None, got %s"
+                    % type(value).__name__)
+
+
+def ident_for_ip(address):
+    """The identity bytes for a client address (a str from ClientIP.key)."""
+    return b"ip:" + (address or "unknown").encode("utf-8", "surrogatepass")
+
+
+def key_header(name):
+    """A key function: the value of the request header `name`, e.g.
+    key_header("X-API-Key"). A request without it is limited by its client
+    address instead, in buckets of their own (the identities cannot meet).
+    The value is stored in the Redis key as sent; hash secrets in a key
+    function of your own if Redis' readers must not see them."""
+    if not isinstance(name, str) or not name:
+        raise TypeError("key_header needs a header name, e.g. key_header('X-API-Key')")
+
+    def key(request):
+        value = request.headers.get(name)
+        return value if value else None
+
+    key.__name__ = key.__qualname__ = "key_header(%r)" % name
+    return key
+
+
+# ---------------------------------------------------------------------------
+# The client's address
+
+
+def _parse_node(text):
+    """An ip_address from one hop of X-Forwarded-For or the for= of a
+    Forwarded element ("192.0.2.1", "192.0.2.1:80", "[2001:db8::1]:443",
+    "2001:db8::1", quoted or not), or None when it is not an address
+    ("unknown", an obfuscated "_name", garbage)."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        text = text[1:-1].replace('\\"', '"').replace("\\\\", "\\").strip()
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            return None
+        host, rest = text[1:end], text[end + 1:]
+        if rest and not _PORT_RE.match(rest):
+            return None
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+        if not _PORT_RE.match(":" + port):
+            return None
+    else:
+        host = text
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        # A dual-stack socket reports IPv4 peers as ::ffff:a.b.c.d.
+        return ip.ipv4_mapped
+    return ip
+
+
+_PORT_RE = re.compile(r":(?:[0-9]{1,5}|_[A-Za-z0-9._-]+)\Z")
+
+
+def _forwarded_fors(values):
+    """The for= of each element of Forwarded fields (RFC 7239), left to right;
+    "" for an element without one. Commas and semicolons inside quoted
+    strings are part of the value."""
+    out = []
+    for value in values:
+        element_for = ""
+        i, n = 0, len(value)
+        param, buf, in_quotes = None, [], False
+        while i <= n:
+            c = value[i] if i < n else ","
+            if in_quotes:
+                buf.append(c)
+                if c == "\\" and i + 1 < n:
+                    buf.append(value[i + 1])
+                    i += 1
+                elif c == '"':
+                    in_quotes = False
+            elif c == '"':
+                in_quotes = True
+                buf.append(c)
+            elif c == "=" and param is None:
+                param, buf = "".join(buf).strip().lower(), []
+            elif c in ";,":
+                if param == "for":
+                    element_for = "".join(buf).strip() or element_for
+                param, buf = None, []
+                if c == ",":
+                    out.append(element_for)
+                    element_for = ""
+            else:
+                buf.append(c)
+            i += 1
+        if in_quotes:  # an unterminated quoted string: the last hop is garbage
+            out[-1] = ""
+    return out
+
+
+def _xff_hops(values):
+    out = []
+    for value in values:
+        out.extend(value.split(","))
+    return out
+
+
+class ClientIP:
+    """Which address a request comes from.
+
+    Without configuration it is the socket peer. Headers that proxies add
+    (X-Forwarded-For by default, or Forwarded, RFC 7239) are believed only
+    when the peer is a proxy of ours:
+
+    trusted_proxies  addresses or networks ("10.0.0.0/8", "::1", and "unix"
+                     for a peer on a Unix socket). When the peer is one, the
+                     header is walked from the right, skipping addresses
+                     that are trusted proxies too; the first other address
+                     is the client.
+    proxy_hops       the number of proxies in front of the app (each appends
+                     the address it saw): the client is the proxy_hops-th
+                     address from the right, whatever a client put to the
+                     left of it. With trusted_proxies as well, the peer must
+                     also be one of them.
+
+    A hop that is not an address ("unknown", garbage) ends the walk: the
+    client is then the nearest address to its right (a proxy of ours), never
+    a value the client could have chosen. A request with fewer hops than
+    proxy_hops did not come through the proxies: its peer is the client.
+    IPv4-mapped IPv6 addresses are read as IPv4.
+    """
+
+    def __init__(self, trusted_proxies=(), proxy_hops=0, header="X-Forwarded-For",
+                 ipv6_subnet=64):
+        if isinstance(trusted_proxies, str):
+            trusted_proxies = [trusted_proxies]
+        self.networks = []
+        self.trust_unix = False
+        for entry in trusted_proxies:
+            if isinstance(entry, str) and entry.strip().lower() == "unix":
+                self.trust_unix = True
+                continue
+            try:
+                net = ipaddress.ip_network(entry.strip() if isinstance(entry, str) else entry,
+                                           strict=False)
+            except (TypeError, ValueError):
+                raise ValueError("trusted_proxies: %r is not an address or network "
+                                 "(e.g. '10.0.0.0/8', '::1', 'unix')" % (entry,)) from None
+            self.networks.append(net)
+        if isinstance(proxy_hops, bool) or not isinstance(proxy_hops, numbers.Integral):
+            raise TypeError("proxy_hops must be an int, got %s" % type(proxy_hops).__name__)
+        if not 0 <= proxy_hops <= 64:
+            raise ValueError("proxy_hops must be from 0 to 64, got %d" % proxy_hops)
+        self.hops = int(proxy_hops)
+        if not isinstance(header, str) or header.lower() not in ("x-forwarded-for",
+                                                                  "forwarded"):
+            raise ValueError("header must be 'X-Forwarded-For' or 'Forwarded', got %r"
+                             % (header,))
+        self.header = "Forwarded" if header.lower() == "forwarded" else "X-Forwarded-For"
+        if isinstance(ipv6_subnet, bool) or not isinstance(ipv6_subnet, numbers.Integral):
+            raise TypeError("ipv6_subnet must be an int, got %s" % type(ipv6_subnet).__name__)
+        if not 1 <= ipv6_subnet <= 128:
+            raise ValueError("ipv6_subnet must be a prefix length from 1 to 128, got %d"
+                             % ipv6_subnet)
+        self.ipv6_subnet = int(ipv6_subnet)
+        self.uses_header = bool(self.networks or self.trust_unix or self.hops)
+
+    def _trusted(self, ip):
+        return ip is not None and any(ip in net for net in self.networks
+                                      if net.version == ip.version)
+
+    def resolve(self, peer, header_values=()):
+        """The client's address as a string, from the socket peer (a str, or
+        None for a Unix socket) and the configured header's field values in
+        the order they came. None when there is no peer and nothing to
+        believe."""
+        peer_ip = _parse_node(peer) if peer else None
+        peer_text = str(peer_ip) if peer_ip is not None else (peer or None)
+        if not self.uses_header or not header_values:
+            return peer_text
+        if peer:
+            peer_trusted = self._trusted(peer_ip)
+        else:
+            peer_trusted = self.trust_unix
+        if (self.networks or self.trust_unix) and not peer_trusted:
+            return peer_text
+        if self.header == "Forwarded":
+            hops = _forwarded_fors(header_values)
+        else:
+            hops = _xff_hops(header_values)
+        if self.hops:
+            if len(hops) < self.hops:
+                return peer_text
+            nearest = peer_text
+            for text in reversed(hops[len(hops) - self.hops + 1:]):
+                ip = _parse_node(text)
+                if ip is None:
+                    return nearest
+                nearest = str(ip)
+            ip = _parse_node(hops[len(hops) - self.hops])
+            return str(ip) if ip is not None else nearest
+        nearest = peer_text
+        for text in reversed(hops):
+            ip = _parse_node(text)
+            if ip is None:
+                return nearest
+            if not self._trusted(ip):
+                return str(ip)
+            nearest = str(ip)
+        return nearest
+
+    def key(self, address):
+        """The identity of an address for bucket keys: IPv6 addresses by
+        their /ipv6_subnet network (a host of one /64 can use all of it)."""
+        if address is None:
+            return None
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return address
+        if ip.version == 6 and self.ipv6_subnet < 128:
+            net = ipaddress.IPv6Network((int(ip) >> (128 - self.ipv6_subnet)
+                                         << (128 - self.ipv6_subnet), self.ipv6_subnet))
+            return str(net)
+        return str(ip)
+
+
+# ---------------------------------------------------------------------------
+# Deciding several limits
+#
+# Several limits on one request are decided so that a refusal spends nothing:
+# peek at every limit but the last; if one refuses, peek at the last too (for
+# its headers) and refuse. Otherwise allow the last (a refusal there spends
+# nothing either), then allow the others. One limit is one allow. Only a race,
+# another request draining a peeked bucket between the peek and the allow,
+# can leave the limits allowed before it spent; the request is refused then.
+# hirate.flask (decide_sync) and hirate.asgi (its async twin) follow this.
+
+
+def decide_sync(calls):
+    """Decisions for [(limiter, key, cost), ...] in the order above."""
+    if len(calls) == 1:
+        lim, key, cost = calls[0]
+        return [lim.allow(key, cost)]
+    *first, (last, last_key, last_cost) = calls
+    out = [lim.peek(key, cost) for lim, key, cost in first]
+    if not all(d.allowed for d in out):
+        return out + [last.peek(last_key, last_cost)]
+    final = last.allow(last_key, last_cost)
+    if not final.allowed:
+        return out + [final]
+    for i, (lim, key, cost) in enumerate(first):
+        out[i] = lim.allow(key, cost)
+        if not out[i].allowed:
+            break
+    return out + [final]
+
+
+# ---------------------------------------------------------------------------
+# Results and headers
+
+
+def _sf_string(text):
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _ceil_seconds(seconds):
+    return max(0, math.ceil(seconds))
+
+
+_QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+_REDUCED_CAPACITY = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+
+
+class Result:
+    """The outcome of the limits of one request.
+
+    checks       a tuple of (Limit, Decision) in the order the limits were
+                 declared (a refused request's decisions spent nothing, so
+                 their remaining is what the bucket holds)
+    allowed      every limit passed
+    retry_after  for a refusal, whole seconds until it could pass (rounded
+                 up), or None when it never can (a cost above a capacity);
+                 None when allowed
+    status       200 when allowed; 429 when refused; 503 when every refusal
+                 came from on_error="closed" while Redis was down (the
+                 client did nothing wrong: the limit could not be checked)
+    violated     the names of the refused limits
+    """
+
+    __slots__ = ("checks", "allowed", "retry_after", "status", "violated")
+
+    def __init__(self, checks):
+        self.checks = tuple(checks)
+        refused = [(lim, d) for lim, d in self.checks if not d.allowed]
+        self.allowed = not refused
+        self.violated = [lim.name for lim, _ in refused]
+        if self.allowed:
+            self.retry_after = None
+            self.status = 200
+            return
+        if any(math.isinf(d.retry_after) for _, d in refused):
+            self.retry_after = None
+        else:
+            self.retry_after = max(_ceil_seconds(d.retry_after) for _, d in refused)
+        self.status = 503 if all(d.source == "fail_closed" for _, d in refused) else 429
+
+    def _t(self, decision):
+        """The "t" of one item: until the bucket is full when the request
+        passed; until this request could pass that limit when it was
+        refused (0 for a limit that had the tokens). None for never."""
+        if self.allowed:
+            return _ceil_seconds(decision.reset_after)
+        if decision.allowed:
+            return 0
+        if math.isinf(decision.retry_after):
+            return None
+        return _ceil_seconds(decision.retry_after)
+
+    def policy_header(self):
+        """RateLimit-Policy: "name";q=<capacity>;w=<seconds to refill from
+        empty>, one item per limit."""
+        return ", ".join("%s;q=%d;w=%d" % (_sf_string(lim.name), lim.capacity, lim.window)
+                         for lim, _ in self.checks)
+
+    def ratelimit_header(self):
+        """RateLimit: "name";r=<remaining>;t=<seconds>, one item per limit
+        (no t when the request can never pass that limit)."""
+        items = []
+        for lim, d in self.checks:
+            t = self._t(d)
+            item = "%s;r=%d" % (_sf_string(lim.name), max(0, d.remaining))
+            if t is not None:
+                item += ";t=%d" % t
+            items.append(item)
+        return ", ".join(items)
+
+    def _binding(self):
+        """The limit the legacy headers describe: the refused one with the
+        longest wait, or, when allowed, the one with the fewest tokens left."""
+        if self.allowed:
+            return min(self.checks, key=lambda c: (c[1].remaining, -c[1].reset_after))
+        refused = [c for c in self.checks if not c[1].allowed]
+        return max(refused, key=lambda c: c[1].retry_after)
+
+    def headers(self, ratelimit=True, legacy=False):
+        """The response headers as a list of (name, value): RateLimit-Policy
+        and RateLimit; X-RateLimit-Limit, -Remaining and -Reset (seconds, as
+        RateLimit's t) when legacy; Retry-After on a refusal that can pass
+        some day."""
+        out = []
+        if not self.checks:
+            return out
+        if ratelimit:
+            out.append(("RateLimit-Policy", self.policy_header()))
+            out.append(("RateLimit", self.ratelimit_header()))
+        if legacy:
+            lim, d = self._binding()
+            out.append(("X-RateLimit-Limit", str(lim.capacity)))
+            out.append(("X-RateLimit-Remaining", str(max(0, d.remaining))))
+            t = self._t(d)
+            if t is not None:
+                out.append(("X-RateLimit-Reset", str(t)))
+        if not self.allowed and self.retry_after is not None:
+            out.append(("Retry-After", str(self.retry_after)))
+        return out
+
+    def detail(self):
+        if self.status == 503:
+            text = "The rate limit cannot be checked now"
+        else:
+            text = "Too many requests"
+        if self.retry_after is None:
+            return text + "; this request exceeds the limit and can never pass."
+        return text + "; retry in %d second%s." % (self.retry_after,
+                                                   "" if self.retry_after == 1 else "s")
+
+    def problem(self):
+        """The default JSON body of a refusal (RFC 9457 problem details, with
+        the problem types of the RateLimit headers draft)."""
+        if self.status == 503:
+            kind, title = _REDUCED_CAPACITY, "Rate limit unavailable"
+        else:
+            kind, title = _QUOTA_EXCEEDED, "Too many requests"
+        return {
+            "type": kind,
+            "title": title,
+            "status": self.status,
+            "detail": self.detail(),
+            "violated-policies": list(self.violated),
+            "retry_after": self.retry_after,
+        }
+
+    def text(self):
+        """The default plain-text body of a refusal."""
+        return self.detail() + "\n"
+
+    def __repr__(self):
+        return "<hirate Result %s%s %s>" % (
+            "allowed" if self.allowed else "refused",
+            "" if self.allowed else " retry_after=%r" % self.retry_after,
+            self.ratelimit_header())

@@ -1,0 +1,360 @@
+"""hirate for Flask: rate limits on routes, blueprints and the whole app.
+
+    from flask import Flask
+    from hirate.flask import RateLimiter, Limit, key_header
+
+    app = Flask(__name__)
+    app.config["HIRATE_URL"] = "redis://127.0.0.1:6379"
+    limiter = RateLimiter(app, default_limits=[Limit(100, 10)])
+
+    @app.post("/login")
+    @limiter.limit(5, 1 / 60)            # 5 at once, then one a minute
+    def login(): ...
+
+    @app.get("/search")
+    @limiter.limit(10, 1, key=key_header("X-API-Key"))
+    @limiter.limit(1000, 1000 / 86400, key=key_header("X-API-Key"), name="daily")
+    def search(): ...
+
+Every response of a limited request carries the RateLimit-Policy and
+RateLimit headers; a refusal is a 429 (503 when on_error="closed" refused
+because Redis is down) with Retry-After and a problem+json body. The buckets
+live in Redis when a URL is configured, shared by every worker and machine.
+"""
+
+import threading
+
+import flask
+from flask import Blueprint, current_app, request
+
+from . import Limiter as _Limiter
+from ._http import ClientIP, Limit, Result, check_limits, check_scope, decide_sync
+from ._http import ident_for_ip, ident_for_key, key_header
+
+__all__ = ["RateLimiter", "Limit", "Result", "key_header", "current_result"]
+
+_UNSET = object()
+
+# Constructor argument -> (app.config key, default). An argument given to the
+# constructor wins over app.config, which wins over the default.
+_SETTINGS = {
+    "url": ("HIRATE_URL", None),
+    "default_limits": ("HIRATE_DEFAULT_LIMITS", ()),
+    "on_error": ("HIRATE_ON_ERROR", "local"),
+    "headers": ("HIRATE_HEADERS", True),
+    "legacy_headers": ("HIRATE_LEGACY_HEADERS", False),
+    "trusted_proxies": ("HIRATE_TRUSTED_PROXIES", ()),
+    "proxy_hops": ("HIRATE_PROXY_HOPS", 0),
+    "forwarded_header": ("HIRATE_FORWARDED_HEADER", "X-Forwarded-For"),
+    "ipv6_subnet": ("HIRATE_IPV6_SUBNET", 64),
+    "prefix": ("HIRATE_PREFIX", "rl:"),
+    "instances": ("HIRATE_INSTANCES", 1),
+    "connect_timeout": ("HIRATE_CONNECT_TIMEOUT", 0.25),
+    "timeout": ("HIRATE_TIMEOUT", 0.1),
+    "body": ("HIRATE_BODY", "json"),
+    "enabled": ("HIRATE_ENABLED", True),
+}
+
+_ATTR_LIMITS = "_hirate_limits"
+_ATTR_EXEMPT = "_hirate_exempt"
+
+
+def current_result():
+    """The hirate Result of the current request (its limits' decisions), or
+    None when no limit applied to it."""
+    return request.environ.get("hirate.result")
+
+
+def _scope_part(text):
+    # Route and blueprint names become scopes; "%" and "|" are escaped so
+    # that every name maps to its own scope.
+    return text.replace("%", "%25").replace("|", "%7C")
+
+
+def _as_list(value, what):
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    try:
+        return list(value)
+    except TypeError:
+        raise TypeError("%s must be a list, got %s" % (what, type(value).__name__)) from None
+
+
+def _as_limits(value, where):
+    specs = []
+    for spec in _as_list(value, "default_limits"):
+        specs.append(tuple(spec) if isinstance(spec, list) else spec)
+    return check_limits(specs, where)
+
+
+class _AppState:
+    """What one app uses: its settings, and one hirate.Limiter per distinct
+    (capacity, rate), made at its first request and shared by all threads."""
+
+    def __init__(self, settings):
+        self.url = settings["url"] or None
+        self.enabled = bool(settings["enabled"])
+        self.headers = bool(settings["headers"])
+        self.legacy_headers = bool(settings["legacy_headers"])
+        if settings["body"] not in ("json", "text"):
+            raise ValueError("body must be 'json' or 'text', got %r" % (settings["body"],))
+        self.body = settings["body"]
+        self.client_ip = ClientIP(_as_list(settings["trusted_proxies"], "trusted_proxies"),
+                                  settings["proxy_hops"], settings["forwarded_header"],
+                                  settings["ipv6_subnet"])
+        self.default_limits = _as_limits(settings["default_limits"], "default_limits")
+        self.options = dict(prefix=settings["prefix"], on_error=settings["on_error"],
+                            instances=settings["instances"],
+                            connect_timeout=settings["connect_timeout"],
+                            timeout=settings["timeout"])
+        # The core checks the URL and every option, with messages naming the
+        # problem: a bad setting fails here, at startup, not at a request.
+        _Limiter(self.url, capacity=1, rate=1.0, **self.options).close()
+        self.limiters = {}
+        self.lock = threading.Lock()
+
+    def limiter(self, limit):
+        pair = (limit.capacity, limit.rate)
+        lim = self.limiters.get(pair)
+        if lim is None:
+            with self.lock:
+                lim = self.limiters.get(pair)
+                if lim is None:
+                    lim = _Limiter(self.url, capacity=limit.capacity, rate=limit.rate,
+                                   **self.options)
+                    self.limiters[pair] = lim
+        return lim
+
+    def close(self):
+        with self.lock:
+            for lim in self.limiters.values():
+                lim.close()
+            self.limiters.clear()
+
+
+class RateLimiter:
+    """The Flask extension. Give it the app now or later (init_app, for app
+    factories); each setting comes from the argument, else from app.config,
+    else its default:
+
+    url              HIRATE_URL, else REDIS_URL; None: in memory (each
+                     process has its own buckets)
+    default_limits   HIRATE_DEFAULT_LIMITS: Limits (or (capacity, rate)
+                     pairs) for every route that has no limit of its own and
+                     is not exempt; by default one budget per client across
+                     all of them (scope "app")
+    key              callable(request) -> str | bytes | int | None: the
+                     default identity of a client; None (default) is its
+                     address
+    on_error         HIRATE_ON_ERROR: "local" (default), "open" or "closed":
+                     what decides while Redis is down
+    headers          HIRATE_HEADERS: send RateLimit-Policy and RateLimit (True)
+    legacy_headers   HIRATE_LEGACY_HEADERS: also X-RateLimit-Limit,
+                     -Remaining and -Reset (False)
+    trusted_proxies  HIRATE_TRUSTED_PROXIES: networks whose X-Forwarded-For
+                     is believed (a list, or a comma-separated string)
+    proxy_hops       HIRATE_PROXY_HOPS: proxies in front of the app (0)
+    forwarded_header HIRATE_FORWARDED_HEADER: "X-Forwarded-For" or "Forwarded"
+    ipv6_subnet      HIRATE_IPV6_SUBNET: IPv6 clients share a bucket per
+                     network of this prefix length (64)
+    prefix, instances, connect_timeout, timeout
+                     HIRATE_PREFIX ... : passed to every hirate.Limiter
+    body             HIRATE_BODY: "json" (problem+json, default) or "text"
+    on_refused       callable(request, result) returning the refusal's
+                     response (any value a view may return); the rate-limit
+                     headers and Retry-After are added unless it set them
+    enabled          HIRATE_ENABLED: False turns every limit off
+    """
+
+    def __init__(self, app=None, *, url=_UNSET, default_limits=_UNSET, key=None,
+                 on_error=_UNSET, headers=_UNSET, legacy_headers=_UNSET,
+                 trusted_proxies=_UNSET, proxy_hops=_UNSET, forwarded_header=_UNSET,
+                 ipv6_subnet=_UNSET, prefix=_UNSET, instances=_UNSET,
+                 connect_timeout=_UNSET, timeout=_UNSET, body=_UNSET, on_refused=None,
+                 enabled=_UNSET):
+        given = dict(url=url, default_limits=default_limits, on_error=on_error,
+                     headers=headers, legacy_headers=legacy_headers,
+                     trusted_proxies=trusted_proxies, proxy_hops=proxy_hops,
+                     forwarded_header=forwarded_header, ipv6_subnet=ipv6_subnet,
+                     prefix=prefix, instances=instances, connect_timeout=connect_timeout,
+                     timeout=timeout, body=body, enabled=enabled)
+        self._given = {k: v for k, v in given.items() if v is not _UNSET}
+        if "default_limits" in self._given:
+            # Checked now, so that a wrong limit fails where it is written.
+            _as_limits(self._given["default_limits"], "default_limits")
+        if key is not None and not callable(key):
+            raise TypeError("key must be a callable(request) or None, got %s"
+                            % type(key).__name__)
+        if on_refused is not None and not callable(on_refused):
+            raise TypeError("on_refused must be a callable(request, result), got %s"
+                            % type(on_refused).__name__)
+        self.key = key
+        self.on_refused = on_refused
+        self._blueprint_limits = {}
+        self._blueprint_exempt = set()
+        if app is not None:
+            self.init_app(app)
+
+    # -- setup
+
+    def init_app(self, app):
+        settings = {}
+        for name, (config_key, default) in _SETTINGS.items():
+            if name in self._given:
+                settings[name] = self._given[name]
+            elif config_key in app.config:
+                settings[name] = app.config[config_key]
+            elif name == "url" and "REDIS_URL" in app.config:
+                settings[name] = app.config["REDIS_URL"]
+            else:
+                settings[name] = default
+        states = app.extensions.setdefault("hirate", {})
+        old = states.get(self)
+        states[self] = _AppState(settings)
+        if old is not None:
+            old.close()  # set up again: new settings, the same hooks
+            return
+        app.before_request(self._before_request)
+        app.after_request(self._after_request)
+
+    def _state(self, app=None):
+        state = (app or current_app).extensions.get("hirate", {}).get(self)
+        if state is None:
+            raise RuntimeError("this hirate RateLimiter is not set up on the app: "
+                               "call init_app(app) first")
+        return state
+
+    def close(self, app=None):
+        """Closes the app's hirate Limiters (they are made again if another
+        request comes). Without an app, the current app's."""
+        self._state(app).close()
+
+    # -- decorators
+
+    def limit(self, capacity, rate, *, key=None, cost=1, scope=None, name=None,
+              exempt_when=None):
+        """A decorator that adds a limit to a view function or a Blueprint
+        (see Limit for the arguments). Stacked limits must all pass; a
+        refusal spends nothing on the others. A limit on a view function may
+        go above or below @app.route. scope=None gives the route (or the
+        blueprint, all of its routes together) a bucket of its own."""
+        lim = Limit(capacity, rate, key=key, cost=cost, scope=scope, name=name,
+                    exempt_when=exempt_when)
+
+        def decorator(obj):
+            if isinstance(obj, Blueprint):
+                where = "blueprint %r" % obj.name
+                if obj.name in self._blueprint_exempt:
+                    raise ValueError("%s is exempt: it cannot have limits too" % where)
+                limits = [lim] + self._blueprint_limits.get(obj.name, [])
+                self._blueprint_limits[obj.name] = check_limits(limits, where)
+                return obj
+            if not callable(obj):
+                raise TypeError("limit() decorates a view function or a Blueprint, not %s"
+                                % type(obj).__name__)
+            where = "view %r" % getattr(obj, "__name__", obj)
+            if getattr(obj, _ATTR_EXEMPT, False):
+                raise ValueError("%s is exempt: it cannot have limits too" % where)
+            # Decorators run bottom-up: putting this one first keeps the
+            # limits in the order they are written.
+            limits = [lim] + list(getattr(obj, _ATTR_LIMITS, ()))
+            setattr(obj, _ATTR_LIMITS, check_limits(limits, where))
+            return obj
+
+        return decorator
+
+    def exempt(self, obj):
+        """A decorator: the view function (or every route of the Blueprint)
+        gets no default limits."""
+        if isinstance(obj, Blueprint):
+            if obj.name in self._blueprint_limits:
+                raise ValueError("blueprint %r has limits: it cannot be exempt too"
+                                 % obj.name)
+            self._blueprint_exempt.add(obj.name)
+            return obj
+        if getattr(obj, _ATTR_LIMITS, None):
+            raise ValueError("view %r has limits: it cannot be exempt too"
+                             % getattr(obj, "__name__", obj))
+        setattr(obj, _ATTR_EXEMPT, True)
+        return obj
+
+    # -- the client
+
+    def client_ip(self, req=None):
+        """The client's address as the app's proxy settings read it."""
+        req = req if req is not None else request
+        state = self._state()
+        header = state.client_ip.header
+        return state.client_ip.resolve(req.remote_addr, req.headers.getlist(header))
+
+    # -- per request
+
+    def _limits_for(self, state):
+        """[(Limit, scope)] for the current request."""
+        endpoint = request.endpoint
+        if endpoint is None:
+            return []  # no route matched: 404 or 405 answer without the view
+        view = current_app.view_functions.get(endpoint)
+        found = [(lim, "ep:" + _scope_part(endpoint))
+                 for lim in getattr(view, _ATTR_LIMITS, ())]
+        exempt = getattr(view, _ATTR_EXEMPT, False)
+        for bp in request.blueprints:
+            found += [(lim, "bp:" + _scope_part(bp))
+                      for lim in self._blueprint_limits.get(bp, ())]
+            exempt = exempt or bp in self._blueprint_exempt
+        if found:
+            return found
+        if exempt or endpoint == "static":
+            return []
+        return [(lim, "app") for lim in state.default_limits]
+
+    def _before_request(self):
+        state = self._state()
+        if not state.enabled:
+            return None
+        applied = self._limits_for(state)
+        if not applied:
+            return None
+        address = None
+        checks, calls = [], []
+        for lim, scope in applied:
+            if lim.exempt_when is not None and lim.exempt_when(request):
+                continue
+            keyfunc = lim.key or self.key
+            value = keyfunc(request) if keyfunc is not None else None
+            if value is None:
+                if address is None:
+                    address = state.client_ip.key(self.client_ip()) or "unknown"
+                ident = ident_for_ip(address)
+            else:
+                ident = ident_for_key(value)
+            scope = lim.scope if lim.scope is not None else check_scope(scope, "route scope")
+            checks.append(lim)
+            calls.append((state.limiter(lim), lim.bucket_key(scope, ident),
+                          lim.cost_for(request)))
+        if not calls:
+            return None
+        result = Result(zip(checks, decide_sync(calls)))
+        # The request's own environ, not g: an app context can outlive a
+        # request (tests hold one around several).
+        request.environ["hirate.result"] = result
+        if result.allowed:
+            return None
+        if self.on_refused is not None:
+            return current_app.make_response(self.on_refused(request, result))
+        if state.body == "json":
+            return current_app.response_class(
+                flask.json.dumps(result.problem()), status=result.status,
+                mimetype="application/problem+json")
+        return current_app.response_class(result.text(), status=result.status,
+                                          mimetype="text/plain")
+
+    def _after_request(self, response):
+        result = request.environ.get("hirate.result")
+        if result is None:
+            return response
+        state = self._state()
+        for name, value in result.headers(state.headers, state.legacy_headers):
+            if name not in response.headers:  # an on_refused hook's own win
+                response.headers[name] = value
+        return response
