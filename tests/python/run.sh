@@ -11,6 +11,9 @@ venv=$out/venv
 
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$root/tests/python/requirements.txt"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "$root"
+# The CMake build directory persists under $out, so a rerun rebuilds only
+# what changed; warnings are errors here, as in the C build of make test.
+"$venv/bin/python" -m pip install -q --disable-pip-version-check \
+    -C build-dir="$out/cmake" -C cmake.define.HIRATE_WERROR=ON "$root"
 cd "$out"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/python" "$@"

@@ -808,10 +808,15 @@ static void batch_clear(batch *b)
 /* Reads an iterable of (key, cost) pairs. Wrong types raise TypeError before
  * anything is decided; values (an empty key, a negative cost) are the
  * core's to judge, item by item. */
-static int batch_from(hstate *st, PyObject *pairs, batch *b)
+static int batch_from(hstate *st, const char *fname, PyObject *pairs, batch *b)
 {
     memset(b, 0, sizeof *b);
-    PyObject *seq = PySequence_Fast(pairs, "allow_many() needs an iterable of (key, cost) pairs");
+    if (!Py_TYPE(pairs)->tp_iter && !PySequence_Check(pairs)) {
+        PyErr_Format(PyExc_TypeError, "%s() needs an iterable of (key, cost) pairs, not %.200s",
+                     fname, Py_TYPE(pairs)->tp_name);
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(pairs, "an iterable of (key, cost) pairs");
     if (!seq)
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -829,7 +834,7 @@ static int batch_from(hstate *st, PyObject *pairs, batch *b)
         PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
             PyErr_Format(PyExc_TypeError,
-                         "allow_many() items must be (key, cost) tuples, item %zd is %.200s", i,
+                         "%s() items must be (key, cost) tuples, item %zd is %.200s", fname, i,
                          Py_TYPE(pair)->tp_name);
             goto fail;
         }
@@ -903,7 +908,7 @@ static PyObject *limiter_allow_many(PyObject *op, PyObject *pairs)
     char msg[HIRATE_ERRMSG_SIZE] = "";
     Py_ssize_t bad;
 
-    if (batch_from(st, pairs, &b) < 0)
+    if (batch_from(st, "allow_many", pairs, &b) < 0)
         return NULL;
     if (!self->redis) {
         if (self->closed) {
@@ -969,7 +974,7 @@ static PyObject *limiter_op_start(PyObject *op, PyObject *args, PyObject *kw)
     o->done = 0;
     o->bad = -1;
     o->msg[0] = '\0';
-    if (batch_from(st, pairs, &o->b) < 0) {
+    if (batch_from(st, "_op_start", pairs, &o->b) < 0) {
         Py_DECREF(o);
         return NULL;
     }

@@ -1,0 +1,129 @@
+"""The shared test vectors (tests/vectors/token_bucket.json) through the
+Python API: every case, on the memory backend and on a real redis-server
+(with and without the deny cache), with the time injected through
+Limiter._decide_at. Every field a vector gives is compared exactly, and the
+float fields must be the very same numbers in seconds."""
+
+import json
+import math
+import pathlib
+
+import pytest
+
+import hirate
+
+VECTORS = pathlib.Path(__file__).resolve().parents[1] / "vectors" / "token_bucket.json"
+DOC = json.loads(VECTORS.read_text(encoding="utf-8"))
+assert DOC["version"] == 1, "a vector file of a version this runner does not know"
+CASES = DOC["cases"]
+
+
+def key_bytes(spec):
+    """A vector key in any of its three spellings. JSON strings stay str, so
+    that the str path (UTF-8) is what they exercise."""
+    if isinstance(spec, str):
+        return spec
+    if "hex" in spec:
+        return bytes.fromhex(spec["hex"])
+    return (spec["repeat"] * spec["times"]).encode("utf-8")
+
+
+def rate_of(value):
+    return float(value)   # "nan", "inf", "-inf" and numbers alike
+
+
+def short(error_name):
+    assert error_name.startswith("HIRATE_")
+    return error_name[len("HIRATE_"):]
+
+
+BACKENDS = ["memory", "redis", "redis+cache"]
+
+
+def make(backend, case, url):
+    cfg = case["config"]
+    kw = dict(capacity=cfg["capacity"], rate=rate_of(cfg["rate"]), prefix=f"vec:{case['id']}:")
+    if backend == "memory":
+        return hirate.Limiter(**kw)
+    # A slow CI machine must not turn into a fallback: generous timeouts,
+    # and a policy that would show up as a wrong source.
+    return hirate.Limiter(url, connect_timeout=5, timeout=5, on_error="closed",
+                          deny_cache=backend == "redis+cache", **kw)
+
+
+def check_step(backend, lim, case, i, step):
+    where = f"[{backend}] case {case['id']}, step {i}"
+    key = key_bytes(step["key"])
+    t = step["t_us"]
+    if step["op"] == "reset":
+        assert lim.reset(key) is None, where
+        return None
+    spend = step["op"] == "allow"
+    cost = step.get("cost", 1)
+    if "expect_error" in step:
+        with pytest.raises(hirate.ConfigError) as info:
+            lim._decide_at(key, cost, spend, t)
+        assert info.value.name == short(step["expect_error"]), where
+        assert info.value.code == getattr(hirate._hirate, info.value.name), where
+        assert str(info.value), where + ": an error without a message"
+        return None
+    want = step["expect"]
+    d = lim._decide_at(key, cost, spend, t)
+    retry = None if want["retry_after_us"] == "never" else want["retry_after_us"]
+    got = dict(allowed=d.allowed, remaining=d.remaining, retry_after_us=d.retry_after_us,
+               reset_after_us=d.reset_after_us, limit=d.limit, time_us=d.time_us,
+               error=d.error)
+    assert got == dict(allowed=want["allowed"], remaining=want["remaining"],
+                       retry_after_us=retry, reset_after_us=want["reset_after_us"],
+                       limit=want["limit"], time_us=t, error=None), where
+    assert bool(d) is want["allowed"], where
+    assert d.retry_after == (math.inf if retry is None else retry / 1e6), where
+    assert d.reset_after == want["reset_after_us"] / 1e6, where
+    assert d.time == t / 1e6, where
+    expected_source = {"memory": "local", "redis": "redis", "redis+cache": "redis"}[backend]
+    if backend == "redis+cache" and not d.allowed and d.source == "cache":
+        return "cache"   # the deny cache answered, with Redis' own values
+    assert d.source == expected_source, where
+    return d.source
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_vector_case(backend, redis):
+    steps = cache_hits = 0
+    for case in CASES:
+        cfg = case["config"]
+        if "config_error" in case:
+            with pytest.raises(hirate.ConfigError) as info:
+                make(backend, case, redis.url)
+            assert info.value.name == short(case["config_error"]), case["id"]
+            assert str(info.value), case["id"]
+            continue
+        lim = make(backend, case, redis.url)
+        try:
+            assert lim.capacity == cfg["capacity"]
+            for i, step in enumerate(case["steps"]):
+                steps += 1
+                cache_hits += check_step(backend, lim, case, i, step) == "cache"
+        finally:
+            lim.close()
+    assert steps == sum(len(c.get("steps", ())) for c in CASES)
+    if backend == "redis+cache":
+        assert cache_hits > 20, "the deny cache answered no refusal"
+    else:
+        assert cache_hits == 0
+    if backend != "memory":
+        # The script's only write is SET ... PX: every key it left has a TTL,
+        # and each is under the prefix the runner chose.
+        keys = redis.command("KEYS", "*")
+        assert keys and all(k.startswith("vec:") for k in keys), keys
+        # (counted inside Redis: some keys are bytes that are not UTF-8)
+        without_ttl = redis.command("EVAL", "local n = 0 for _, k in ipairs(redis.call("
+                                    "'KEYS', '*')) do if redis.call('PTTL', k) <= 0 then "
+                                    "n = n + 1 end end return n", 0)
+        assert without_ttl == 0
+
+def test_the_vectors_cover_every_error_they_name():
+    named = {c.get("config_error") for c in CASES} | {
+        s.get("expect_error") for c in CASES for s in c.get("steps", ())}
+    assert named - {None} == {"HIRATE_ECAPACITY", "HIRATE_ERATE", "HIRATE_ERANGE",
+                              "HIRATE_ECOST", "HIRATE_EKEY"}
