@@ -42,6 +42,12 @@ static long find_crlf(const char *buf, size_t len, size_t pos, const char **why)
         return 0;
     }
     size_t i = (size_t)(cr - buf);
+    /* The same limit when the end has arrived, or the answer would depend
+     * on how the bytes were split. */
+    if (i - pos > HIRATE_PROTO_MAX_REPLY) {
+        *why = "line too long";
+        return HIRATE_EPROTO;
+    }
     if (i + 1 >= len)
         return 0;
     if (buf[i + 1] != '\n') {

@@ -354,6 +354,29 @@ static void a_line_too_long_without_crlf_is_an_error(void)
     free(buf);
 }
 
+/* ...and the same line is an error when its CRLF is there too: whether the
+ * bytes come in one piece or two must not change the answer. */
+static void a_line_too_long_is_an_error_with_its_crlf(void)
+{
+    static const char types[] = "+-";
+    size_t n = HIRATE_PROTO_MAX_REPLY;
+    char *buf = malloc(n + 4);
+    for (size_t t = 0; t < sizeof types - 1; t++) {
+        hirate_reply r;
+        buf[0] = types[t];
+        memset(buf + 1, 'e', n + 1);
+        memcpy(buf + 1 + n, "\r\n", 2);   /* the longest line: accepted */
+        CHECK_EQ_I64(parse_copy(buf, n + 3, &r, NULL), (long)n + 3);
+        CHECK_EQ_I64(r.top.len, n);
+        buf[1 + n] = 'e';
+        memcpy(buf + 2 + n, "\r\n", 2);   /* one byte more: refused */
+        CHECK_EQ_I64(parse_copy(buf, n + 4, &r, NULL), HIRATE_EPROTO);
+        CHECK_EQ_STR(r.why, "line too long");
+        CHECK_EQ_I64(parse_copy(buf, n + 3, &r, NULL), HIRATE_EPROTO);   /* CR, no LF yet */
+    }
+    free(buf);
+}
+
 static void the_largest_bulk_is_accepted(void)
 {
     size_t n = HIRATE_PROTO_MAX_REPLY;
@@ -1121,6 +1144,7 @@ int main(void)
     malformed_replies_are_refused_with_a_reason();
     a_number_line_of_19_digits_is_an_error_at_once();
     a_line_too_long_without_crlf_is_an_error();
+    a_line_too_long_is_an_error_with_its_crlf();
     the_largest_bulk_is_accepted();
 
     evalsha_calls_are_exact_resp();
