@@ -780,7 +780,10 @@ int hirate__op_feed(hirate_op *op, const char *buf, size_t len, size_t *used)
         long r = hirate_proto_parse(buf + *used, len - *used, &rep);
         if (r == 0 && len - *used <= HIRATE_PROTO_MAX_REPLY)
             return HIRATE_OP_MORE;
-        if (r <= 0) {
+        /* A reply over HIRATE_PROTO_MAX_REPLY bytes is refused even when it
+         * arrives whole: in pieces it would have been, and so it is by the
+         * C client, whose buffer holds no more. */
+        if (r <= 0 || r > HIRATE_PROTO_MAX_REPLY) {
             hirate__fail(op->err, sizeof op->err, HIRATE_EPROTO, "malformed reply from Redis: %s",
                          r < 0 ? rep.why : "longer than the longest reply");
             hirate__op_fail(op, HIRATE_EPROTO);

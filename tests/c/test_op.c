@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "hirate_internal.h"
+#include "proto.h"
 #include "redis_harness.h"
 
 static rh_server S;
@@ -227,6 +228,35 @@ static void a_failure_after_noscript_leaves_no_call_undecided(void)
     }
 }
 
+/* An error reply of 4098 bytes: its line fits the parser's limit, the whole
+ * reply does not fit the C client's buffer. Fed whole or in two pieces, it is
+ * the same malformed reply, never an error the server "said". */
+static void a_reply_too_long_is_refused_whole_as_in_pieces(void)
+{
+    size_t n = HIRATE_PROTO_MAX_REPLY + 2;
+    char *reply = malloc(n);
+    memcpy(reply, "-ERR ", 5);
+    memset(reply + 5, 'x', n - 7);
+    memcpy(reply + n - 2, "\r\n", 2);
+    for (int pieces = 1; pieces <= 2; pieces++) {
+        hirate_limiter *lim = make("redis://127.0.0.1:1", "opl:", 5, HIRATE_ON_ERROR_CLOSED);
+        hirate_item it = {"k", 1, 1, 0, {0}};
+        hirate_op *op;
+        size_t used;
+        CHECK_EQ_I64(hirate__op_start(lim, &it, 1, 1, -1, &op), 1);
+        if (pieces == 2)
+            CHECK_EQ_I64(hirate__op_feed(op, reply, 4000, &used), HIRATE_OP_MORE);
+        CHECK_EQ_I64(hirate__op_feed(op, reply, n, &used), HIRATE_OP_DONE);
+        CHECK_EQ_I64(hirate__op_drop(op), 1);
+        hirate__op_free(op);
+        CHECK_EQ_I64(it.rc, 0);
+        CHECK_EQ_I64(it.decision.source, HIRATE_SOURCE_FAIL_CLOSED);
+        CHECK_EQ_I64(it.decision.error, HIRATE_EPROTO);
+        hirate_limiter_free(lim);
+    }
+    free(reply);
+}
+
 static void the_handshake_is_auth_then_select(void)
 {
     static const char want[] = "*3\r\n$4\r\nAUTH\r\n$2\r\nrl\r\n$6\r\ns3cr3t\r\n"
@@ -267,6 +297,7 @@ int main(void)
     a_failed_io_is_decided_by_the_policy_and_opens_the_breaker();
     a_malformed_reply_is_a_failure_and_drops_the_connection();
     a_failure_after_noscript_leaves_no_call_undecided();
+    a_reply_too_long_is_refused_whole_as_in_pieces();
     the_handshake_is_auth_then_select();
     rh_stop(&S);
     return check_summary("test_op");
