@@ -1,0 +1,64 @@
+from types import TracebackType
+from typing import Iterable, List, Optional, Tuple, Type, TypeVar, Union
+
+from . import Decision
+
+__all__ = ["AsyncLimiter"]
+
+_Key = Union[str, bytes, bytearray, memoryview]
+_Self = TypeVar("_Self", bound="AsyncLimiter")
+
+class AsyncLimiter:
+    def __init__(
+        self,
+        url: Optional[str] = None,
+        *,
+        capacity: int,
+        rate: float,
+        prefix: str = "rl:",
+        on_error: str = "local",
+        instances: int = 1,
+        connect_timeout: float = 0.25,
+        timeout: float = 0.1,
+        deny_cache: bool = True,
+        max_keys: int = 1_000_000,
+        pool_size: int = 16,
+    ) -> None: ...
+    @classmethod
+    def from_env(
+        cls: Type[_Self],
+        *,
+        capacity: int,
+        rate: float,
+        prefix: str = "rl:",
+        on_error: str = "local",
+        instances: int = 1,
+        connect_timeout: float = 0.25,
+        timeout: float = 0.1,
+        deny_cache: bool = True,
+        max_keys: int = 1_000_000,
+        pool_size: int = 16,
+    ) -> _Self: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def rate(self) -> float: ...
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def on_error(self) -> str: ...
+    @property
+    def url(self) -> Optional[str]: ...
+    async def allow(self, key: _Key, cost: int = 1) -> Decision: ...
+    async def peek(self, key: _Key, cost: int = 1) -> Decision: ...
+    async def allow_many(self, pairs: Iterable[Tuple[_Key, int]]) -> List[Decision]: ...
+    async def reset(self, key: _Key) -> None: ...
+    async def close(self) -> None: ...
+    async def aclose(self) -> None: ...
+    async def __aenter__(self: _Self) -> _Self: ...
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None: ...
