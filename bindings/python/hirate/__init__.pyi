@@ -1,0 +1,14 @@
+from ._asyncio import AsyncLimiter as AsyncLimiter
+from ._hirate import AuthError as AuthError
+from ._hirate import BackendError as BackendError
+from ._hirate import ClosedError as ClosedError
+from ._hirate import ConfigError as ConfigError
+from ._hirate import Decision as Decision
+from ._hirate import Error as Error
+from ._hirate import Limiter as Limiter
+from ._hirate import TimeoutError as TimeoutError
+from ._hirate import __version__ as __version__
+from ._hirate import script_sha1 as script_sha1
+from ._hirate import script_source as script_source
+
+__all__: list[str]
