@@ -11,6 +11,7 @@ Without a URL the buckets live in this process. The decisions, the failure
 policies and the errors are the C core's (see docs/python.md).
 """
 
+from ._asyncio import AsyncLimiter
 from ._hirate import (
     AuthError,
     BackendError,
@@ -24,12 +25,6 @@ from ._hirate import (
     script_sha1,
     script_source,
 )
-
-try:
-    from ._asyncio import AsyncLimiter
-except ModuleNotFoundError as e:  # pragma: no cover - a tree without the asyncio module
-    if e.name != __name__ + "._asyncio":
-        raise
 
 __all__ = [
     "AsyncLimiter",
