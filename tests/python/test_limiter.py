@@ -214,7 +214,8 @@ def test_from_env_reads_redis_url(monkeypatch, redis):
     monkeypatch.setenv("REDIS_URL", "")
     assert hirate.Limiter.from_env(capacity=2, rate=1).url is None
     monkeypatch.setenv("REDIS_URL", redis.url)
-    lim = hirate.Limiter.from_env(capacity=2, rate=1, prefix="env:")
+    lim = hirate.Limiter.from_env(capacity=2, rate=1, prefix="env:", timeout=5,
+                                  connect_timeout=5)
     assert lim.url == redis.url
     assert lim.allow("k").source == "redis"
     with pytest.raises(TypeError):
@@ -276,10 +277,15 @@ def test_the_package_exports():
 
 # ------------------------------------------------------------- with Redis
 
+# Generous timeouts: on a busy machine the default 0.1 s could turn a Redis
+# decision into the policy's, which these tests do not expect.
+PATIENT = dict(timeout=5, connect_timeout=5)
+
 
 def test_redis_decisions_share_one_bucket(redis):
-    a = hirate.Limiter(redis.url, capacity=3, rate=0.001, prefix="share:")
-    b = hirate.Limiter(redis.url, capacity=3, rate=0.001, prefix="share:", deny_cache=False)
+    a = hirate.Limiter(redis.url, capacity=3, rate=0.001, prefix="share:", **PATIENT)
+    b = hirate.Limiter(redis.url, capacity=3, rate=0.001, prefix="share:", deny_cache=False,
+                       **PATIENT)
     assert a.allow("k").remaining == 2
     assert b.allow("k").remaining == 1
     d = a.allow("k")
@@ -294,7 +300,7 @@ def test_redis_decisions_share_one_bucket(redis):
 
 
 def test_redis_allow_many_is_one_round_trip(redis):
-    lim = hirate.Limiter(redis.url, capacity=5, rate=0.001, prefix="many:")
+    lim = hirate.Limiter(redis.url, capacity=5, rate=0.001, prefix="many:", **PATIENT)
     lim.allow("warm")   # the script is cached: later calls are EVALSHA
     before = lim._stats()
     got = lim.allow_many([("a", 2), ("b", 6), ("a", 3), ("a", 1)])
@@ -310,12 +316,13 @@ def test_redis_url_with_database_and_unix_socket(tmp_path):
     sock = str(tmp_path / "r.sock")
     server = RedisServer(["--unixsocket", sock, "--unixsocketperm", "700"])
     try:
-        lim = hirate.Limiter(f"unix://{sock}?db=3", capacity=2, rate=0.001, prefix="u:")
-        assert lim._endpoint() == (None, 6379, sock, 0.25, 0.1)
+        lim = hirate.Limiter(f"unix://{sock}?db=3", capacity=2, rate=0.001, prefix="u:",
+                             **PATIENT)
+        assert lim._endpoint() == (None, 6379, sock, 5.0, 5.0)
         assert lim.allow("k").source == "redis"
         assert server.command("SELECT", 3) == "OK"
         tcp = hirate.Limiter(f"redis://127.0.0.1:{server.port}/3", capacity=2, rate=0.001,
-                             prefix="u:")
+                             prefix="u:", **PATIENT)
         assert tcp.allow("k").remaining == 0   # the same database, the same bucket
     finally:
         server.close()
@@ -388,7 +395,8 @@ def test_100k_limiters_and_decisions_leave_rss_flat():
 
 
 def test_100k_redis_decisions_leave_rss_flat(redis):
-    lim = hirate.Limiter(redis.url, capacity=1_000_000, rate=1000.0, prefix="rss:")
+    lim = hirate.Limiter(redis.url, capacity=1_000_000, rate=1000.0, prefix="rss:",
+                         timeout=5, connect_timeout=5)
     batch = [(k, 1) for k in KEYS]
 
     def work(i):   # 100 decisions a round trip: 100,000 after the warm-up
