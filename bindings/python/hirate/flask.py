@@ -62,7 +62,8 @@ _ATTR_EXEMPT = "_hirate_exempt"
 def current_result():
     """The hirate Result of the current request (its limits' decisions), or
     None when no limit applied to it."""
-    return request.environ.get("hirate.result")
+    results = request.environ.get("hirate.results")
+    return results[-1][1] if results else None
 
 
 def _scope_part(text):
@@ -92,7 +93,7 @@ class _AppState:
     (capacity, rate), made at its first request and shared by all threads."""
 
     def __init__(self, settings):
-        self.url = settings["url"] or None
+        url = settings["url"] or None
         self.enabled = bool(settings["enabled"])
         self.headers = bool(settings["headers"])
         self.legacy_headers = bool(settings["legacy_headers"])
@@ -109,7 +110,13 @@ class _AppState:
                             timeout=settings["timeout"])
         # The core checks the URL and every option, with messages naming the
         # problem: a bad setting fails here, at startup, not at a request.
-        _Limiter(self.url, capacity=1, rate=1.0, **self.options).close()
+        probe = _Limiter(url, capacity=1, rate=1.0, **self.options)
+        self.shown_url = probe.url  # the password replaced by ***
+        probe.close()
+        # The URL with its password is kept in this closure only, out of
+        # reprs and of vars() dumps.
+        self.new_limiter = lambda capacity, rate: _Limiter(
+            url, capacity=capacity, rate=rate, **self.options)
         self.limiters = {}
         self.lock = threading.Lock()
 
@@ -120,10 +127,13 @@ class _AppState:
             with self.lock:
                 lim = self.limiters.get(pair)
                 if lim is None:
-                    lim = _Limiter(self.url, capacity=limit.capacity, rate=limit.rate,
-                                   **self.options)
+                    lim = self.new_limiter(limit.capacity, limit.rate)
                     self.limiters[pair] = lim
         return lim
+
+    def __repr__(self):
+        return "<hirate.flask app state url=%r on_error=%r>" % (
+            self.shown_url, self.options["on_error"])
 
     def close(self):
         with self.lock:
@@ -337,7 +347,7 @@ class RateLimiter:
         result = Result(zip(checks, decide_sync(calls)))
         # The request's own environ, not g: an app context can outlive a
         # request (tests hold one around several).
-        request.environ["hirate.result"] = result
+        request.environ.setdefault("hirate.results", []).append((self, result))
         if result.allowed:
             return None
         if self.on_refused is not None:
@@ -350,11 +360,18 @@ class RateLimiter:
                                           mimetype="text/plain")
 
     def _after_request(self, response):
-        result = request.environ.get("hirate.result")
-        if result is None:
+        mine = [r for ext, r in request.environ.get("hirate.results", ()) if ext is self]
+        if not mine:
             return response
         state = self._state()
-        for name, value in result.headers(state.headers, state.legacy_headers):
-            if name not in response.headers:  # an on_refused hook's own win
+        for name, value in mine[0].headers(state.headers, state.legacy_headers):
+            have = response.headers.getlist(name)
+            if value in have:
+                continue
+            if name in ("RateLimit", "RateLimit-Policy"):
+                # Lists that may be split over several fields: the items of
+                # other limiters (another RateLimiter, a proxy) stay.
+                response.headers.add(name, value)
+            elif not have:  # an on_refused hook's own value wins
                 response.headers[name] = value
         return response

@@ -1,0 +1,421 @@
+"""hirate for ASGI apps (FastAPI, Starlette): a middleware and a FastAPI
+dependency, both on hirate.AsyncLimiter, so waiting for Redis never blocks
+the event loop.
+
+    from fastapi import Depends, FastAPI
+    from hirate.asgi import Limit, RateLimiter, RateLimitMiddleware, key_header
+
+    limiter = RateLimiter(url="redis://127.0.0.1:6379",
+                          default_limits=[Limit(100, 10)],
+                          routes={"POST /login": Limit(5, 1 / 60), "/health": []})
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/search", dependencies=[Depends(limiter.limit(10, 1, key=key_header("X-API-Key")))])
+    async def search(): ...
+
+The middleware limits by path before any routing (default limits, per-path
+limits, exempt paths); the dependency limits one route and adds the headers
+to its response. A refusal is a 429 (503 when on_error="closed" refused
+because Redis is down) with Retry-After; the middleware answers it with a
+problem+json body, the dependency raises RateLimitExceeded.
+"""
+
+import asyncio
+import inspect
+import json
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from . import AsyncLimiter as _AsyncLimiter
+from . import Limiter as _Limiter
+from ._http import ClientIP, Limit, Result, check_limits, check_scope, _check_cost
+from ._http import ident_for_ip, ident_for_key, key_header
+
+__all__ = ["RateLimiter", "RateLimitMiddleware", "RateLimitExceeded", "Limit", "Result",
+           "key_header"]
+
+_LISTS = frozenset([b"ratelimit", b"ratelimit-policy"])
+
+_METHODS = frozenset(["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS",
+                      "TRACE", "CONNECT"])
+
+
+async def _maybe_await(value):
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _scope_part(text):
+    # Route paths become scopes; "%" and "|" are escaped so that every path
+    # maps to its own scope.
+    return text.replace("%", "%25").replace("|", "%7C")
+
+
+class _Pattern:
+    """A routes/exempt entry: "[METHOD ]/path", where a path ending in "*"
+    matches every path that starts with what comes before the "*"."""
+
+    __slots__ = ("text", "method", "path", "prefix", "limits", "scope")
+
+    def __init__(self, text, limits):
+        if not isinstance(text, str):
+            raise TypeError("a route pattern must be a str, got %s" % type(text).__name__)
+        method, _, path = text.strip().rpartition(" ")
+        method = method.strip().upper() or None
+        if method is not None and method not in _METHODS:
+            raise ValueError("route pattern %r: %r is not an HTTP method" % (text, method))
+        if not path.startswith("/"):
+            raise ValueError("route pattern %r: the path must start with '/'" % text)
+        if "*" in path[:-1]:
+            raise ValueError("route pattern %r: '*' may only end the path" % text)
+        self.text = text
+        self.method = method
+        self.prefix = path.endswith("*")
+        self.path = path[:-1] if self.prefix else path
+        self.limits = limits
+        self.scope = check_scope("path:" + _scope_part(text.strip()), "route pattern")
+
+    def matches(self, method, path):
+        if self.method is not None and self.method != method:
+            return False
+        return path.startswith(self.path) if self.prefix else path == self.path
+
+    def rank(self):
+        # The most specific pattern wins: an exact path before a prefix, a
+        # longer prefix before a shorter one, a method before any method.
+        return (not self.prefix, len(self.path), self.method is not None)
+
+
+def _as_limits(value, where):
+    if isinstance(value, Limit) or (isinstance(value, tuple) and len(value) == 2 and not any(
+            isinstance(v, (Limit, tuple, list)) for v in value)):
+        value = [value]  # one limit, not a list of them
+    if isinstance(value, str) or not hasattr(value, "__iter__"):
+        raise TypeError("limits for %s must be a Limit, a (capacity, rate) pair or a list "
+                        "of them, got %r" % (where, value))
+    return check_limits([tuple(v) if isinstance(v, list) else v for v in value], where)
+
+
+class RateLimitExceeded(HTTPException):
+    """Raised by a refusing dependency. FastAPI answers it as an
+    HTTPException (status, Retry-After and the rate-limit headers, and
+    {"detail": <problem>}); register limiter.exception_handler for it to
+    answer as the middleware does (the problem itself, or on_refused's
+    response)."""
+
+    def __init__(self, result, headers, detail):
+        super().__init__(status_code=result.status, detail=detail, headers=dict(headers))
+        self.result = result
+
+
+class RateLimiter:
+    """Limits, settings and the AsyncLimiters (one per distinct capacity and
+    rate, made on first use) that RateLimitMiddleware and the limit()
+    dependencies share.
+
+    url              Redis URL; None: in memory (each process has its own
+                     buckets)
+    default_limits   Limits (or (capacity, rate) pairs) for every path no
+                     routes pattern matches; one budget per client across all
+                     of them (scope "app")
+    routes           {pattern: limits} for the middleware: "/login",
+                     "POST /login", "/api/*"; the most specific matching
+                     pattern decides, and an empty list exempts its paths
+    exempt           patterns that get no default limits (routes {p: []})
+    key              callable(request) -> str | bytes | int | None (or a
+                     coroutine function): the default identity of a client;
+                     None (default) is its address
+    on_error         "local" (default), "open" or "closed": what decides
+                     while Redis is down
+    headers          send RateLimit-Policy and RateLimit (True)
+    legacy_headers   also X-RateLimit-Limit, -Remaining and -Reset (False)
+    trusted_proxies, proxy_hops, forwarded_header, ipv6_subnet
+                     how the client's address is found (see ClientIP)
+    prefix, instances, connect_timeout, timeout
+                     passed to every hirate.AsyncLimiter
+    body             "json" (problem+json, default) or "text": the
+                     middleware's refusal body
+    on_refused       callable(request, result) returning the refusal's
+                     Response (or any ASGI app; a coroutine function is
+                     awaited); the rate-limit headers and Retry-After are
+                     added unless it set them
+    enabled          False turns every limit off
+    """
+
+    def __init__(self, *, url=None, default_limits=(), routes=None, exempt=(), key=None,
+                 on_error="local", headers=True, legacy_headers=False, trusted_proxies=(),
+                 proxy_hops=0, forwarded_header="X-Forwarded-For", ipv6_subnet=64,
+                 prefix="rl:", instances=1, connect_timeout=0.25, timeout=0.1, body="json",
+                 on_refused=None, enabled=True):
+        url = url or None
+        self.default_limits = _as_limits(default_limits, "default_limits")
+        patterns = []
+        for text, limits in (routes or {}).items():
+            patterns.append(_Pattern(text, _as_limits(limits, "route %r" % (text,))))
+        if isinstance(exempt, str):
+            exempt = [exempt]
+        for text in exempt:
+            patterns.append(_Pattern(text, []))
+        seen = {}
+        for p in patterns:
+            spot = (p.method, p.path, p.prefix)
+            if spot in seen:
+                raise ValueError("route patterns %r and %r name the same paths"
+                                 % (seen[spot], p.text))
+            seen[spot] = p.text
+        self._patterns = sorted(patterns, key=_Pattern.rank, reverse=True)
+        if key is not None and not callable(key):
+            raise TypeError("key must be a callable(request) or None, got %s"
+                            % type(key).__name__)
+        self.key = key
+        self.headers = bool(headers)
+        self.legacy_headers = bool(legacy_headers)
+        if body not in ("json", "text"):
+            raise ValueError("body must be 'json' or 'text', got %r" % (body,))
+        self.body = body
+        if on_refused is not None and not callable(on_refused):
+            raise TypeError("on_refused must be a callable(request, result), got %s"
+                            % type(on_refused).__name__)
+        self.on_refused = on_refused
+        self.enabled = bool(enabled)
+        self.client_ip = ClientIP(trusted_proxies, proxy_hops, forwarded_header, ipv6_subnet)
+        self._options = dict(prefix=prefix, on_error=on_error, instances=instances,
+                             connect_timeout=connect_timeout, timeout=timeout)
+        # The core checks the URL and every option, with messages naming the
+        # problem: a bad setting fails here, not at the first request.
+        probe = _Limiter(url, capacity=1, rate=1.0, **self._options)
+        self.url = probe.url  # the password replaced by ***
+        probe.close()
+        # The URL with its password is kept in this closure only, out of
+        # reprs and of vars() dumps.
+        self._new_limiter = lambda capacity, rate: _AsyncLimiter(
+            url, capacity=capacity, rate=rate, **self._options)
+        self._limiters = {}
+
+    def __repr__(self):
+        return "<hirate.asgi.RateLimiter url=%r on_error=%r>" % (
+            self.url, self._options["on_error"])
+
+    # -- limiters
+
+    def _limiter(self, limit):
+        pair = (limit.capacity, limit.rate)
+        lim = self._limiters.get(pair)
+        if lim is None:
+            # No await between the lookup and the store: one per pair even
+            # with many tasks on the loop.
+            lim = self._new_limiter(limit.capacity, limit.rate)
+            self._limiters[pair] = lim
+        return lim
+
+    async def close(self):
+        """Closes the AsyncLimiters (new ones are made if a request comes
+        after). RateLimitMiddleware calls it when the app shuts down."""
+        limiters, self._limiters = list(self._limiters.values()), {}
+        for lim in limiters:
+            await lim.close()
+
+    aclose = close
+
+    # -- the client
+
+    def client_address(self, request):
+        """The client's address as the proxy settings read it (a Request or
+        an ASGI scope)."""
+        scope = request.scope if isinstance(request, Request) else request
+        client = scope.get("client")
+        name = self.client_ip.header.lower().encode("latin-1")
+        values = [v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == name]
+        return self.client_ip.resolve(client[0] if client else None, values)
+
+    # -- deciding
+
+    async def check(self, request, applied):
+        """The Result of [(Limit, scope)] for a request (None when every
+        limit is exempt for it)."""
+        address = None
+        checks, calls = [], []
+        for lim, scope in applied:
+            if lim.exempt_when is not None and await _maybe_await(lim.exempt_when(request)):
+                continue
+            keyfunc = lim.key or self.key
+            value = await _maybe_await(keyfunc(request)) if keyfunc is not None else None
+            if value is None:
+                if address is None:
+                    address = self.client_ip.key(self.client_address(request)) or "unknown"
+                ident = ident_for_ip(address)
+            else:
+                ident = ident_for_key(value)
+            cost = lim.cost
+            if callable(cost):
+                cost = _check_cost(await _maybe_await(cost(request)))
+            checks.append(lim)
+            calls.append((self._limiter(lim), lim.bucket_key(scope, ident), cost))
+        if not calls:
+            return None
+        return Result(zip(checks, await _decide(calls)))
+
+    def _applied(self, method, path):
+        for p in self._patterns:
+            if p.matches(method, path):
+                return [(lim, lim.scope or p.scope) for lim in p.limits]
+        return [(lim, lim.scope or "app") for lim in self.default_limits]
+
+    # -- refusals
+
+    def refusal(self, result):
+        """The default refusal Response for a Result."""
+        headers = dict(result.headers(self.headers, self.legacy_headers))
+        if self.body == "json":
+            return Response(json.dumps(result.problem()), status_code=result.status,
+                            headers=headers, media_type="application/problem+json")
+        return Response(result.text(), status_code=result.status, headers=headers,
+                        media_type="text/plain")
+
+    async def _refusal_app(self, request, result):
+        if self.on_refused is None:
+            return self.refusal(result)
+        return await _maybe_await(self.on_refused(request, result))
+
+    async def exception_handler(self, request, exc):
+        """An exception handler for RateLimitExceeded that answers as the
+        middleware does: app.add_exception_handler(RateLimitExceeded,
+        limiter.exception_handler)."""
+        response = await self._refusal_app(request, exc.result)
+        if isinstance(response, Response):
+            for name, value in exc.result.headers(self.headers, self.legacy_headers):
+                if name.lower() not in response.headers:
+                    response.headers[name] = value
+        return response
+
+    # -- the FastAPI dependency
+
+    def limit(self, capacity, rate, *, key=None, cost=1, scope=None, name=None,
+              exempt_when=None):
+        """A FastAPI dependency for one limit (see Limit for the arguments):
+        Depends(limiter.limit(5, 1)). scope=None gives the route a bucket of
+        its own. It adds the headers to the route's response (when the route
+        returns data, not a Response of its own) and raises
+        RateLimitExceeded to refuse."""
+        return self.limits(Limit(capacity, rate, key=key, cost=cost, scope=scope, name=name,
+                                 exempt_when=exempt_when))
+
+    def limits(self, *limits):
+        """A FastAPI dependency for several limits that must all pass; a
+        refusal spends nothing on the others (Limits or (capacity, rate)
+        pairs)."""
+        checked = _as_limits(list(limits), "a dependency")
+        if not checked:
+            raise ValueError("limits() needs at least one limit")
+
+        async def rate_limit(request: Request, response: Response):
+            if not self.enabled:
+                return None
+            route_scope = None
+            applied = []
+            for lim in checked:
+                if lim.scope is None and route_scope is None:
+                    route_scope = _route_scope(request)
+                applied.append((lim, lim.scope or route_scope))
+            result = await self.check(request, applied)
+            if result is None:
+                return None
+            headers = result.headers(self.headers, self.legacy_headers)
+            if not result.allowed:
+                detail = result.problem() if self.body == "json" else result.detail()
+                raise RateLimitExceeded(result, headers, detail)
+            for name, value in headers:
+                response.headers.append(name, value)
+            return result
+
+        return rate_limit
+
+
+def _route_scope(request):
+    route = request.scope.get("route")
+    path = getattr(route, "path", None)
+    if path is None:
+        endpoint = request.scope.get("endpoint")
+        path = getattr(endpoint, "__qualname__", None)
+        if path is None:
+            raise RuntimeError("a limit with scope=None needs the route it runs in; "
+                               "give it a scope=")
+    methods = getattr(route, "methods", None)
+    text = "%s %s" % (",".join(sorted(methods)), path) if methods else path
+    return check_scope("route:" + _scope_part(text), "route scope")
+
+
+async def _decide(calls):
+    """hirate._http.decide_sync on AsyncLimiters, with the peeks (and then
+    the other allows) in flight together."""
+    if len(calls) == 1:
+        lim, key, cost = calls[0]
+        return [await lim.allow(key, cost)]
+    *first, (last, last_key, last_cost) = calls
+    out = list(await asyncio.gather(*(lim.peek(key, cost) for lim, key, cost in first)))
+    if not all(d.allowed for d in out):
+        return out + [await last.peek(last_key, last_cost)]
+    final = await last.allow(last_key, last_cost)
+    if not final.allowed:
+        return out + [final]
+    spent = await asyncio.gather(*(lim.allow(key, cost) for lim, key, cost in first))
+    return list(spent) + [final]
+
+
+class RateLimitMiddleware:
+    """Pure ASGI middleware: app.add_middleware(RateLimitMiddleware,
+    limiter=limiter), or with RateLimiter's arguments instead of a limiter.
+    HTTP requests only (websockets and lifespan pass through; at shutdown
+    the limiter's connections are closed)."""
+
+    def __init__(self, app, limiter=None, **options):
+        if limiter is None:
+            limiter = RateLimiter(**options)
+        elif options:
+            raise TypeError("give RateLimitMiddleware a limiter or its arguments, not both "
+                            "(%s)" % ", ".join(sorted(options)))
+        self.app = app
+        self.limiter = limiter
+
+    async def __call__(self, scope, receive, send):
+        limiter = self.limiter
+        if scope["type"] == "lifespan":
+            async def send_closing(message):
+                if message["type"] == "lifespan.shutdown.complete":
+                    await limiter.close()
+                await send(message)
+            return await self.app(scope, receive, send_closing)
+        if scope["type"] != "http" or not limiter.enabled:
+            return await self.app(scope, receive, send)
+        applied = limiter._applied(scope["method"], scope["path"])
+        if not applied:
+            return await self.app(scope, receive, send)
+        request = Request(scope)  # no receive: a key function cannot eat the body
+        result = await limiter.check(request, applied)
+        if result is None:
+            return await self.app(scope, receive, send)
+        extra = [(n.lower().encode("latin-1"), v.encode("latin-1"))
+                 for n, v in result.headers(limiter.headers, limiter.legacy_headers)]
+
+        async def send_with_headers(message):
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                have = {k.lower() for k, _ in headers}
+                pairs = {(k.lower(), v) for k, v in headers}
+                # RateLimit and RateLimit-Policy are lists that may be split
+                # over several fields: a dependency's items and ours both go.
+                # Other headers already there (an on_refused hook's) win.
+                headers += [(k, v) for k, v in extra
+                            if (k, v) not in pairs and (k in _LISTS or k not in have)]
+                message = dict(message, headers=headers)
+            await send(message)
+
+        if result.allowed:
+            return await self.app(scope, receive, send_with_headers)
+        response = await limiter._refusal_app(request, result)
+        await response(scope, receive, send_with_headers)
+
