@@ -1,0 +1,37 @@
+"""The Python examples of docs/python.md (the sections up to AsyncLimiter)
+run as written, against a real redis-server where they name one."""
+
+import contextlib
+import io
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DOC = (ROOT / "docs" / "python.md").read_text(encoding="utf-8")
+MINE = DOC[:DOC.index("## AsyncLimiter")]
+BLOCKS = re.findall(r"```python\n(.*?)```", MINE, re.S)
+
+
+def test_the_sections_have_examples():
+    assert len(BLOCKS) >= 5
+
+
+@pytest.mark.parametrize("n", range(len(BLOCKS)))
+def test_example_runs(n, redis):
+    # The test's own server, and patience for a busy machine, where the
+    # default 0.1 s could let the fallback decide instead of Redis.
+    code = BLOCKS[n].replace('"redis://127.0.0.1:6379", ', f'"{redis.url}", timeout=5, ')
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, f"docs/python.md example {n + 1}", "exec"), {})   # noqa: S102
+    assert out.getvalue(), "an example that prints nothing shows nothing"
+    if "user:42" in code:
+        assert out.getvalue() == "True 99 redis\n"
+    if "hirate.ConfigError as e" in code:
+        assert out.getvalue().splitlines() == [
+            "EKEY key is empty", "EKEY key is 513 bytes; the most is 512",
+            "-3 rate must be a finite number of tokens per second above 0, got 0"]
+    if "allow_many" in code:
+        assert out.getvalue().splitlines() == ["6", "False", "[True, False]", "10"]
