@@ -1,0 +1,272 @@
+--[[
+The limiters and handlers of the nginx tests' own server (test_server.conf).
+
+The limiters are made when a worker first requires this module: the
+"lazily, at module level" pattern of docs/lua.md, one set per worker. The
+doc's own snippet shows the other pattern (init_worker_by_lua_block).
+Responses are small JSON documents that tests/lua/nginx/test_nginx.py reads.
+]]
+
+local hirate = require "hirate"
+local resty = require "hirate.resty"
+local json = require "dkjson"
+
+local url = os.getenv("REDIS_URL")
+local port = os.getenv("HIRATE_TEST_REDIS_PORT")
+local unix = os.getenv("HIRATE_TEST_REDIS_UNIX")
+
+local M = {}
+
+local function arg_key()
+    return ngx.var.arg_k
+end
+
+local function arg_cost()
+    return tonumber(ngx.var.arg_cost) or 1
+end
+
+local function redis(opts)
+    opts.url = opts.url or url
+    return hirate.new(opts)
+end
+
+-- The limits applied with resty.limit, by name (location /limit/<name>).
+local limits = {
+    exact = { limiter = redis { capacity = 20, rate = 0.001, prefix = "t-exact:" },
+        key = "var:arg_k" },
+    deny = { limiter = redis { capacity = 2, rate = 0.001, prefix = "t-deny:" }, key = "var:arg_k" },
+    headers = { limiter = redis { capacity = 2, rate = 0.5, prefix = "t-hdr:" }, key = "var:arg_k",
+        cost = arg_cost },
+    legacy = { limiter = redis { capacity = 2, rate = 0.5, prefix = "t-legacy:" },
+        key = "var:arg_k", legacy_headers = true, name = "burst" },
+    bare = { limiter = redis { capacity = 1, rate = 0.25, prefix = "t-bare:" }, key = "var:arg_k",
+        headers = false, status = 503, body = "slow down\n" },
+    open = { limiter = redis { capacity = 4, rate = 0.001, prefix = "t-open:", on_error = "open",
+        timeout = 1, connect_timeout = 1 }, key = "var:arg_k" },
+    closed = { limiter = redis { capacity = 4, rate = 0.001, prefix = "t-closed:",
+        on_error = "closed", timeout = 1, connect_timeout = 1 }, key = "var:arg_k" },
+    ["local"] = { limiter = redis { capacity = 4, rate = 0.001, prefix = "t-local:",
+        on_error = "local", instances = 2, timeout = 1, connect_timeout = 1 }, key = "var:arg_k" },
+    xff = { limiter = redis { capacity = 1, rate = 0.001, prefix = "t-xff:" },
+        trusted_proxies = { "127.0.0.1/32", "10.0.0.0/8" } },
+    untrusted = { limiter = redis { capacity = 1, rate = 0.001, prefix = "t-untrusted:" },
+        trusted_proxies = { "10.0.0.0/8" } },
+    noxff = { limiter = redis { capacity = 1, rate = 0.001, prefix = "t-noxff:" } },
+    hops = { limiter = redis { capacity = 1, rate = 0.001, prefix = "t-hops:" }, proxy_hops = 2 },
+    apikey = { limiter = redis { capacity = 1, rate = 0.001, prefix = "t-apikey:" },
+        key = "header:X-API-Key" },
+    fn = { limiter = redis { capacity = 1, rate = 0.001, prefix = "t-fn:" },
+        key = function()
+            if ngx.var.arg_exempt then
+                return nil
+            end
+            return ngx.var.arg_k
+        end },
+    memory = { limiter = hirate.new { capacity = 3, rate = 0.001 }, key = "var:arg_k" },
+}
+
+-- Limiters called directly (location /call/<name>).
+local direct = {
+    plain = limits.exact.limiter,
+    many = redis { capacity = 5, rate = 0.001, prefix = "t-many:" },
+    auth_good = redis { url = "redis://hirate:s3cr3t-good-canary@127.0.0.1:" .. port .. "/2",
+        capacity = 5, rate = 1, prefix = "t-auth:" },
+    auth_bad = redis { url = "redis://hirate:wrong-canary-pw@127.0.0.1:" .. port .. "/2",
+        capacity = 5, rate = 1, prefix = "t-auth:" },
+    unix = redis { url = "unix://" .. unix, capacity = 5, rate = 0.001, prefix = "t-unix:" },
+    -- Its own database, so its own pool, whose connections CLIENT LIST shows
+    -- as db=3.
+    readonly = redis { url = "redis://127.0.0.1:" .. port .. "/3", capacity = 5, rate = 0.001,
+        prefix = "t-ro:", on_error = "open" },
+    memory = limits.memory.limiter,
+}
+
+function M.limit(name)
+    return resty.limit(limits[name])
+end
+
+function M.address(name)
+    ngx.say(resty.client_address(limits[name]))
+end
+
+-- Marks every response with the worker and, when a limit ran, its decision.
+function M.mark()
+    ngx.header["X-Worker"] = ngx.worker.pid()
+    local d = ngx.ctx.hirate
+    if d then
+        ngx.header["X-Hirate-Source"] = d.source
+        ngx.header["X-Hirate-Error"] = d.error
+    end
+end
+
+-- Numbers travel as strings: dkjson writes numbers with tostring, which
+-- LuaJIT rounds to 14 digits, and the vectors go up to 2^53. Seconds are
+-- written with 17 digits, which read back as the same double.
+local function int(n)
+    return string.format("%.0f", n)
+end
+
+local function seconds(s)
+    if s == math.huge then
+        return "never"
+    end
+    return string.format("%.17g", s)
+end
+
+local function plain_decision(d)
+    return {
+        allowed = d.allowed, remaining = int(d.remaining), limit = int(d.limit),
+        retry_after = seconds(d.retry_after), reset_after = seconds(d.reset_after),
+        source = d.source, error = d.error,
+    }
+end
+
+local function reply(t)
+    ngx.header["Content-Type"] = "application/json"
+    ngx.say(json.encode(t))
+end
+
+-- Runs f and answers {ok = true, value} / {ok = false, err, code} /
+-- {raised = message}.
+local function answer(f)
+    local ok, a, b, c = pcall(f)
+    if not ok then
+        return reply { raised = tostring(a) }
+    end
+    if a == nil then
+        return reply { ok = false, err = b, code = c }
+    end
+    return reply { ok = true, value = a }
+end
+
+function M.call(name)
+    local lim = direct[name]
+    local op, key = ngx.var.arg_op or "allow", ngx.var.arg_k or "k"
+    answer(function()
+        if op == "allow" or op == "peek" then
+            local d, err, code = lim[op](lim, key, tonumber(ngx.var.arg_cost))
+            return d and plain_decision(d), err, code
+        elseif op == "reset" then
+            return lim:reset(key)
+        elseif op == "many" then
+            local items = { { key, 1 }, { key, 2 }, { key .. "-b", 5 } }
+            if ngx.var.arg_bad then
+                items[2][1] = ""
+            end
+            local ds, err, code = lim:allow_many(items)
+            if not ds then
+                return nil, err, code
+            end
+            for i, d in ipairs(ds) do
+                ds[i] = plain_decision(d)
+            end
+            return ds
+        elseif op == "tostring" then
+            return tostring(lim)
+        elseif op == "closed" then
+            local l = redis { capacity = 1, rate = 1 }
+            l:close()
+            l:close()
+            local d, err, code = l:allow(key)
+            return d, err, code
+        elseif op == "badcost" then
+            return lim:allow(key, 1.5)
+        elseif op == "badkey" then
+            return lim:peek(("x"):rep(513))
+        end
+        error("unknown op " .. op)
+    end)
+end
+
+-- The same call from a phase without cosockets: the error it raises.
+function M.phase_error(name)
+    local lim = direct[name or "plain"]
+    local ok, err = pcall(lim.allow, lim, "phase")
+    return ok and "no error" or err
+end
+
+-- Runs allow from a timer (cosockets work there) and waits for it.
+function M.from_timer()
+    local result
+    local key = "timer-" .. ngx.var.request_id -- no ngx.var in a timer
+    local ok, err = ngx.timer.at(0, function()
+        local okc, d, msg = pcall(direct.plain.allow, direct.plain, key)
+        result = not okc and tostring(d) or d and d.source or msg
+    end)
+    if not ok then
+        return ngx.say("timer: ", err)
+    end
+    for _ = 1, 300 do
+        if result then
+            break
+        end
+        ngx.sleep(0.01)
+    end
+    ngx.say(result or "no result")
+end
+
+---------------------------------------------------------------------------
+-- The shared test vectors, through the OpenResty path: each step is a real
+-- cosocket round trip with the time injected (_decide_at -> _op_start).
+
+local function hex_bytes(h)
+    return (h:gsub("%x%x", function(x)
+        return string.char(tonumber(x, 16))
+    end))
+end
+
+local function vector_key(k)
+    if type(k) == "string" then
+        return k
+    elseif k["repeat"] then
+        return k["repeat"]:rep(k.times)
+    end
+    return hex_bytes(k.hex)
+end
+
+local RATES = { nan = 0 / 0, inf = math.huge, ["-inf"] = -math.huge }
+
+function M.vectors()
+    local deny_cache = ngx.var.arg_deny_cache == "1"
+    local f = assert(io.open(ngx.var.vectors_path, "rb"))
+    local doc = assert(json.decode(f:read("*a")))
+    f:close()
+    local out = {}
+    for _, case in ipairs(doc.cases) do
+        local rate = RATES[case.config.rate] or case.config.rate
+        local ok, lim = pcall(redis, {
+            capacity = case.config.capacity, rate = rate, deny_cache = deny_cache,
+            prefix = "vec" .. (deny_cache and "1" or "0") .. ":" .. case.id .. ":",
+        })
+        local got = { id = case.id }
+        out[#out + 1] = got
+        if not ok then
+            got.config_error = tostring(lim)
+        else
+            got.steps = {}
+            for i, step in ipairs(case.steps or {}) do
+                local key = vector_key(step.key)
+                local r
+                if step.op == "reset" then
+                    local done, err, code = lim:reset(key)
+                    r = done and { reset = true } or { err = err, code = code }
+                else
+                    local okc, d, err, code = pcall(lim._decide_at, lim, key, step.cost or 1,
+                        step.op == "allow", step.t_us)
+                    if not okc then
+                        r = { raised = tostring(d) }
+                    elseif not d then
+                        r = { err = err, code = code }
+                    else
+                        r = plain_decision(d)
+                    end
+                end
+                got.steps[i] = r
+            end
+            lim:close()
+        end
+    end
+    reply(out)
+end
+
+return M

@@ -1,0 +1,521 @@
+"""hirate inside real nginx: Debian's nginx with lua-nginx-module, 2 worker
+processes, the nginx.conf of docs/lua.md plus the tests' own server
+(test_server.conf, handlers in lua/hirate_nginx_test.lua), and a
+redis-server of the tests' own.
+
+    HIRATE_LUAJIT_CPATH=<dir with hirate/core.so built for LuaJIT> \
+        python3 tests/lua/nginx/test_nginx.py [-v] [Test.name]
+
+HIRATE_LUA_DIR points at another copy of hirate.lua and hirate/*.lua;
+HIRATE_KEEP_NGINX=1 keeps nginx's prefix (config, error.log) for a look.
+
+tests/lua/nginx/run.sh builds the module and runs this.
+"""
+
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+from collections import Counter, defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import (ROOT, Nginx, RedisServer, build_conf, get, get_many, join,  # noqa: E402
+                     redis_commands)
+
+VECTORS = ROOT / "tests" / "vectors" / "token_bucket.json"
+S = None   # the running servers, set up once for the module
+
+
+class Servers:
+    def __init__(self):
+        cpath = os.environ.get("HIRATE_LUAJIT_CPATH")
+        if not cpath or not os.path.exists(os.path.join(cpath, "hirate", "core.so")):
+            raise RuntimeError("set HIRATE_LUAJIT_CPATH to the directory holding hirate/core.so "
+                               "built for LuaJIT (tests/lua/nginx/run.sh does)")
+        self.redis = None
+        self.nginx = None
+        self.sockdir = None
+        try:
+            # A second way in, for the unix:// URL.
+            self.sockdir = tempfile.mkdtemp(prefix="hirate-sock-")
+            self.unix = os.path.join(self.sockdir, "redis.sock")
+            self.redis = RedisServer(["--unixsocket", self.unix, "--unixsocketperm", "700"])
+            # A user with a password, for AUTH + SELECT.
+            assert redis_commands(self.redis.port,
+                                  ("ACL", "SETUSER", "hirate", "on", ">s3cr3t-good-canary",
+                                   "~*", "+@all"))[0] == "OK"
+            # HIRATE_LUA_DIR: test another copy of hirate.lua and hirate/*.lua
+            # (an installed tree, say) instead of bindings/lua.
+            lua_dir = os.environ.get("HIRATE_LUA_DIR", str(ROOT / "bindings" / "lua"))
+            lua_path = ";".join([os.path.join(lua_dir, "?.lua"),
+                                 str(ROOT / "tests" / "lua" / "nginx" / "lua" / "?.lua"),
+                                 "/usr/share/lua/5.1/?.lua", ";"])
+            lua_cpath = os.path.join(cpath, "?.so") + ";;"
+            env = dict(os.environ, REDIS_URL=self.redis.url,
+                       HIRATE_TEST_REDIS_PORT=str(self.redis.port),
+                       HIRATE_TEST_REDIS_UNIX=self.unix)
+            self.nginx = Nginx(lambda prefix, ports: build_conf(prefix, ports, lua_path,
+                                                                lua_cpath, str(VECTORS)), env)
+            self.doc = self.nginx.ports["doc"]
+            self.port = self.nginx.ports["test"]
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        if self.nginx:
+            keep = os.environ.get("HIRATE_KEEP_NGINX") == "1"
+            if keep:
+                print(f"nginx prefix kept: {self.nginx.dir}", file=sys.stderr)
+            self.nginx.close(keep=keep)
+        if self.redis:
+            self.redis.close()
+        if self.sockdir:
+            shutil.rmtree(self.sockdir, ignore_errors=True)
+
+
+def setUpModule():
+    global S
+    S = Servers()
+
+
+def tearDownModule():
+    if S:
+        S.close()
+
+
+_serial = [0]
+
+
+def fresh(name):
+    """A key no other test (or earlier run of this one) used."""
+    _serial[0] += 1
+    return f"{name}-{os.getpid()}-{_serial[0]}"
+
+
+def call(name, **args):
+    q = "&".join(f"{k}={v}" for k, v in args.items())
+    r = get(S.port, f"/call/{name}?{q}")
+    assert r.status == 200, r
+    return json.loads(r.body)
+
+
+def decision(v):
+    """A decision as the test handlers send it (numbers as strings; seconds
+    as the binding gives them, us / 1e6, with "never" for math.huge)."""
+    out = dict(v)
+    for f in ("remaining", "limit"):
+        out[f] = int(out[f])
+    for f in ("retry_after", "reset_after"):
+        out[f] = float("inf") if out[f] == "never" else float(out[f])
+    return out
+
+
+def seconds(us):
+    """A vector's microseconds as the binding's seconds: the same one
+    correctly rounded division."""
+    return float("inf") if us == "never" else us / 1e6
+
+
+class DocConfig(unittest.TestCase):
+    """The nginx.conf of docs/lua.md, as written: /api/ proxied, limited."""
+
+    def test_the_doc_config_limits_api_and_the_headers_survive_proxy_pass(self):
+        started = time.monotonic()
+        first = get(S.doc, "/api/hello")
+        self.assertEqual(first.status, 200, first)
+        self.assertEqual(first.body, b"backend /api/hello\n")
+        self.assertEqual(first.header("RateLimit-Policy"), '"default";q=10;w=5')
+        self.assertEqual(first.header("RateLimit"), '"default";r=9;t=1')
+        self.assertIsNone(first.header("Retry-After"))
+        # 30 more at once: the 9 tokens left and what refilled meanwhile pass.
+        rs = join(*get_many(S.doc, ["/api/x"] * 30))
+        took = time.monotonic() - started
+        ok = [r for r in rs if r.status == 200]
+        refused = [r for r in rs if r.status == 429]
+        self.assertEqual(len(ok) + len(refused), 30, [r.status for r in rs])
+        self.assertGreaterEqual(len(ok), 9)
+        self.assertLessEqual(len(ok), 9 + int(2 * took))
+        self.assertGreater(len(refused), 0)
+        for r in refused:
+            t = int(r.header("Retry-After"))
+            self.assertIn(t, (1,), r)   # one token at 2/s: under a second away
+            self.assertEqual(r.body, b"Too Many Requests: retry in 1 s.\n")
+            self.assertEqual(r.header("Content-Type"), "text/plain; charset=utf-8")
+            self.assertEqual(r.header("RateLimit"), '"default";r=0;t=1')
+
+
+class ExactAcrossWorkers(unittest.TestCase):
+
+    def test_concurrent_requests_over_both_workers_get_exactly_the_capacity(self):
+        key = fresh("exact")
+        rs = join(*get_many(S.port, [f"/limit/exact?k={key}"] * 60))
+        statuses = Counter(r.status for r in rs)
+        self.assertEqual(statuses, Counter({200: 20, 429: 40}))
+        workers = {r.header("X-Worker") for r in rs}
+        self.assertEqual(len(workers), 2, "both workers should have served requests")
+        self.assertEqual({r.header("X-Hirate-Source") for r in rs if r.status == 200}, {"redis"})
+        self.assertLessEqual({r.header("X-Hirate-Source") for r in rs if r.status == 429},
+                             {"redis", "cache"})
+        # What Redis holds agrees: nothing left.
+        self.assertEqual(call("plain", op="peek", k=key)["value"]["remaining"], "0")
+
+    def test_refusals_are_answered_by_each_workers_deny_cache(self):
+        key = fresh("deny")
+        rs = [get(S.port, f"/limit/deny?k={key}") for _ in range(14)]
+        self.assertEqual([r.status for r in rs], [200, 200] + [429] * 12)
+        # The worker whose call left 0 tokens knows the bucket is empty and
+        # never asks Redis again; the other one learns it from its first
+        # refusal. (Capacity 2, 0.001 token/s: nothing refills meanwhile.)
+        knows = rs[1].header("X-Worker")
+        by_worker = defaultdict(list)
+        for r in rs[2:]:
+            by_worker[r.header("X-Worker")].append(r.header("X-Hirate-Source"))
+        for worker, sources in by_worker.items():
+            first = "cache" if worker == knows else "redis"
+            self.assertEqual(sources, [first] + ["cache"] * (len(sources) - 1), worker)
+
+    def test_after_script_flush_one_eval_reloads_the_script(self):
+        key = fresh("flush")
+        get(S.port, f"/limit/exact?k={key}-warm")
+        redis_commands(S.redis.port, ("SCRIPT", "FLUSH"), ("CONFIG", "RESETSTAT"))
+        rs = [get(S.port, f"/limit/exact?k={key}") for _ in range(4)]
+        self.assertEqual([r.status for r in rs], [200] * 4)
+        self.assertEqual({r.header("X-Hirate-Source") for r in rs}, {"redis"})
+        stats = redis_commands(S.redis.port, ("INFO", "commandstats"))[0]
+        m = re.search(r"cmdstat_eval:calls=(\d+)", stats)
+        self.assertIsNotNone(m, stats)
+        self.assertEqual(int(m.group(1)), 1)
+
+
+class Headers(unittest.TestCase):
+
+    def test_ratelimit_headers_and_the_429_are_exact(self):
+        key = fresh("hdr")
+        a, b, c = (get(S.port, f"/limit/headers?k={key}") for _ in range(3))
+        # capacity 2, 0.5 token/s: w = 4 s; one spent: full again in 2 s.
+        self.assertEqual((a.status, a.header("RateLimit-Policy"), a.header("RateLimit")),
+                         (200, '"default";q=2;w=4', '"default";r=1;t=2'))
+        self.assertIsNone(a.header("Retry-After"))
+        self.assertIsNone(a.header("X-RateLimit-Limit"))
+        self.assertEqual((b.status, b.header("RateLimit")), (200, '"default";r=0;t=4'))
+        self.assertEqual(c.status, 429)
+        self.assertEqual(c.header("RateLimit-Policy"), '"default";q=2;w=4')
+        self.assertEqual(c.header("RateLimit"), '"default";r=0;t=2')
+        self.assertEqual(c.header("Retry-After"), "2")
+        self.assertEqual(c.header("Content-Type"), "text/plain; charset=utf-8")
+        self.assertEqual(c.body, b"Too Many Requests: retry in 2 s.\n")
+
+    def test_a_cost_above_the_capacity_is_refused_without_retry_after(self):
+        r = get(S.port, f"/limit/headers?k={fresh('never')}&cost=3")
+        self.assertEqual(r.status, 429)
+        self.assertIsNone(r.header("Retry-After"))
+        self.assertEqual(r.header("RateLimit"), '"default";r=2;t=0')
+        self.assertEqual(r.body, b"Too Many Requests: this request can never pass.\n")
+
+    def test_legacy_headers_and_the_policy_name(self):
+        r = get(S.port, f"/limit/legacy?k={fresh('legacy')}")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.header("RateLimit-Policy"), '"burst";q=2;w=4')
+        self.assertEqual(r.header("RateLimit"), '"burst";r=1;t=2')
+        self.assertEqual((r.header("X-RateLimit-Limit"), r.header("X-RateLimit-Remaining"),
+                          r.header("X-RateLimit-Reset")), ("2", "1", "2"))
+
+    def test_without_headers_a_refusal_still_says_when_to_retry(self):
+        key = fresh("bare")
+        a, b = (get(S.port, f"/limit/bare?k={key}") for _ in range(2))
+        self.assertEqual(a.status, 200)
+        self.assertIsNone(a.header("RateLimit"))
+        self.assertEqual(b.status, 503)
+        self.assertIsNone(b.header("RateLimit"))
+        self.assertEqual(b.header("Retry-After"), "4")
+        self.assertEqual(b.body, b"slow down\n")
+
+
+class Keys(unittest.TestCase):
+
+    def address(self, name, **headers):
+        r = get(S.port, f"/addr/{name}", headers=headers)
+        self.assertEqual(r.status, 200, r)
+        return r.body.decode().strip()
+
+    def test_forwarded_addresses_are_believed_only_from_trusted_proxies(self):
+        cases = [
+            ("xff", {}, "127.0.0.1"),
+            ("xff", {"X-Forwarded-For": "6.6.6.6, 1.1.1.1, 10.1.2.3"}, "1.1.1.1"),
+            ("xff", {"X-Forwarded-For": "10.0.0.9, 10.0.0.8"}, "10.0.0.9"),
+            ("xff", {"X-Forwarded-For": "2001:DB8:1:2:3:4:5:6"}, "2001:db8:1:2::/64"),
+            ("xff", {"X-Forwarded-For": "not-an-address"}, "127.0.0.1"),
+            ("xff", {"Forwarded": 'for=192.0.2.60;proto=http, for="[2001:db8::17]:4711"'},
+             "2001:db8::/64"),
+            ("untrusted", {"X-Forwarded-For": "1.1.1.1"}, "127.0.0.1"),
+            ("noxff", {"X-Forwarded-For": "1.1.1.1"}, "127.0.0.1"),
+            ("hops", {"X-Forwarded-For": "6.6.6.6, 1.1.1.1, 2.2.2.2"}, "1.1.1.1"),
+            ("hops", {"X-Forwarded-For": "2.2.2.2"}, "127.0.0.1"),
+        ]
+        for name, headers, want in cases:
+            with self.subTest(name=name, headers=headers):
+                self.assertEqual(self.address(name, **headers), want)
+
+    def test_the_forwarded_client_has_a_bucket_of_its_own(self):
+        a = f"192.0.2.{os.getpid() % 200 + 1}"
+        b = f"198.51.100.{os.getpid() % 200 + 1}"
+        statuses = [get(S.port, "/limit/xff", {"X-Forwarded-For": ip}).status
+                    for ip in (a, a, b)]
+        self.assertEqual(statuses, [200, 429, 200])
+        # Without trusted proxies the header is ignored: one bucket, the peer's.
+        statuses = [get(S.port, "/limit/noxff", {"X-Forwarded-For": ip}).status
+                    for ip in (a, b)]
+        self.assertEqual(statuses, [200, 429])
+
+    def test_header_keys_fall_back_to_the_address_and_long_values_are_digested(self):
+        k = fresh("api")
+        self.assertEqual([get(S.port, "/limit/apikey", {"X-API-Key": v}).status
+                          for v in (k, k, k + "-other")], [200, 429, 200])
+        long_value = "x" * 600 + k
+        self.assertEqual([get(S.port, "/limit/apikey", {"X-API-Key": long_value}).status
+                          for _ in range(2)], [200, 429])
+        self.assertEqual([get(S.port, "/limit/apikey").status for _ in range(2)], [200, 429])
+
+    def test_a_key_function_returning_nil_exempts_the_request(self):
+        k = fresh("fn")
+        rs = [get(S.port, f"/limit/fn?k={k}&exempt=1") for _ in range(3)]
+        self.assertEqual([r.status for r in rs], [200] * 3)
+        self.assertEqual({r.header("RateLimit") for r in rs}, {None})
+        self.assertEqual([get(S.port, f"/limit/fn?k={k}").status for _ in range(2)], [200, 429])
+
+
+class Api(unittest.TestCase):
+    """The limiter's own methods through the cosocket path."""
+
+    def test_allow_peek_reset_and_allow_many(self):
+        k = fresh("many")
+        v = call("many", op="many", k=k)["value"]
+        self.assertEqual([(d["allowed"], d["remaining"], d["source"]) for d in v],
+                         [(True, "4", "redis"), (True, "2", "redis"), (True, "0", "redis")])
+        self.assertEqual(decision(call("many", op="peek", k=k, cost=3)["value"])["allowed"],
+                         False)
+        self.assertEqual(call("many", op="reset", k=k), {"ok": True, "value": True})
+        d = decision(call("many", op="peek", k=k)["value"])
+        self.assertEqual((d["allowed"], d["remaining"], d["reset_after"]), (True, 5, 0.0))
+
+    def test_argument_errors_raise_and_name_the_method(self):
+        self.assertEqual(call("many", op="many", k=fresh("bad"), bad=1),
+                         {"raised": "bad argument #1 to 'allow_many' (item 2: key is empty)"})
+        self.assertEqual(call("plain", op="badcost"),
+                         {"raised": "bad argument #2 to 'allow' (cost must be an integer, "
+                                    "got 1.5)"})
+        self.assertEqual(call("plain", op="badkey"),
+                         {"raised": "bad argument #1 to 'peek' (key is 513 bytes; "
+                                    "the most is 512)"})
+
+    def test_a_closed_limiter_answers_eclosed(self):
+        self.assertEqual(call("plain", op="closed"),
+                         {"ok": False, "err": "limiter is closed", "code": "ECLOSED"})
+
+    def test_auth_and_select_on_new_connections(self):
+        k = fresh("auth")
+        d = decision(call("auth_good", k=k)["value"])
+        self.assertEqual((d["allowed"], d["remaining"], d["source"]), (True, 4, "redis"))
+        exists = redis_commands(S.redis.port, ("SELECT", "2"), ("EXISTS", f"t-auth:{k}"))
+        self.assertEqual(exists, ["OK", 1])
+        self.assertEqual(redis_commands(S.redis.port, ("EXISTS", f"t-auth:{k}")), [0])
+        self.assertEqual(call("auth_good", op="tostring")["value"],
+                         f"hirate.limiter(redis://hirate:***@127.0.0.1:{S.redis.port}/2, "
+                         "capacity=5, rate=1)")
+
+    def test_a_wrong_password_is_eauth_without_the_password_or_a_connection_storm(self):
+        before = self.connections()
+        replies = [call("auth_bad", k=fresh("bad")) for _ in range(40)]
+        after = self.connections()
+        for r in replies:
+            self.assertEqual((r["ok"], r["code"]), (False, "EAUTH"), r)
+            self.assertNotIn("wrong-canary-pw", json.dumps(r))
+        self.assertNotIn("wrong-canary-pw", S.nginx.error_log())
+        self.assertIn("refused the AUTH: WRONGPASS", S.nginx.error_log())
+        # 40 calls in a row; new connections back off from 10 ms, doubling.
+        # (The INFO that read `after` is one connection of the difference.)
+        self.assertLessEqual(after - before - 1, 20)
+        self.assertGreaterEqual(after - before - 1, 1)
+
+    def connections(self):
+        info = redis_commands(S.redis.port, ("INFO", "stats"))[0]
+        # this INFO's own connection counts too
+        return int(re.search(r"total_connections_received:(\d+)", info).group(1))
+
+    def test_a_connection_that_got_readonly_is_closed_not_pooled(self):
+        k = fresh("ro")
+        self.assertEqual(call("readonly", k=k)["value"]["source"], "redis")
+        self.assertGreaterEqual(self.db3_clients(), 1)   # pooled, idle
+        # A replica (of a master that is not there) refuses the script's write.
+        self.assertEqual(redis_commands(S.redis.port, ("REPLICAOF", "127.0.0.1", "1")), ["OK"])
+        try:
+            rs = join(*get_many(S.port, [f"/call/readonly?k={k}"] * 30))
+        finally:
+            redis_commands(S.redis.port, ("REPLICAOF", "NO", "ONE"))
+        self.assertEqual(len({r.header("X-Worker") for r in rs}), 2)
+        for r in rs:
+            d = json.loads(r.body)["value"]
+            self.assertEqual((d["allowed"], d["source"], d["error"]), (True, "fail_open", "ESERVER"))
+        # Every connection that carried a READONLY is closed, pooled or not.
+        deadline = time.monotonic() + 3
+        while self.db3_clients() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.db3_clients(), 0)
+
+    @staticmethod
+    def db3_clients():
+        clients = redis_commands(S.redis.port, ("CLIENT", "LIST"))[0]
+        return len(re.findall(r" db=3 ", clients))
+
+    def test_a_unix_socket_url(self):
+        d = decision(call("unix", k=fresh("unix"))["value"])
+        self.assertEqual((d["allowed"], d["remaining"], d["source"]), (True, 4, "redis"))
+
+
+class Phases(unittest.TestCase):
+
+    @staticmethod
+    def message(fname, phase):
+        return (f"hirate: {fname} cannot reach Redis in the '{phase}' phase, where nginx has no "
+                "cosockets; call it from rewrite, access or content (or a timer: ngx.timer.at)")
+
+    def test_phases_without_cosockets_raise_an_error_naming_the_phase(self):
+        r = get(S.port, "/phase/set")
+        self.assertEqual(r.body.decode().strip(), self.message("allow", "set"))
+        r = get(S.port, "/phase/header_filter")
+        self.assertEqual(r.header("X-Phase-Error"), self.message("allow", "header_filter"))
+        get(S.port, "/phase/log")
+        want = "phase check: " + self.message("allow", "log")
+        deadline = time.monotonic() + 5
+        while want not in S.nginx.error_log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertIn(want, S.nginx.error_log())
+
+    def test_a_memory_limiter_works_in_those_phases(self):
+        r = get(S.port, "/phase/set?lim=memory")
+        self.assertEqual(r.body, b"no error\n")
+
+    def test_a_timer_reaches_redis(self):
+        self.assertEqual(get(S.port, "/phase/timer").body, b"redis\n")
+
+
+class Vectors(unittest.TestCase):
+    """tests/vectors/token_bucket.json through the cosocket path, with the
+    time injected: with and without the deny cache."""
+
+    ERROR_WORDS = {"HIRATE_ECAPACITY": "capacity must be", "HIRATE_ERATE": "rate must be",
+                   "HIRATE_ERANGE": "takes over 2^53", "HIRATE_EKEY": "key ",
+                   "HIRATE_ECOST": "cost must be"}
+
+    def run_vectors(self, deny_cache):
+        r = get(S.port, f"/vectors?deny_cache={deny_cache}", timeout=60)
+        self.assertEqual(r.status, 200, r)
+        got = json.loads(r.body)
+        want = json.loads(VECTORS.read_text())
+        self.assertEqual(want["version"], 1)
+        self.assertEqual([g["id"] for g in got], [c["id"] for c in want["cases"]])
+        steps = 0
+        for case, g in zip(want["cases"], got):
+            if "config_error" in case:
+                self.assertIn(self.ERROR_WORDS[case["config_error"]], g.get("config_error", ""),
+                              case["id"])
+                continue
+            self.assertNotIn("config_error", g, case["id"])
+            for i, (step, res) in enumerate(zip(case["steps"], g["steps"])):
+                where = f"{case['id']} step {i + 1}"
+                steps += 1
+                if step["op"] == "reset":
+                    self.assertEqual(res, {"reset": True}, where)
+                elif "expect_error" in step:
+                    self.assertIn("raised", res, where)
+                    self.assertIn(self.ERROR_WORDS[step["expect_error"]], res["raised"], where)
+                else:
+                    d = decision(res)
+                    sources = {"redis", "cache"} if deny_cache else {"redis"}
+                    self.assertIn(d.pop("source"), sources, where)
+                    self.assertIsNone(d.pop("error", None), where)
+                    expect = dict(step["expect"])
+                    expect["retry_after"] = seconds(expect.pop("retry_after_us"))
+                    expect["reset_after"] = seconds(expect.pop("reset_after_us"))
+                    self.assertEqual(d, expect, where)
+        self.assertEqual(steps, sum(len(c.get("steps", [])) for c in want["cases"]))
+
+    def test_every_vector_without_the_deny_cache(self):
+        self.run_vectors(0)
+
+    def test_every_vector_with_the_deny_cache(self):
+        self.run_vectors(1)
+
+
+class RedisStopped(unittest.TestCase):
+    """SIGSTOP: connect() still succeeds (the kernel completes it) and no
+    reply ever comes; only the read timeout (1 s here) ends a call."""
+
+    def test_workers_stay_responsive_and_each_policy_decides(self):
+        tag = fresh("stop")
+        # Pooled connections exist before the stop, as in production.
+        for name in ("open", "closed", "local"):
+            self.assertEqual(get(S.port, f"/limit/{name}?k={tag}-warm").status, 200)
+        S.redis.stop()
+        try:
+            paths = ([f"/limit/open?k={tag}-o{i}" for i in range(6)]
+                     + [f"/limit/closed?k={tag}-c{i}" for i in range(6)]
+                     + [f"/limit/local?k={tag}-l" for i in range(8)])
+            started = time.monotonic()
+            threads, limited = get_many(S.port, paths)
+            time.sleep(0.1)   # the limited requests now wait on Redis
+            free = [get(S.port, "/free") for _ in range(10)]
+            limited = join(threads, limited)
+        finally:
+            S.redis.cont()
+        for r in free:
+            self.assertEqual(r.status, 200)
+            self.assertLess(r.elapsed, 0.5, "an unlimited request waited on Redis")
+        first_limited = min(r.ended for r in limited)
+        self.assertLess(max(r.ended for r in free), first_limited,
+                        "the unlimited requests should finish while the limited ones wait")
+        self.assertGreater(first_limited - started, 0.8, "the limited requests did not wait")
+        for r in limited:
+            self.assertLess(r.ended - started, 1.0 + 2.0, "a limited request outlived its timeout")
+        opened, closed, local = limited[:6], limited[6:12], limited[12:]
+        for r in opened:
+            self.assertEqual((r.status, r.header("X-Hirate-Source"), r.header("X-Hirate-Error")),
+                             (200, "fail_open", "ETIMEDOUT"))
+            # As if the bucket were full (docs/semantics.md): capacity - cost.
+            self.assertEqual(r.header("RateLimit"), '"default";r=3;t=0')
+        for r in closed:
+            self.assertEqual((r.status, r.header("X-Hirate-Source"), r.header("X-Hirate-Error")),
+                             (429, "fail_closed", "ETIMEDOUT"))
+            self.assertEqual(r.header("RateLimit-Policy"), '"default";q=4;w=4000')
+            retry = int(r.header("Retry-After"))
+            self.assertEqual(r.header("RateLimit"), f'"default";r=0;t={retry}')
+            self.assertIn(retry, range(1, 8))
+            self.assertEqual(r.body, f"Too Many Requests: retry in {retry} s.\n".encode())
+        # local: each worker has its own bucket of capacity 4 / 2 instances.
+        by_worker = defaultdict(list)
+        for r in local:
+            self.assertEqual((r.header("X-Hirate-Source"), r.header("X-Hirate-Error")),
+                             ("local", "ETIMEDOUT"))
+            by_worker[r.header("X-Worker")].append(r.status)
+        for worker, statuses in by_worker.items():
+            self.assertEqual(Counter(statuses)[200], min(2, len(statuses)), worker)
+            self.assertEqual(Counter(statuses)[429], max(0, len(statuses) - 2), worker)
+        # Redis is back: after the breaker's backoff the limiter uses it again.
+        deadline = time.monotonic() + 15
+        source = None
+        while time.monotonic() < deadline:
+            source = get(S.port, f"/limit/open?k={fresh('back')}").header("X-Hirate-Source")
+            if source == "redis":
+                break
+            time.sleep(0.1)
+        self.assertEqual(source, "redis")
+
+
+if __name__ == "__main__":
+    unittest.main()
