@@ -130,11 +130,31 @@ static const char *describe(lua_State *L, int idx, char *buf, size_t len)
     if (lua_type(L, idx) != LUA_TNUMBER)
         return luaL_typename(L, idx);
     int64_t i;
-    if (hl_toint64(L, idx, &i))
+    if (hl_toint64(L, idx, &i)) {
         snprintf(buf, len, "%lld", (long long)i);
-    else
+    } else {
         format_double(buf, len, (double)lua_tonumber(L, idx));
+        /* A whole float (5.3 and later) as Lua shows it: 10.0, not 10. */
+        if (strspn(buf, "-0123456789") == strlen(buf) && strlen(buf) + 2 < len)
+            strcat(buf, ".0");
+    }
     return buf;
+}
+
+/* A whole number too large for int64_t, which only doubles can hold (5.1,
+ * LuaJIT): a value out of range, not a fraction, as the message must say. On
+ * 5.3 and later such a number is a float, and so not an integer anyway. */
+static int beyond_int64(lua_State *L, int idx)
+{
+#if LUA_VERSION_NUM >= 503
+    (void)L;
+    (void)idx;
+    return 0;
+#else
+    int64_t v;
+    lua_Number n = lua_tonumber(L, idx);
+    return lua_type(L, idx) == LUA_TNUMBER && n == floor(n) && !hl_toint64(L, idx, &v);
+#endif
 }
 
 /* An integer at idx into *out. what names it in messages ("cost",
@@ -189,13 +209,9 @@ static int64_t check_cost(lua_State *L, int idx, int arg, int item)
         snprintf(what, sizeof what, "item %d: cost", item);
     if (lua_isnoneornil(L, idx))
         return 1;
-    if (lua_type(L, idx) == LUA_TNUMBER && !hl_toint64(L, idx, &cost)) {
-        /* A whole double beyond int64_t (5.1, LuaJIT): out of range, not a fraction. */
-        lua_Number n = lua_tonumber(L, idx);
-        if (n == floor(n))
-            arg_errorf(L, arg, "%s must be a whole number from 0 to 2^53-1, got %s", what,
-                       describe(L, idx, buf, sizeof buf));
-    }
+    if (beyond_int64(L, idx))
+        arg_errorf(L, arg, "%s must be a whole number from 0 to 2^53-1, got %s", what,
+                   describe(L, idx, buf, sizeof buf));
     check_int(L, idx, arg, what, &cost);
     if (hirate_bucket_check_cost(cost, err, sizeof err) < 0) {
         if (item)
@@ -445,8 +461,7 @@ static int l_new(lua_State *L)
     o.url = opt_string(L, "url", NULL);
     if (get_option(L, "capacity") == LUA_TNIL)
         arg_errorf(L, 1, "capacity is required");
-    if (lua_type(L, -1) == LUA_TNUMBER && !hl_toint64(L, -1, &o.capacity) &&
-        lua_tonumber(L, -1) == floor(lua_tonumber(L, -1)))
+    if (beyond_int64(L, -1))
         arg_errorf(L, 1, "capacity must be a whole number from 1 to 2^53-1, got %s",
                    describe(L, -1, buf, sizeof buf));
     check_int(L, -1, 1, "capacity", &o.capacity);

@@ -22,6 +22,17 @@ M.__index = M
 
 local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
 
+-- The system's Python where there is one: a version manager's shim (pyenv)
+-- costs a third of a second a start, and the relay starts once a request.
+local python = "python3"
+do
+    local f = io.open("/usr/bin/python3")
+    if f then
+        f:close()
+        python = "/usr/bin/python3"
+    end
+end
+
 local function quote(s)
     return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end
@@ -152,7 +163,7 @@ function M:relay(bytes)
     local f = assert(io.open(path, "wb"))
     f:write(bytes)
     f:close()
-    local p = assert(io.popen("python3 " .. quote(here .. "/resp_relay.py") .. " " .. self.port
+    local p = assert(io.popen(python .. " -S " .. quote(here .. "/resp_relay.py") .. " " .. self.port
         .. " < " .. quote(path), "r"))
     local out = p:read("*a")
     p:close()

@@ -1,0 +1,86 @@
+#!/bin/sh
+# The Lua tests (make test-lua), run against what `luarocks make` installs:
+#
+#   1. copies the checkout (without .git and build directories) to $out/src,
+#      as a clean checkout, and runs `luarocks make` there twice: for Lua 5.4
+#      into $out/tree-5.4, and for LuaJIT (luarocks' Lua 5.1 with LuaJIT's
+#      headers, as OpenResty loads it) into $out/tree-luajit;
+#   2. runs the busted specs (tests/lua/*_spec.lua, the module's) under lua5.4
+#      and under luajit, each with its own tree;
+#   3. runs them once more under valgrind on Lua 5.4: no memory error and no
+#      definite leak, or the run fails;
+#   4. then the OpenResty steps at the end of this file.
+#
+#   tests/lua/run.sh [busted arguments]       e.g. tests/lua/run.sh --filter=vectors
+#
+# Environment: HIRATE_LUA_BUILD (default <checkout>/build-lua) holds all of
+# it; JOBS (default 2) bounds the compiler. The steps after the specs may use
+# HIRATE_LUA_TREE_54 and HIRATE_LUA_TREE_JIT (the two luarocks trees) and
+# HIRATE_LUA_TMP (a scratch directory removed on exit). Every redis-server the
+# specs start dies with the process that started it.
+set -eu
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${HIRATE_LUA_BUILD:-$root/build-lua}
+jobs=${JOBS:-2}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+HIRATE_LUA_TMP=$(mktemp -d "$out/tmp.XXXXXX")
+trap 'rm -rf "$HIRATE_LUA_TMP"' EXIT INT TERM
+export HIRATE_LUA_TMP TMPDIR="$HIRATE_LUA_TMP" HIRATE_SOURCE_DIR="$root"
+
+step() { printf '\n== %s\n' "$*"; }
+
+# ---- 1. luarocks make, from a copy of the checkout --------------------------------
+step "copying the checkout to $out/src"
+rm -rf "$out/src"
+mkdir -p "$out/src"
+tar -C "$root" --exclude=./.git --exclude='./build*' --exclude=./bench/out -cf - . |
+    tar -C "$out/src" -xf -
+
+rockspec=$(cd "$out/src" && ls hirate-*.rockspec)
+export CMAKE_BUILD_PARALLEL_LEVEL="$jobs"
+HIRATE_LUA_TREE_54=$out/tree-5.4
+HIRATE_LUA_TREE_JIT=$out/tree-luajit
+export HIRATE_LUA_TREE_54 HIRATE_LUA_TREE_JIT
+rm -rf "$HIRATE_LUA_TREE_54" "$HIRATE_LUA_TREE_JIT"
+
+step "luarocks make for Lua 5.4"
+(cd "$out/src" && luarocks --lua-version 5.4 make --tree "$HIRATE_LUA_TREE_54" "$rockspec")
+step "luarocks make for LuaJIT"
+(cd "$out/src" && luarocks --lua-version 5.1 --lua-dir /usr make --tree "$HIRATE_LUA_TREE_JIT" \
+    "$rockspec" LUA_INCDIR=/usr/include/luajit-2.1)
+
+# ---- 2. the specs, once per interpreter ------------------------------------------
+specs=""
+for f in "$root"/tests/lua/*_spec.lua; do
+    case $(basename "$f") in
+        *resty*|*nginx*) ;;   # the OpenResty specs run in step 4
+        *) specs="$specs $f" ;;
+    esac
+done
+
+# Runs busted under interpreter $1 with tree $2 (its Lua version $3).
+run_specs() {
+    lua=$1 tree=$2 v=$3
+    shift 3
+    cd "$HIRATE_LUA_TMP"
+    # shellcheck disable=SC2086
+    LUA_PATH="$tree/share/lua/$v/?.lua;$tree/share/lua/$v/?/init.lua;$root/tests/lua/?.lua;;" \
+    LUA_CPATH="$tree/lib/lua/$v/?.so;;" \
+        $lua /usr/bin/busted "$@" $specs
+    cd "$root"
+}
+
+step "busted under Lua 5.4"
+run_specs lua5.4 "$HIRATE_LUA_TREE_54" 5.4 "$@"
+step "busted under LuaJIT"
+run_specs luajit "$HIRATE_LUA_TREE_JIT" 5.1 "$@"
+
+# ---- 3. valgrind ------------------------------------------------------------------
+# PUC Lua: Debian's LuaJIT is not built for valgrind (no LUAJIT_USE_VALGRIND).
+step "busted under valgrind (Lua 5.4)"
+run_specs "valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+    --show-leak-kinds=definite lua5.4" "$HIRATE_LUA_TREE_54" 5.4 "$@"
+
+# ---- 4. OpenResty ------------------------------------------------------------------
