@@ -1,0 +1,17 @@
+# 64 threads sharing limiters: the memory backend, the Redis backend (its own
+# redis-server) and outages while the server is stopped, killed and
+# restarted. `make test-tsan` runs the tests labelled tsan under
+# ThreadSanitizer; the plain and ASan runs include this one too.
+hirate_add_test(test_stress test_stress.c)
+set_tests_properties(test_stress PROPERTIES LABELS tsan)
+
+# The other programs that share a limiter among threads (or fork with
+# threads running) are TSan-clean as well. test_policy is free of races too,
+# but it times bursts against backoffs of 20 to 400 ms, which TSan's
+# slowdown stretches past its bounds, so it runs in the plain and ASan
+# builds only.
+foreach(t test_memory test_redis test_op)
+  if(TEST ${t})
+    set_tests_properties(${t} PROPERTIES LABELS tsan)
+  endif()
+endforeach()
