@@ -79,7 +79,7 @@ def test_patterns_defaults_and_exempt_paths(redis):
     limiter = RateLimiter(
         url=redis.url, default_limits=[(2, 0.1)],
         routes={"POST /login": Limit(1, 0.01, name="login"),
-                "/api/*": [Limit(3, 0.1, name="api")],
+                "GET /api/*": [Limit(3, 0.1, name="api")],
                 "/api/health": []},
         exempt=["/docs*"], **SLOW)
     app = app_with(limiter)
@@ -109,14 +109,17 @@ def test_patterns_defaults_and_exempt_paths(redis):
         assert get(client, "/login") == (200, '"2-per-20s";r=1;t=10', None)
         assert get(client, "/other") == (200, '"2-per-20s";r=0;t=20', None)
         assert get(client, "/other")[0] == 429
-        # /api/* is one bucket for every path under it; /api/health is exempt.
+        # /api/* is one bucket for every path under it, HEAD included (a GET
+        # route answers HEAD); /api/health is exempt.
         assert get(client, "/api/a") == (200, '"api";r=2;t=10', None)
         assert get(client, "/api/b") == (200, '"api";r=1;t=20', None)
+        r = client.head("/api/c")
+        assert (r.status_code, r.headers["ratelimit"]) == (405, '"api";r=0;t=30')
         for _ in range(3):
             assert get(client, "/api/health") == (200, None, None)
         assert get(client, "/docs") == (200, None, None)
     assert keys(redis) == ["rl:app|2/0.1|ip:testclient",
-                           "rl:path:/api/*|3/0.1|ip:testclient",
+                           "rl:path:GET /api/*|3/0.1|ip:testclient",
                            "rl:path:POST /login|1/0.01|ip:testclient"]
 
 

@@ -57,7 +57,8 @@ def _scope_part(text):
 
 class _Pattern:
     """A routes/exempt entry: "[METHOD ]/path", where a path ending in "*"
-    matches every path that starts with what comes before the "*"."""
+    matches every path that starts with what comes before the "*". Paths
+    are matched against the request's whole path (scope["path"])."""
 
     __slots__ = ("text", "method", "path", "prefix", "limits", "scope")
 
@@ -80,7 +81,9 @@ class _Pattern:
         self.scope = check_scope("path:" + _scope_part(text.strip()), "route pattern")
 
     def matches(self, method, path):
-        if self.method is not None and self.method != method:
+        # A GET route answers HEAD too: a HEAD must not escape its limits.
+        if self.method is not None and self.method != method and not (
+                self.method == "GET" and method == "HEAD"):
             return False
         return path.startswith(self.path) if self.prefix else path == self.path
 
@@ -372,7 +375,7 @@ class RateLimitMiddleware:
     HTTP requests only (websockets and lifespan pass through; at shutdown
     the limiter's connections are closed)."""
 
-    def __init__(self, app, limiter=None, **options):
+    def __init__(self, app, /, limiter=None, **options):
         if limiter is None:
             limiter = RateLimiter(**options)
         elif options:

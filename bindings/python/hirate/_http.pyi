@@ -1,0 +1,76 @@
+"""Types of hirate._http, shared by hirate.flask and hirate.asgi."""
+
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from . import Decision, Limiter
+
+__all__ = ["Limit", "Result", "ClientIP", "key_header", "refill_seconds"]
+
+KEY_MAX: int
+EXACT_MAX: int
+SCOPE_MAX: int
+
+_KeyValue = Union[str, bytes, bytearray, memoryview, int, None]
+_KeyFunc = Callable[[Any], Any]
+_CostFunc = Callable[[Any], Any]
+
+def refill_seconds(capacity: int, rate: float) -> int: ...
+def check_scope(scope: str, what: str = ...) -> str: ...
+def check_limits(limits: Iterable[Union["Limit", Tuple[int, float]]], where: str) -> List["Limit"]: ...
+def ident_for_key(value: Union[str, bytes, bytearray, memoryview, int]) -> bytes: ...
+def ident_for_ip(address: Optional[str]) -> bytes: ...
+def key_header(name: str) -> Callable[[Any], Optional[str]]: ...
+def decide_sync(calls: Sequence[Tuple[Limiter, Union[str, bytes], int]]) -> List[Decision]: ...
+
+class Limit:
+    capacity: int
+    rate: float
+    key: Optional[_KeyFunc]
+    cost: Union[int, _CostFunc]
+    scope: Optional[str]
+    name: str
+    window: int
+    exempt_when: Optional[Callable[[Any], Any]]
+    def __init__(
+        self,
+        capacity: int,
+        rate: float,
+        *,
+        key: Optional[_KeyFunc] = None,
+        cost: Union[int, _CostFunc] = 1,
+        scope: Optional[str] = None,
+        name: Optional[str] = None,
+        exempt_when: Optional[Callable[[Any], Any]] = None,
+    ) -> None: ...
+    @classmethod
+    def of(cls, spec: Union["Limit", Tuple[int, float]]) -> "Limit": ...
+    def bucket_key(self, scope: str, ident: bytes) -> bytes: ...
+    def cost_for(self, request: Any) -> int: ...
+
+class ClientIP:
+    hops: int
+    header: str
+    ipv6_subnet: int
+    def __init__(
+        self,
+        trusted_proxies: Union[str, Iterable[Any]] = (),
+        proxy_hops: int = 0,
+        header: str = "X-Forwarded-For",
+        ipv6_subnet: int = 64,
+    ) -> None: ...
+    def resolve(self, peer: Optional[str], header_values: Sequence[str] = ()) -> Optional[str]: ...
+    def key(self, address: Optional[str]) -> Optional[str]: ...
+
+class Result:
+    checks: Tuple[Tuple[Limit, Decision], ...]
+    allowed: bool
+    retry_after: Optional[int]
+    status: int
+    violated: List[str]
+    def __init__(self, checks: Iterable[Tuple[Limit, Decision]]) -> None: ...
+    def policy_header(self) -> str: ...
+    def ratelimit_header(self) -> str: ...
+    def headers(self, ratelimit: bool = True, legacy: bool = False) -> List[Tuple[str, str]]: ...
+    def detail(self) -> str: ...
+    def problem(self) -> Dict[str, Any]: ...
+    def text(self) -> str: ...

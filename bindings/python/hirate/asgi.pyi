@@ -1,0 +1,82 @@
+"""Types of hirate.asgi."""
+
+from typing import Any, Awaitable, Callable, Iterable, Mapping, Optional, Sequence, Tuple, Union
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ._http import Limit as Limit
+from ._http import Result as Result
+from ._http import key_header as key_header
+
+__all__ = ["RateLimiter", "RateLimitMiddleware", "RateLimitExceeded", "Limit", "Result",
+           "key_header"]
+
+_LimitSpec = Union[Limit, Tuple[int, float]]
+_Limits = Union[_LimitSpec, Iterable[_LimitSpec]]
+
+class RateLimitExceeded(HTTPException):
+    result: Result
+    def __init__(self, result: Result, headers: Iterable[Tuple[str, str]], detail: Any) -> None: ...
+
+class RateLimiter:
+    url: Optional[str]
+    default_limits: Sequence[Limit]
+    key: Optional[Callable[[Request], Any]]
+    headers: bool
+    legacy_headers: bool
+    body: str
+    on_refused: Optional[Callable[[Request, Result], Any]]
+    enabled: bool
+    def __init__(
+        self,
+        *,
+        url: Optional[str] = None,
+        default_limits: _Limits = (),
+        routes: Optional[Mapping[str, _Limits]] = None,
+        exempt: Union[str, Iterable[str]] = (),
+        key: Optional[Callable[[Request], Any]] = None,
+        on_error: str = "local",
+        headers: bool = True,
+        legacy_headers: bool = False,
+        trusted_proxies: Union[str, Iterable[str]] = (),
+        proxy_hops: int = 0,
+        forwarded_header: str = "X-Forwarded-For",
+        ipv6_subnet: int = 64,
+        prefix: str = "rl:",
+        instances: int = 1,
+        connect_timeout: float = 0.25,
+        timeout: float = 0.1,
+        body: str = "json",
+        on_refused: Optional[Callable[[Request, Result], Any]] = None,
+        enabled: bool = True,
+    ) -> None: ...
+    async def close(self) -> None: ...
+    async def aclose(self) -> None: ...
+    def client_address(self, request: Union[Request, Scope]) -> Optional[str]: ...
+    async def check(self, request: Request,
+                    applied: Sequence[Tuple[Limit, str]]) -> Optional[Result]: ...
+    def refusal(self, result: Result) -> Response: ...
+    async def exception_handler(self, request: Request, exc: Exception) -> Response: ...
+    def limit(
+        self,
+        capacity: int,
+        rate: float,
+        *,
+        key: Optional[Callable[[Request], Any]] = None,
+        cost: Union[int, Callable[[Request], Any]] = 1,
+        scope: Optional[str] = None,
+        name: Optional[str] = None,
+        exempt_when: Optional[Callable[[Request], Any]] = None,
+    ) -> Callable[[Request, Response], Awaitable[Optional[Result]]]: ...
+    def limits(self, *limits: _LimitSpec) -> Callable[[Request, Response],
+                                                      Awaitable[Optional[Result]]]: ...
+
+class RateLimitMiddleware:
+    app: ASGIApp
+    limiter: RateLimiter
+    def __init__(self, app: ASGIApp, /, limiter: Optional[RateLimiter] = None,
+                 **options: Any) -> None: ...
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None: ...

@@ -1,0 +1,57 @@
+"""Types of hirate.flask."""
+
+from typing import Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
+
+from flask import Flask, Request
+
+from ._http import Limit as Limit
+from ._http import Result as Result
+from ._http import key_header as key_header
+
+__all__ = ["RateLimiter", "Limit", "Result", "key_header", "current_result"]
+
+_T = TypeVar("_T")
+_LimitSpec = Union[Limit, Tuple[int, float]]
+
+def current_result() -> Optional[Result]: ...
+
+class RateLimiter:
+    key: Optional[Callable[[Request], Any]]
+    on_refused: Optional[Callable[[Request, Result], Any]]
+    def __init__(
+        self,
+        app: Optional[Flask] = None,
+        *,
+        url: Optional[str] = ...,
+        default_limits: Iterable[_LimitSpec] = ...,
+        key: Optional[Callable[[Request], Any]] = None,
+        on_error: str = ...,
+        headers: bool = ...,
+        legacy_headers: bool = ...,
+        trusted_proxies: Union[str, Iterable[str]] = ...,
+        proxy_hops: int = ...,
+        forwarded_header: str = ...,
+        ipv6_subnet: int = ...,
+        prefix: str = ...,
+        instances: int = ...,
+        connect_timeout: float = ...,
+        timeout: float = ...,
+        body: str = ...,
+        on_refused: Optional[Callable[[Request, Result], Any]] = None,
+        enabled: bool = ...,
+    ) -> None: ...
+    def init_app(self, app: Flask) -> None: ...
+    def close(self, app: Optional[Flask] = None) -> None: ...
+    def limit(
+        self,
+        capacity: int,
+        rate: float,
+        *,
+        key: Optional[Callable[[Request], Any]] = None,
+        cost: Union[int, Callable[[Request], int]] = 1,
+        scope: Optional[str] = None,
+        name: Optional[str] = None,
+        exempt_when: Optional[Callable[[Request], bool]] = None,
+    ) -> Callable[[_T], _T]: ...
+    def exempt(self, obj: _T) -> _T: ...
+    def client_ip(self, req: Optional[Request] = None) -> Optional[str]: ...
