@@ -311,6 +311,31 @@ static int jittered(hirate_redis *r, int ms)
     return ms * 3 / 4 + (int)(x % (uint64_t)(ms / 2 + 1));
 }
 
+/* Closes a connection of the pool for good; under the lock. */
+static void forget(hirate_redis *r, conn *c)
+{
+    for (int i = 0; i < r->cfg.pool_size; i++) {
+        if (r->all[i] == c) {
+            r->all[i] = NULL;
+            break;
+        }
+    }
+    r->open--;
+    STAT_INC(r, dropped);
+    conn_close(c);
+}
+
+/* Has the server closed this idle connection (its `timeout`, CLIENT KILL, a
+ * restart), or sent bytes nobody asked for? A server's close reaches us as
+ * end-of-file (or a reset) that a peek sees without blocking. Then no call
+ * can be sent on it; one found before sending provably did not run. */
+static int conn_gone(const conn *c)
+{
+    char byte;
+    ssize_t n = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 /* Takes an idle connection, opens a new one while the pool has room and no
  * backoff is running, or waits for one to be released. */
 static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
@@ -320,8 +345,15 @@ static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
     pthread_mutex_lock(&r->lock);
     for (;;) {
         if (r->idle) {
-            *out = r->idle;
-            r->idle = r->idle->next;
+            conn *c = r->idle;
+            r->idle = c->next;
+            if (conn_gone(c)) {
+                /* Closed while idle: nothing of this call was sent on it,
+                 * so another connection may carry it. */
+                forget(r, c);
+                continue;
+            }
+            *out = c;
             pthread_mutex_unlock(&r->lock);
             return 0;
         }
@@ -404,15 +436,7 @@ static void release(hirate_redis *r, conn *c, int healthy)
         c->next = r->idle;
         r->idle = c;
     } else {
-        for (int i = 0; i < r->cfg.pool_size; i++) {
-            if (r->all[i] == c) {
-                r->all[i] = NULL;
-                break;
-            }
-        }
-        r->open--;
-        STAT_INC(r, dropped);
-        conn_close(c);
+        forget(r, c);
     }
     if (r->waiting)
         pthread_cond_signal(&r->freed);
