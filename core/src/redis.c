@@ -23,6 +23,7 @@ typedef struct conn {
     redisContext *ctx;      /* opened the socket; not used for I/O afterwards */
     int fd;
     int timeo_changed;      /* SO_RCVTIMEO shortened for the rest of a call */
+    int reads;              /* recv() calls in this round trip */
     struct conn *next;      /* in the idle list */
     size_t rstart, rlen;    /* unread replies are rbuf[rstart, rlen) */
     char rbuf[HIRATE_PROTO_MAX_REPLY];
@@ -195,15 +196,20 @@ static int conn_read(hirate_redis *r, conn *c, int64_t deadline, hirate_reply *r
             if (used < 0)
                 return hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: %s",
                                     rep->why);
-            memmove(c->rbuf, c->rbuf + c->rstart, c->rlen - c->rstart);
-            c->rlen -= c->rstart;
-            c->rstart = 0;
-            if (c->rlen == sizeof c->rbuf)
-                return hirate__fail(err, errlen, HIRATE_EPROTO,
-                                    "malformed reply from Redis: longer than %zu bytes",
-                                    sizeof c->rbuf);
-            /* Part of a reply came: wait only for what is left of the
-             * deadline, so that a trickle cannot stretch the call. */
+        }
+        /* What is left of a reply goes to the front, so that the buffer has
+         * room for the rest (and all of it when every byte was used). */
+        memmove(c->rbuf, c->rbuf + c->rstart, c->rlen - c->rstart);
+        c->rlen -= c->rstart;
+        c->rstart = 0;
+        if (c->rlen == sizeof c->rbuf)
+            return hirate__fail(err, errlen, HIRATE_EPROTO,
+                                "malformed reply from Redis: longer than %zu bytes",
+                                sizeof c->rbuf);
+        /* After the first read of a round trip, wait only for what is left
+         * of its deadline, so that neither a trickle of bytes nor one of
+         * whole replies (in a batch) can stretch the call. */
+        if (c->reads++) {
             int64_t left = deadline - hirate_monotonic_us();
             if (left <= 0)
                 return hirate__fail(err, errlen, HIRATE_ETIMEDOUT,
@@ -233,6 +239,7 @@ static int64_t begin_roundtrip(hirate_redis *r, conn *c)
         setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         c->timeo_changed = 0;
     }
+    c->reads = 0;
     return hirate_monotonic_us() + (int64_t)r->cfg.timeout_ms * 1000;
 }
 
