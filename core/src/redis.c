@@ -490,8 +490,9 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
                                                select == HIRATE_PROTO_NOSCRIPT, &ds[i],
                                                &states[i], &drop, err, errlen);
     }
-    if (io == 0)
-        io = end_roundtrip(c, err, errlen);
+    if (io == 0 && (io = end_roundtrip(c, err, errlen)) < 0)
+        for (size_t i = 0; i < n; i++)
+            rcs[i] = io;   /* out of step: none of this stream's replies can be trusted */
     if (io < 0 || drop)
         *healthy = 0;
     return io;
@@ -516,9 +517,16 @@ int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n
             rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOSCRIPT, 1, capacity, ds, states, rcs,
                           &healthy, err, errlen);
         release(r, c, healthy);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            rcs[i] = rc;   /* no connection: nothing was sent */
     }
+    /* A round trip that broke gave its failure to the calls it had not
+     * answered; the calls answered keep their answers, and those that met
+     * NOSCRIPT, never sent again, get the failure too. */
     for (size_t i = 0; rc < 0 && i < n; i++)
-        rcs[i] = rc;
+        if (rcs[i] == HIRATE_PROTO_NOSCRIPT)
+            rcs[i] = rc;
     return rc;
 }
 
