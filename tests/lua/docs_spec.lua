@@ -1,0 +1,58 @@
+-- The plain-Lua examples of docs/lua.md run as written, each as a program of
+-- its own under the interpreter running the specs, and print what the page
+-- says they print.
+local support = require "helpers.support"
+local redis_server = require "helpers.redis_server"
+
+local doc = support.read(support.root .. "/docs/lua.md")
+local section = assert(doc:match("\n## Quick start %(plain Lua%)\n(.-)\n## "),
+    "docs/lua.md has no Quick start (plain Lua) section")
+
+-- The fenced blocks of the section, in order: { lang = "lua" or "", text = ... }.
+local blocks = {}
+for lang, text in section:gmatch("```(%w*)\n(.-)```") do
+    blocks[#blocks + 1] = { lang = lang, text = text }
+end
+
+local function quote(s)
+    return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+-- Runs a Lua program with the specs' own package paths; returns its output
+-- and whether it succeeded.
+local function run(program, env)
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write(program)
+    f:close()
+    local lua = arg and arg[-1] or "lua"
+    local cmd = ("LUA_PATH=%s LUA_CPATH=%s %s %s %s 2>&1"):format(quote(package.path),
+        quote(package.cpath), env or "", lua, quote(path))
+    local p = assert(io.popen(cmd, "r"))
+    local out = p:read("*a")
+    local ok = p:close()
+    os.remove(path)
+    return out, ok
+end
+
+describe("docs/lua.md", function()
+    it("has the examples this spec runs", function()
+        assert.same({ "lua", "", "lua" }, { blocks[1].lang, blocks[2].lang, blocks[3].lang })
+    end)
+
+    it("runs the in-memory example, which prints what the page shows", function()
+        local out, ok = run(blocks[1].text)
+        assert.truthy(ok, out)
+        assert.equal(blocks[2].text, out)
+    end)
+
+    it("runs the Redis example", function()
+        local srv = redis_server.start()
+        local out, ok = run(blocks[3].text, "REDIS_URL=" .. srv.url)
+        local keys = srv:cli("KEYS", "api:*")
+        srv:close()
+        assert.truthy(ok, out)
+        assert.equal("served, 99 left (decided by redis)\n98\t95\n", out)
+        assert.equal("api:org:7", keys)   -- user:42 was reset
+    end)
+end)
