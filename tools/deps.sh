@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian/Ubuntu packages a task needs, when they are missing.
 #   tools/deps.sh build      compiler, CMake, pkg-config, hiredis
-#   tools/deps.sh test       build + redis-server, cJSON, jsonschema
+#   tools/deps.sh test       build + redis-server, cJSON, jsonschema, faketime
 #   tools/deps.sh python     test + Python headers and venv (the Python tests)
 #   tools/deps.sh lua        test + Lua 5.4, LuaJIT (as nginx uses it), luarocks, busted, nginx, valgrind
 #   tools/deps.sh fuzz       test + clang, libFuzzer and its sanitizer runtimes
@@ -9,7 +9,7 @@
 set -eu
 
 build="gcc make cmake pkg-config libhiredis-dev"
-test="$build redis-server redis-tools libcjson-dev python3 python3-jsonschema"
+test="$build redis-server redis-tools libcjson-dev python3 python3-jsonschema faketime"
 python="$test python3-dev python3-venv python3-pip"
 lua="$test lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev luarocks lua-busted lua-dkjson
      nginx libnginx-mod-http-lua valgrind"
