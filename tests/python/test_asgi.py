@@ -9,7 +9,7 @@ The rates are slow (0.1 token/s and below): every count and header is exact.
 """
 
 import asyncio
-import json
+import threading
 
 import pytest
 from fastapi import Depends, FastAPI, WebSocket
@@ -19,6 +19,9 @@ from starlette.testclient import TestClient
 import hirate
 from hirate.asgi import (Limit, RateLimiter, RateLimitExceeded, RateLimitMiddleware,
                          key_header)
+
+# A hang fails the test instead of stalling the run.
+pytestmark = pytest.mark.timeout(60)
 
 SLOW = dict(connect_timeout=5.0, timeout=5.0)
 
@@ -376,6 +379,47 @@ def test_on_error_closed_answers_503(own_redis):
             503, '"3-per-30s";r=0;t=1', "1")
         assert r.json()["type"] == (
             "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity")
+
+
+def test_a_hung_redis_does_not_block_the_event_loop(own_redis):
+    # While one request waits for a SIGSTOPped Redis, the same event loop
+    # serves others; no timing is assumed, only the order of events.
+    waiting = threading.Event()
+
+    def key(request):
+        if request.headers.get("x-mark"):
+            waiting.set()   # the marked request is about to ask Redis
+        return None
+
+    limiter = RateLimiter(url=own_redis.url, key=key, routes={"/limited": Limit(5, 0.1)},
+                          exempt=["/health"], connect_timeout=10.0, timeout=10.0)
+    app = app_with(limiter)
+
+    @app.get("/limited")
+    async def limited():
+        return "limited"
+
+    @app.get("/health")
+    async def health():
+        return "up"
+
+    with TestClient(app) as client:
+        assert client.get("/limited").status_code == 200   # a pooled connection
+        own_redis.stop()
+        try:
+            got = []
+            t = threading.Thread(
+                target=lambda: got.append(client.get("/limited", headers={"X-Mark": "1"})))
+            t.start()
+            assert waiting.wait(30)
+            for _ in range(20):
+                assert client.get("/health").status_code == 200
+                assert t.is_alive(), "the hung call ended before the others were served"
+        finally:
+            own_redis.cont()
+        t.join(30)
+    # Redis answered once it went on: the waiting request was decided there.
+    assert (got[0].status_code, got[0].headers["ratelimit"]) == (200, '"5-per-50s";r=3;t=20')
 
 
 # ------------------------------------------------------------- bad setups

@@ -13,6 +13,9 @@ from flask import Blueprint, Flask
 import hirate
 from hirate.flask import Limit, RateLimiter, current_result, key_header
 
+# A hang fails the test instead of stalling the run.
+pytestmark = pytest.mark.timeout(60)
+
 # Generous I/O timeouts: a loaded CI machine must not turn a decision into a
 # fallback. The on_error tests kill Redis, which refuses at once.
 SLOW = dict(connect_timeout=5.0, timeout=5.0)
@@ -500,6 +503,20 @@ def test_proxy_hops(redis):
     xff = {"X-Forwarded-For": "7.7.7.7, 198.51.100.1"}   # a new spoofed left part
     assert client.get("/", headers=xff).status_code == 429
     assert keys(redis) == ["rl:ep:index|1/0.1|ip:198.51.100.1"]
+
+
+def test_two_limiters_on_one_app_each_add_their_items(redis):
+    app, outer = make_app(redis.url, prefix="outer:", default_limits=[Limit(9, 0.1, name="o")])
+    inner = RateLimiter(app, url=redis.url, prefix="inner:", **SLOW)
+
+    @app.get("/x")
+    @inner.limit(2, 0.1, name="i")
+    def x():
+        return "x"
+
+    r = app.test_client().get("/x")
+    assert r.headers.getlist("RateLimit") == ['"i";r=1;t=10', '"o";r=8;t=10']
+    assert keys(redis) == ["inner:ep:x|2/0.1|ip:127.0.0.1", "outer:app|9/0.1|ip:127.0.0.1"]
 
 
 # ---------------------------------------------------------- custom refusals

@@ -21,6 +21,9 @@ import pytest
 
 from redis_server import free_port
 
+# A hang fails the test (and its fixtures still stop the servers).
+pytestmark = pytest.mark.timeout(180)
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 REQUESTS = 24
 THREADS = 8

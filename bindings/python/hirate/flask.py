@@ -55,8 +55,19 @@ _SETTINGS = {
     "enabled": ("HIRATE_ENABLED", True),
 }
 
+# A view function carries its limits in an attribute, {RateLimiter: [Limit]},
+# which functools.wraps copies to the decorators above it; so a limit works
+# whichever side of @app.route (or of @login_required ...) it is written.
 _ATTR_LIMITS = "_hirate_limits"
-_ATTR_EXEMPT = "_hirate_exempt"
+_ATTR_EXEMPT = "_hirate_exempt"     # {RateLimiter: True}
+
+
+def _mark(obj, attr):
+    marks = getattr(obj, attr, None)
+    if marks is None:
+        marks = {}
+        setattr(obj, attr, marks)
+    return marks
 
 
 def current_result():
@@ -263,12 +274,12 @@ class RateLimiter:
                 raise TypeError("limit() decorates a view function or a Blueprint, not %s"
                                 % type(obj).__name__)
             where = "view %r" % getattr(obj, "__name__", obj)
-            if getattr(obj, _ATTR_EXEMPT, False):
+            if self in getattr(obj, _ATTR_EXEMPT, ()):
                 raise ValueError("%s is exempt: it cannot have limits too" % where)
+            marks = _mark(obj, _ATTR_LIMITS)
             # Decorators run bottom-up: putting this one first keeps the
             # limits in the order they are written.
-            limits = [lim] + list(getattr(obj, _ATTR_LIMITS, ()))
-            setattr(obj, _ATTR_LIMITS, check_limits(limits, where))
+            marks[self] = check_limits([lim] + marks.get(self, []), where)
             return obj
 
         return decorator
@@ -282,10 +293,10 @@ class RateLimiter:
                                  % obj.name)
             self._blueprint_exempt.add(obj.name)
             return obj
-        if getattr(obj, _ATTR_LIMITS, None):
+        if getattr(obj, _ATTR_LIMITS, {}).get(self):
             raise ValueError("view %r has limits: it cannot be exempt too"
                              % getattr(obj, "__name__", obj))
-        setattr(obj, _ATTR_EXEMPT, True)
+        _mark(obj, _ATTR_EXEMPT)[self] = True
         return obj
 
     # -- the client
@@ -306,8 +317,8 @@ class RateLimiter:
             return []  # no route matched: 404 or 405 answer without the view
         view = current_app.view_functions.get(endpoint)
         found = [(lim, "ep:" + _scope_part(endpoint))
-                 for lim in getattr(view, _ATTR_LIMITS, ())]
-        exempt = getattr(view, _ATTR_EXEMPT, False)
+                 for lim in getattr(view, _ATTR_LIMITS, {}).get(self, ())]
+        exempt = self in getattr(view, _ATTR_EXEMPT, ())
         for bp in request.blueprints:
             found += [(lim, "bp:" + _scope_part(bp))
                       for lim in self._blueprint_limits.get(bp, ())]
