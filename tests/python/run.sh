@@ -14,6 +14,7 @@ venv=$out/venv
 # The CMake build directory persists under $out, so a rerun rebuilds only
 # what changed; warnings are errors here, as in the C build of make test.
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-    -C build-dir="$out/cmake" -C cmake.define.HIRATE_WERROR=ON "$root"
+    --config-settings=build-dir="$out/cmake" \
+    --config-settings=cmake.define.HIRATE_WERROR=ON "$root"
 cd "$out"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/python" "$@"
