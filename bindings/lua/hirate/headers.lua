@@ -1,76 +1,130 @@
 --[[
-hirate.headers: the response headers that describe a decision, as the
-IETF httpapi rate-limit headers draft (structured-field lists) defines them,
-mapped onto a token bucket. Pure Lua (5.1-5.4, LuaJIT); the Python package
-writes the same values.
+hirate.headers: the response headers that describe a decision, as the IETF
+httpapi rate-limit headers draft (structured-field lists) defines them,
+mapped onto a token bucket. Pure Lua (5.1-5.4, LuaJIT). The values are the
+ones the Python package sends (bindings/python/hirate/_http.py):
 
   RateLimit-Policy: "<name>";q=<capacity>;w=<seconds to refill from empty>
   RateLimit:        "<name>";r=<remaining>;t=<seconds>
   Retry-After:      <seconds>                      (refusals only)
 
 t is the time until the bucket is full when the request was allowed, and the
-time until the same request could pass when it was refused. Every number of
-seconds is rounded up, so that a client who waits that long is never early.
-A request that can never pass (cost above the capacity) gets no Retry-After,
-and t is the time until the bucket is full: waiting will not help.
+time until the same request could pass when it was refused. Seconds are
+rounded up, so that a client who waits that long is never early. A request
+that can never pass (its cost is above the capacity) gets neither t nor
+Retry-After: waiting would not help. The default name is
+"<capacity>-per-<w>s".
 
 With legacy = true, X-RateLimit-Limit, X-RateLimit-Remaining and
-X-RateLimit-Reset (the same t, in seconds from now) are added.
+X-RateLimit-Reset (the same t) are added.
 ]]
 
-local ceil, huge = math.ceil, math.huge
+local ceil, floor, huge, max = math.ceil, math.floor, math.huge, math.max
 local format, find, gsub, type, error = string.format, string.find, string.gsub, type, error
 
 local _M = {}
 
 -- A whole number as text, in every Lua: %d refuses floats in 5.3+, and
--- LuaJIT prints large whole doubles in %g form through tostring.
+-- LuaJIT's tostring writes large whole doubles in %g form.
 local function int(n)
     return format("%.0f", n)
 end
 
--- Seconds rounded up. A decision's seconds are us / 1e6, one correctly
--- rounded division, which is exact whenever us is a whole number of
--- seconds: 2 s stays 2, and 2.000001 s becomes 3.
-local ceil_s = ceil
-_M.ceil_seconds = ceil_s
+--- Seconds rounded up (never below 0). A decision's seconds are us / 1e6,
+--- one correctly rounded division, exact whenever us is a whole number of
+--- seconds: 2 s stays 2, and 2.000001 s becomes 3.
+function _M.ceil_seconds(s)
+    return max(0, ceil(s))
+end
 
---- Checks a policy name: a structured-field string holds printable ASCII
---- only. Returns the quoted form.
+local ceil_s = _M.ceil_seconds
+
+--- w: whole seconds to refill an empty bucket, rounded up. The same double
+--- arithmetic as the core's reset_after from 0 tokens (bucket.c,
+--- hirate_bucket_until), so that w is what a drained bucket says.
+function _M.window(capacity, rate)
+    local target = capacity + 0.0
+    local function level(r)
+        return 0.0 + r * rate / 1000000.0
+    end
+    local r = ceil(target * 1000000.0 / rate)
+    for _ = 1, 64 do
+        if level(r) >= target then
+            break
+        end
+        r = r + 1
+    end
+    for _ = 1, 64 do
+        if not (r > 1 and level(r - 1) >= target) then
+            break
+        end
+        r = r - 1
+    end
+    -- r / 1e6 rounded up, exactly: r is a whole number below 2^53, but the
+    -- quotient of a large one may round to a whole number from below.
+    local q = floor(r / 1000000)
+    while q * 1000000 < r do
+        q = q + 1
+    end
+    while q > 0 and (q - 1) * 1000000 >= r do
+        q = q - 1
+    end
+    return q
+end
+
+--- The default policy name: "<capacity>-per-<w>s".
+function _M.default_name(capacity, rate)
+    return int(capacity) .. "-per-" .. int(_M.window(capacity, rate)) .. "s"
+end
+
+--- Checks a policy name (a structured-field string holds printable ASCII
+--- only) and returns it quoted.
 function _M.quote(name)
     if type(name) ~= "string" or name == "" or find(name, "[^\32-\126]") then
-        error(format("the policy name must be printable ASCII text, got %s",
+        error(format("name must be 1 or more printable ASCII characters (it is sent in the "
+            .. "RateLimit headers), got %s",
             type(name) == "string" and format("%q", name) or type(name)), 2)
     end
     return '"' .. gsub(name, '[\\"]', "\\%0") .. '"'
 end
 
---- The window w: seconds to refill an empty bucket, rounded up.
-function _M.window(capacity, rate)
-    return ceil(capacity / rate)
+--- t for decision d: nil when it can never pass.
+function _M.t(d)
+    if d.allowed then
+        return ceil_s(d.reset_after)
+    elseif d.retry_after == huge then
+        return nil
+    end
+    return ceil_s(d.retry_after)
 end
 
---- The headers for decision d of a limiter with this capacity and rate.
---- quoted is quote(name). Returns a table of name -> value.
-function _M.build(d, quoted, capacity, rate, legacy, out)
+--- The headers for decision d under a policy: quoted is quote(name), w is
+--- window(capacity, rate). Writes them into out (a table of name -> value,
+--- the others set to nil) and returns it.
+function _M.build(d, quoted, capacity, w, legacy, out)
     out = out or {}
-    local t
-    if d.allowed then
-        t = ceil_s(d.reset_after)
-    elseif d.retry_after == huge then
-        t = ceil_s(d.reset_after)
-    else
-        t = ceil_s(d.retry_after)
-        out["Retry-After"] = int(t)
-    end
-    out["RateLimit-Policy"] = quoted .. ";q=" .. int(capacity) .. ";w=" .. int(_M.window(capacity, rate))
-    out["RateLimit"] = quoted .. ";r=" .. int(d.remaining) .. ";t=" .. int(t)
+    local t = _M.t(d)
+    local r = int(max(0, d.remaining))
+    out["RateLimit-Policy"] = quoted .. ";q=" .. int(capacity) .. ";w=" .. int(w)
+    out["RateLimit"] = quoted .. ";r=" .. r .. (t and ";t=" .. int(t) or "")
+    out["Retry-After"] = (not d.allowed and t) and int(t) or nil
     if legacy then
         out["X-RateLimit-Limit"] = int(capacity)
-        out["X-RateLimit-Remaining"] = int(d.remaining)
-        out["X-RateLimit-Reset"] = int(t)
+        out["X-RateLimit-Remaining"] = r
+        out["X-RateLimit-Reset"] = t and int(t) or nil
     end
     return out
+end
+
+--- The text of a refusal, as the Python package writes it.
+function _M.refusal_text(d)
+    local head = d.source == "fail_closed" and "The rate limit cannot be checked now"
+        or "Too many requests"
+    local t = _M.t(d)
+    if not t then
+        return head .. "; this request exceeds the limit and can never pass.\n"
+    end
+    return format("%s; retry in %s second%s.\n", head, int(t), t == 1 and "" or "s")
 end
 
 return _M
