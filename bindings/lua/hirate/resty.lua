@@ -47,8 +47,8 @@ local ngx_now, update_time = ngx.now, ngx.update_time
 local ngx_var, ngx_header = ngx.var, ngx.header
 local log, ERR, WARN = ngx.log, ngx.ERR, ngx.WARN
 
-local type, pairs, setmetatable, error, tostring, tonumber, pcall = type, pairs, setmetatable,
-    error, tostring, tonumber, pcall
+local type, pairs, setmetatable, getmetatable, error, tostring, tonumber, pcall = type, pairs,
+    setmetatable, getmetatable, error, tostring, tonumber, pcall
 local format, sub, match, lower, gsub = string.format, string.sub, string.match, string.lower,
     string.gsub
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
@@ -557,7 +557,8 @@ end
 
 local LIMIT_OPTIONS = {
     limiter = true, key = true, cost = true, trusted_proxies = true, proxy_hops = true,
-    status = true, headers = true, legacy_headers = true, name = true, body = true,
+    forwarded_header = true, ipv6_subnet = true, status = true, headers = true,
+    legacy_headers = true, name = true, body = true,
 }
 
 -- Compiled options, per options table: a limit's table is made once (in
@@ -578,11 +579,8 @@ local function compile(opts)
         end
     end
     local lim = opts.limiter
-    if type(lim) ~= "table" or type(lim.allow) ~= "function" then
+    if getmetatable(lim) ~= limiter_mt then
         limit_error("limiter must be a limiter from hirate.new, got " .. type(lim))
-    end
-    if type(lim.capacity) ~= "number" or type(lim.rate) ~= "number" then
-        limit_error("limiter must be a limiter from hirate.new (it knows its capacity and rate)")
     end
     local c = { limiter = lim, capacity = lim.capacity, rate = lim.rate }
 
@@ -610,32 +608,26 @@ local function compile(opts)
         c.cost = cost
     else
         limit_error("cost must be a whole number from 0 to 2^53-1 or a function, got "
-            .. tostring(cost))
+            .. describe(cost))
     end
 
-    if opts.trusted_proxies ~= nil then
-        local ok, nets = pcall(client_ip.compile, opts.trusted_proxies)
-        if not ok then
-            limit_error(nets)
-        end
-        c.nets = nets
+    local ok, ip = pcall(client_ip.compile, opts)
+    if not ok then
+        limit_error(ip)
     end
-    local hops = opts.proxy_hops
-    if hops ~= nil then
-        if type(hops) ~= "number" or hops ~= floor(hops) or hops < 1 or hops > 64 then
-            limit_error("proxy_hops must be a whole number from 1 to 64, got " .. tostring(hops))
-        end
-        c.hops = hops
-    end
+    c.ip = ip
 
     local status = opts.status == nil and 429 or opts.status
     if type(status) ~= "number" or status ~= floor(status) or status < 400 or status > 599 then
-        limit_error("status must be an HTTP error status from 400 to 599, got " .. tostring(status))
+        limit_error("status must be an HTTP error status from 400 to 599, got " .. describe(status))
     end
     c.status = status
     c.headers = opts.headers ~= false
     c.legacy = opts.legacy_headers == true
-    local ok, quoted = pcall(headers.quote, opts.name == nil and "default" or opts.name)
+    c.window = headers.window(c.capacity, c.rate)
+    local quoted
+    ok, quoted = pcall(headers.quote, opts.name == nil
+        and headers.default_name(c.capacity, c.rate) or opts.name)
     if not ok then
         limit_error(quoted)
     end
@@ -650,47 +642,71 @@ local function compile(opts)
     return c
 end
 
-_M.client_ip = client_ip
-
 -- The client's address: the socket peer, or what trusted proxies say.
 local function client_address(c)
-    if not c.nets and not c.hops then
-        return client_ip.client(ngx_var.remote_addr)
+    local ip = c.ip
+    local peer = ngx_var.remote_addr
+    if not ip.uses_header then
+        return client_ip.resolve(ip, peer, nil)
     end
-    return client_ip.client(ngx_var.remote_addr, ngx_var.http_x_forwarded_for,
-        ngx_var.http_forwarded, c.nets, c.hops)
+    local value
+    if ip.header == "Forwarded" then
+        -- Every Forwarded field, in order (nginx before 1.23 gives a
+        -- variable only the first).
+        value = ngx.req.get_headers()["forwarded"]
+        if type(value) == "table" then
+            value = table.concat(value, ",")
+        end
+    else
+        value = ngx_var.http_x_forwarded_for -- nginx joins repeated fields
+    end
+    return client_ip.resolve(ip, peer, value)
 end
 
 --- client_address(opts): the client address limit(opts) would key on, with
---- the same proxy options (e.g. for logging).
+--- the same proxy options (for logging, say).
 function _M.client_address(opts)
     return client_address(compiled[opts] or compile(opts))
 end
 
-local function key_of(c)
-    local kind = c.key_kind
-    if kind == "addr" then
-        return client_address(c)
-    elseif kind == "var" then
-        local v = ngx_var[c.key_var]
-        if v == nil or v == "" then
-            return client_address(c) -- no such header or variable: limited by address
-        end
-        if #v > KEY_MAX then
-            -- Values beyond the longest key are long only because a client
-            -- made them so: a digest gives them a bucket of their own.
-            return "sha1:" .. ngx.encode_base64(ngx.sha1_bin(v))
-        end
-        return v
-    end
-    return c.key_fn()
+local function hex(s)
+    return (gsub(s, ".", function(ch)
+        return format("%02x", string.byte(ch))
+    end))
 end
 
-local function default_body(d)
-    if d.retry_after == math.huge then
-        return "Too Many Requests: this request can never pass.\n"
+-- The bucket key of a request, as the Python package builds identities:
+-- "ip:<address>" (IPv6 by its network) or "k:<value>", so that no header
+-- value can name an address's bucket; one longer than a key may be becomes
+-- "#<SHA-1>", which neither form can spell. nil: the request is exempt.
+local function key_of(c)
+    local ident
+    local kind = c.key_kind
+    if kind == "var" then
+        local v = ngx_var[c.key_var]
+        if v ~= nil and v ~= "" then
+            ident = "k:" .. v
+        end
+    elseif kind == "fn" then
+        local v = c.key_fn()
+        if v == nil then
+            return nil
+        end
+        if type(v) == "number" and v == floor(v) then
+            v = format("%.0f", v)
+        elseif type(v) ~= "string" then
+            error("hirate.resty.limit: a key function must return a string, a whole number "
+                .. "or nil, got " .. type(v), 0)
+        end
+        ident = "k:" .. v
     end
-    return format("Too Many Requests: retry in %d s.\n", headers.ceil_seconds(d.retry_after))
+    if not ident then -- remote_addr, or no such header or variable
+        ident = "ip:" .. (client_ip.key(c.ip, client_address(c)) or "unknown")
+    end
+    if #ident > KEY_MAX then
+        return "#" .. hex(ngx.sha1_bin(ident))
+    end
+    return ident
 end
 
 --- limit(opts): applies the limit to the current request. Allowed: returns
@@ -716,26 +732,23 @@ function _M.limit(opts)
     end
     ngx.ctx.hirate = d
     if c.headers then
-        local out = headers.build(d, c.quoted, c.capacity, c.rate, c.legacy, c.out)
+        local out = headers.build(d, c.quoted, c.capacity, c.window, c.legacy, c.out)
         for name, value in pairs(out) do
             ngx_header[name] = value
         end
-        out["Retry-After"] = nil
+    elseif not d.allowed then
+        -- Retry-After belongs to a refusal even without the RateLimit headers.
+        local t = headers.t(d)
+        ngx_header["Retry-After"] = t and format("%.0f", t) or nil
     end
     if d.allowed then
         return d
-    end
-    if not c.headers then
-        -- Retry-After belongs to a refusal even without the RateLimit headers.
-        if d.retry_after ~= math.huge then
-            ngx_header["Retry-After"] = headers.ceil_seconds(d.retry_after)
-        end
     end
     local body = c.body
     if type(body) == "function" then
         body = body(d)
     elseif body == nil then
-        body = default_body(d)
+        body = headers.refusal_text(d)
     end
     ngx.status = c.status
     ngx_header["Content-Type"] = "text/plain; charset=utf-8"
