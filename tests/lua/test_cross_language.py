@@ -4,8 +4,11 @@ command-line tool spend from the same key at the same time, and together
 they get exactly its capacity. Each sees what the others spent.
 
     HIRATE_LUA54_CPATH=<dir with hirate/core.so for Lua 5.4> \
-    HIRATE_CLI=<the hirate tool> [HIRATE_PYTHON=<python with hirate installed>] \
+    HIRATE_CLI=<the hirate tool> [HIRATE_LUA54_PATH=<dir with hirate.lua>] \
+    [HIRATE_PYTHON=<python with hirate installed>] \
         python3 tests/lua/test_cross_language.py
+
+tests/lua/nginx/run.sh runs it with what it built or luarocks installed.
 
 The Python part needs the package installed (tests/python/run.sh puts it in
 build-py/venv); without it that part is skipped, saying so.
@@ -109,7 +112,8 @@ def run_lua(op, key, n, cost=1):
         f.write(LUA)
     try:
         out = subprocess.run(
-            ["lua5.4", f.name, str(ROOT / "bindings" / "lua"), lua54_cpath(), REDIS.url,
+            ["lua5.4", f.name, os.environ.get("HIRATE_LUA54_PATH", str(ROOT / "bindings" / "lua")),
+             lua54_cpath(), REDIS.url,
              str(CAPACITY), str(RATE), PREFIX, op, key, str(n), str(cost)],
             capture_output=True, text=True, timeout=60)
     finally:

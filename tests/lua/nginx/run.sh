@@ -1,32 +1,60 @@
 #!/bin/sh
-# The OpenResty tests and the cross-language test:
-#   1. real nginx (Debian's, with lua-nginx-module, 2 workers) running the
+# The OpenResty tests, which tests/lua/run.sh (make test-lua) runs last:
+#   1. the specs of the pure-Lua parts of the OpenResty path
+#      (tests/lua/resty_*_spec.lua), under Lua 5.4 and under LuaJIT;
+#   2. real nginx (Debian's, with lua-nginx-module, 2 workers) running the
 #      nginx.conf of docs/lua.md and the tests' own server, against a
 #      redis-server of its own (test_nginx.py);
-#   2. Lua 5.4, Python and the hirate tool spending one Redis bucket
-#      (../test_cross_language.py; the Python part needs build-py/venv).
+#   3. Lua 5.4, Python and the hirate tool spending one Redis bucket
+#      (tests/lua/test_cross_language.py; its Python part needs the package
+#      in build-py/venv, which make test-python leaves there).
 #
-#   tests/lua/nginx/run.sh [build dir]
+#   tests/lua/nginx/run.sh
 #
-# The build dir (default build-lua, as tests/lua/run.sh uses) gets hirate.core
-# for LuaJIT (nginx's) and Lua 5.4, and the hirate tool; it is configured
-# here when it does not exist yet.
+# Under tests/lua/run.sh it tests what `luarocks make` installed
+# (HIRATE_LUA_TREE_JIT, HIRATE_LUA_TREE_54). Run alone, it builds hirate.core
+# for LuaJIT and Lua 5.4 with CMake and uses the files in bindings/lua. The
+# hirate tool is built either way, in $HIRATE_LUA_BUILD/nginx (default
+# build-lua/nginx).
 set -eu
 root=$(cd "$(dirname "$0")/../../.." && pwd)
-build=${1:-${HIRATE_LUA_BUILD:-$root/build-lua}}
+out=${HIRATE_LUA_BUILD:-$root/build-lua}
+build=$out/nginx
 python=${PYTHON:-python3}
 export PYTHONDONTWRITEBYTECODE=1   # nothing written into the checkout
 
+targets=hirate_cli
+if [ -n "${HIRATE_LUA_TREE_JIT:-}" ] && [ -n "${HIRATE_LUA_TREE_54:-}" ]; then
+    jit_path=$HIRATE_LUA_TREE_JIT/share/lua/5.1 jit_cpath=$HIRATE_LUA_TREE_JIT/lib/lua/5.1
+    l54_path=$HIRATE_LUA_TREE_54/share/lua/5.4 l54_cpath=$HIRATE_LUA_TREE_54/lib/lua/5.4
+else
+    jit_path=$root/bindings/lua jit_cpath=$build/lua-luajit
+    l54_path=$root/bindings/lua l54_cpath=$build/lua-5.4
+    targets="$targets hirate_lua_luajit hirate_lua_54"
+fi
 if [ ! -f "$build/CMakeCache.txt" ]; then
     cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHIRATE_WERROR=ON \
         -DHIRATE_BUILD_TESTS=OFF -DHIRATE_BUILD_BENCH=OFF -DHIRATE_BUILD_LUA=ON \
         "-DHIRATE_LUA_FLAVORS=5.4;luajit" >/dev/null
 fi
-cmake --build "$build" -j 2 --target hirate_lua_luajit hirate_lua_54 hirate_cli >/dev/null
+# shellcheck disable=SC2086
+cmake --build "$build" -j "${JOBS:-2}" --target $targets >/dev/null
 
-echo "== OpenResty: nginx + lua-nginx-module ($(nginx -v 2>&1 | sed 's/.*: //'))"
-HIRATE_LUAJIT_CPATH="$build/lua-luajit" "$python" "$root/tests/lua/nginx/test_nginx.py"
+# busted runs in a scratch directory, so that nothing lands in the checkout.
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hirate-resty.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT INT TERM
 
-echo "== One bucket: Lua 5.4, Python, the hirate tool"
-HIRATE_LUA54_CPATH="$build/lua-5.4" HIRATE_CLI="$build/core/cli/hirate" \
+for run in "lua5.4 $l54_path" "luajit $jit_path"; do
+    set -- $run
+    printf '\n== hirate.headers and hirate.client_ip under %s\n' "$1"
+    (cd "$tmp" && LUA_PATH="$2/?.lua;$root/tests/lua/?.lua;;" \
+        "$1" /usr/bin/busted "$root"/tests/lua/resty_*_spec.lua)
+done
+
+printf '\n== OpenResty: %s with lua-nginx-module, 2 workers\n' "$(nginx -v 2>&1 | sed 's/.*: //')"
+HIRATE_LUA_DIR=$jit_path HIRATE_LUAJIT_CPATH=$jit_cpath \
+    "$python" "$root/tests/lua/nginx/test_nginx.py"
+
+printf '\n== One Redis bucket: Lua 5.4, Python, the hirate tool\n'
+HIRATE_LUA54_PATH=$l54_path HIRATE_LUA54_CPATH=$l54_cpath HIRATE_CLI=$build/core/cli/hirate \
     "$python" "$root/tests/lua/test_cross_language.py" -v

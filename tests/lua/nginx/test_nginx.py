@@ -130,8 +130,8 @@ class DocConfig(unittest.TestCase):
         first = get(S.doc, "/api/hello")
         self.assertEqual(first.status, 200, first)
         self.assertEqual(first.body, b"backend /api/hello\n")
-        self.assertEqual(first.header("RateLimit-Policy"), '"default";q=10;w=5')
-        self.assertEqual(first.header("RateLimit"), '"default";r=9;t=1')
+        self.assertEqual(first.header("RateLimit-Policy"), '"10-per-5s";q=10;w=5')
+        self.assertEqual(first.header("RateLimit"), '"10-per-5s";r=9;t=1')
         self.assertIsNone(first.header("Retry-After"))
         # 30 more at once: the 9 tokens left and what refilled meanwhile pass.
         rs = join(*get_many(S.doc, ["/api/x"] * 30))
@@ -145,9 +145,9 @@ class DocConfig(unittest.TestCase):
         for r in refused:
             t = int(r.header("Retry-After"))
             self.assertIn(t, (1,), r)   # one token at 2/s: under a second away
-            self.assertEqual(r.body, b"Too Many Requests: retry in 1 s.\n")
+            self.assertEqual(r.body, b"Too many requests; retry in 1 second.\n")
             self.assertEqual(r.header("Content-Type"), "text/plain; charset=utf-8")
-            self.assertEqual(r.header("RateLimit"), '"default";r=0;t=1')
+            self.assertEqual(r.header("RateLimit"), '"10-per-5s";r=0;t=1')
 
 
 class ExactAcrossWorkers(unittest.TestCase):
@@ -162,8 +162,10 @@ class ExactAcrossWorkers(unittest.TestCase):
         self.assertEqual({r.header("X-Hirate-Source") for r in rs if r.status == 200}, {"redis"})
         self.assertLessEqual({r.header("X-Hirate-Source") for r in rs if r.status == 429},
                              {"redis", "cache"})
-        # What Redis holds agrees: nothing left.
-        self.assertEqual(call("plain", op="peek", k=key)["value"]["remaining"], "0")
+        # What Redis holds agrees: nothing left. (limit{} keys a variable's
+        # value as the identity "k:<value>", as the Python package does.)
+        self.assertEqual(call("plain", op="peek", k=f"k:{key}")["value"]["remaining"], "0")
+        self.assertEqual(call("plain", op="peek", k=key)["value"]["remaining"], "20")
 
     def test_refusals_are_answered_by_each_workers_deny_cache(self):
         key = fresh("deny")
@@ -200,23 +202,24 @@ class Headers(unittest.TestCase):
         a, b, c = (get(S.port, f"/limit/headers?k={key}") for _ in range(3))
         # capacity 2, 0.5 token/s: w = 4 s; one spent: full again in 2 s.
         self.assertEqual((a.status, a.header("RateLimit-Policy"), a.header("RateLimit")),
-                         (200, '"default";q=2;w=4', '"default";r=1;t=2'))
+                         (200, '"2-per-4s";q=2;w=4', '"2-per-4s";r=1;t=2'))
         self.assertIsNone(a.header("Retry-After"))
         self.assertIsNone(a.header("X-RateLimit-Limit"))
-        self.assertEqual((b.status, b.header("RateLimit")), (200, '"default";r=0;t=4'))
+        self.assertEqual((b.status, b.header("RateLimit")), (200, '"2-per-4s";r=0;t=4'))
         self.assertEqual(c.status, 429)
-        self.assertEqual(c.header("RateLimit-Policy"), '"default";q=2;w=4')
-        self.assertEqual(c.header("RateLimit"), '"default";r=0;t=2')
+        self.assertEqual(c.header("RateLimit-Policy"), '"2-per-4s";q=2;w=4')
+        self.assertEqual(c.header("RateLimit"), '"2-per-4s";r=0;t=2')
         self.assertEqual(c.header("Retry-After"), "2")
         self.assertEqual(c.header("Content-Type"), "text/plain; charset=utf-8")
-        self.assertEqual(c.body, b"Too Many Requests: retry in 2 s.\n")
+        self.assertEqual(c.body, b"Too many requests; retry in 2 seconds.\n")
 
-    def test_a_cost_above_the_capacity_is_refused_without_retry_after(self):
+    def test_a_cost_above_the_capacity_is_refused_without_a_time(self):
         r = get(S.port, f"/limit/headers?k={fresh('never')}&cost=3")
         self.assertEqual(r.status, 429)
         self.assertIsNone(r.header("Retry-After"))
-        self.assertEqual(r.header("RateLimit"), '"default";r=2;t=0')
-        self.assertEqual(r.body, b"Too Many Requests: this request can never pass.\n")
+        self.assertEqual(r.header("RateLimit"), '"2-per-4s";r=2')
+        self.assertEqual(r.body,
+                         b"Too many requests; this request exceeds the limit and can never pass.\n")
 
     def test_legacy_headers_and_the_policy_name(self):
         r = get(S.port, f"/limit/legacy?k={fresh('legacy')}")
@@ -249,10 +252,16 @@ class Keys(unittest.TestCase):
             ("xff", {}, "127.0.0.1"),
             ("xff", {"X-Forwarded-For": "6.6.6.6, 1.1.1.1, 10.1.2.3"}, "1.1.1.1"),
             ("xff", {"X-Forwarded-For": "10.0.0.9, 10.0.0.8"}, "10.0.0.9"),
-            ("xff", {"X-Forwarded-For": "2001:DB8:1:2:3:4:5:6"}, "2001:db8:1:2::/64"),
+            ("xff", {"X-Forwarded-For": "2001:DB8:1:2:3:0:0:6"}, "2001:db8:1:2:3::6"),
+            ("xff", {"X-Forwarded-For": "::ffff:192.0.2.9"}, "192.0.2.9"),
             ("xff", {"X-Forwarded-For": "not-an-address"}, "127.0.0.1"),
-            ("xff", {"Forwarded": 'for=192.0.2.60;proto=http, for="[2001:db8::17]:4711"'},
-             "2001:db8::/64"),
+            # a hop that is not an address: the nearest trusted one to its right
+            ("xff", {"X-Forwarded-For": "1.1.1.1, unknown, 10.0.0.5"}, "10.0.0.5"),
+            # the configured header only: a Forwarded the proxy passed on is not it
+            ("xff", {"Forwarded": "for=1.1.1.1"}, "127.0.0.1"),
+            ("fwd", {"Forwarded": 'for=192.0.2.60;proto=http, for="[2001:db8::17]:4711"'},
+             "2001:db8::17"),
+            ("fwd", {"X-Forwarded-For": "1.1.1.1"}, "127.0.0.1"),
             ("untrusted", {"X-Forwarded-For": "1.1.1.1"}, "127.0.0.1"),
             ("noxff", {"X-Forwarded-For": "1.1.1.1"}, "127.0.0.1"),
             ("hops", {"X-Forwarded-For": "6.6.6.6, 1.1.1.1, 2.2.2.2"}, "1.1.1.1"),
@@ -267,6 +276,11 @@ class Keys(unittest.TestCase):
         b = f"198.51.100.{os.getpid() % 200 + 1}"
         statuses = [get(S.port, "/limit/xff", {"X-Forwarded-For": ip}).status
                     for ip in (a, a, b)]
+        self.assertEqual(statuses, [200, 429, 200])
+        # IPv6 clients: one bucket per /64.
+        net = f"2001:db8:{os.getpid() % 65536:x}"
+        statuses = [get(S.port, "/limit/xff", {"X-Forwarded-For": ip}).status
+                    for ip in (f"{net}:1::a", f"{net}:1::b", f"{net}:2::a")]
         self.assertEqual(statuses, [200, 429, 200])
         # Without trusted proxies the header is ignored: one bucket, the peer's.
         statuses = [get(S.port, "/limit/noxff", {"X-Forwarded-For": ip}).status
@@ -488,15 +502,17 @@ class RedisStopped(unittest.TestCase):
             self.assertEqual((r.status, r.header("X-Hirate-Source"), r.header("X-Hirate-Error")),
                              (200, "fail_open", "ETIMEDOUT"))
             # As if the bucket were full (docs/semantics.md): capacity - cost.
-            self.assertEqual(r.header("RateLimit"), '"default";r=3;t=0')
+            self.assertEqual(r.header("RateLimit"), '"4-per-4000s";r=3;t=0')
         for r in closed:
             self.assertEqual((r.status, r.header("X-Hirate-Source"), r.header("X-Hirate-Error")),
                              (429, "fail_closed", "ETIMEDOUT"))
-            self.assertEqual(r.header("RateLimit-Policy"), '"default";q=4;w=4000')
+            self.assertEqual(r.header("RateLimit-Policy"), '"4-per-4000s";q=4;w=4000')
             retry = int(r.header("Retry-After"))
-            self.assertEqual(r.header("RateLimit"), f'"default";r=0;t={retry}')
+            self.assertEqual(r.header("RateLimit"), f'"4-per-4000s";r=0;t={retry}')
             self.assertIn(retry, range(1, 8))
-            self.assertEqual(r.body, f"Too Many Requests: retry in {retry} s.\n".encode())
+            unit = "second" if retry == 1 else "seconds"
+            self.assertEqual(r.body, "The rate limit cannot be checked now; "
+                                     f"retry in {retry} {unit}.\n".encode())
         # local: each worker has its own bucket of capacity 4 / 2 instances.
         by_worker = defaultdict(list)
         for r in local:

@@ -52,6 +52,8 @@ local limits = {
     untrusted = { limiter = redis { capacity = 1, rate = 0.001, prefix = "t-untrusted:" },
         trusted_proxies = { "10.0.0.0/8" } },
     noxff = { limiter = redis { capacity = 1, rate = 0.001, prefix = "t-noxff:" } },
+    fwd = { limiter = redis { capacity = 1, rate = 0.001, prefix = "t-fwd:" },
+        trusted_proxies = { "127.0.0.1" }, forwarded_header = "Forwarded" },
     hops = { limiter = redis { capacity = 1, rate = 0.001, prefix = "t-hops:" }, proxy_hops = 2 },
     apikey = { limiter = redis { capacity = 1, rate = 0.001, prefix = "t-apikey:" },
         key = "header:X-API-Key" },
