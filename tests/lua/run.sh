@@ -5,11 +5,13 @@
 #      as a clean checkout, and runs `luarocks make` there twice: for Lua 5.4
 #      into $out/tree-5.4, and for LuaJIT (luarocks' Lua 5.1 with LuaJIT's
 #      headers, as OpenResty loads it) into $out/tree-luajit;
-#   2. runs the busted specs (tests/lua/*_spec.lua, the module's) under lua5.4
+#   2. runs tests/lua/alloc_fail.lua with Lua's allocator failing at each
+#      allocation in turn (tests/lua/alloc_fail.c, under AddressSanitizer);
+#   3. runs the busted specs (tests/lua/*_spec.lua, the module's) under lua5.4
 #      and under luajit, each with its own tree;
-#   3. runs them once more under valgrind on Lua 5.4: no memory error and no
+#   4. runs them once more under valgrind on Lua 5.4: no memory error and no
 #      definite leak, or the run fails;
-#   4. then the OpenResty steps at the end of this file.
+#   5. then the OpenResty steps at the end of this file.
 #
 #   tests/lua/run.sh [busted arguments]       e.g. tests/lua/run.sh --filter=vectors
 #
@@ -51,11 +53,25 @@ step "luarocks make for LuaJIT"
 (cd "$out/src" && luarocks --lua-version 5.1 --lua-dir /usr make --tree "$HIRATE_LUA_TREE_JIT" \
     "$rockspec" LUA_INCDIR=/usr/include/luajit-2.1)
 
-# ---- 2. the specs, once per interpreter ------------------------------------------
+# ---- 2. out of memory: every Lua allocation of alloc_fail.lua failing in turn ------
+step "Lua running out of memory at each allocation (AddressSanitizer)"
+wrap="-Wl,--wrap=hirate_limiter_new -Wl,--wrap=hirate_limiter_free"
+wrap="$wrap -Wl,--wrap=hirate__op_start -Wl,--wrap=hirate__op_free"
+# shellcheck disable=SC2086
+${CC:-cc} -std=c11 -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
+    -fno-omit-frame-pointer -Wall -Wextra -Werror -D_DEFAULT_SOURCE \
+    -I/usr/include/lua5.4 -I"$out/src/core/include" -I"$out/src/core/src" \
+    -o "$HIRATE_LUA_TMP/alloc_fail" "$root/tests/lua/alloc_fail.c" \
+    "$root/bindings/lua/hirate_core.c" "$out/src/build.luarocks/libhirate.a" $wrap \
+    -llua5.4 -lhiredis -lm -lpthread
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 "$HIRATE_LUA_TMP/alloc_fail" \
+    "$root/tests/lua/alloc_fail.lua"
+
+# ---- 3. the specs, once per interpreter ------------------------------------------
 specs=""
 for f in "$root"/tests/lua/*_spec.lua; do
     case $(basename "$f") in
-        *resty*|*nginx*) ;;   # the OpenResty specs run in step 4
+        *resty*|*nginx*) ;;   # the OpenResty specs run in step 5
         *) specs="$specs $f" ;;
     esac
 done
@@ -77,10 +93,11 @@ run_specs lua5.4 "$HIRATE_LUA_TREE_54" 5.4 "$@"
 step "busted under LuaJIT"
 run_specs luajit "$HIRATE_LUA_TREE_JIT" 5.1 "$@"
 
-# ---- 3. valgrind ------------------------------------------------------------------
+# ---- 4. valgrind ------------------------------------------------------------------
 # PUC Lua: Debian's LuaJIT is not built for valgrind (no LUAJIT_USE_VALGRIND).
 step "busted under valgrind (Lua 5.4)"
 run_specs "valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
     --show-leak-kinds=definite lua5.4" "$HIRATE_LUA_TREE_54" 5.4 "$@"
 
-# ---- 4. OpenResty ------------------------------------------------------------------
+# ---- 5. OpenResty ------------------------------------------------------------------
+"$root/tests/lua/nginx/run.sh"
