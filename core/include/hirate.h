@@ -124,7 +124,7 @@ typedef struct hirate_decision {
 
 /* What a limiter does when Redis fails (cannot connect, times out, breaks the
  * connection, sends garbage, or answers OOM, BUSY, READONLY, LOADING,
- * MASTERDOWN, CLUSTERDOWN, TRYAGAIN). Configuration errors (a wrong password,
+ * MASTERDOWN, CLUSTERDOWN, TRYAGAIN, MISCONF, NOREPLICAS). Configuration errors (a wrong password,
  * a missing ACL permission, a rejected script) are returned, never hidden. */
 typedef enum hirate_on_error {
     HIRATE_ON_ERROR_LOCAL = 0, /* decide from an in-memory bucket (default) */

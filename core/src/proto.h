@@ -82,7 +82,8 @@ size_t hirate_proto_encode_argv(char *buf, size_t cap, int argc, const char *con
                                 const size_t *lens);
 
 /* What an error reply means: HIRATE_ESERVER (the server cannot serve now:
- * OOM, BUSY, READONLY, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN),
+ * OOM, BUSY, READONLY, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, MISCONF,
+ * NOREPLICAS),
  * HIRATE_EAUTH, HIRATE_ENOPERM, or HIRATE_EREPLY; HIRATE_PROTO_NOSCRIPT for
  * NOSCRIPT, the one reply after which a call is sent again (as EVAL). */
 #define HIRATE_PROTO_NOSCRIPT 1
