@@ -257,8 +257,16 @@ def test_blueprint_limits_and_exempt_blueprints(redis):
     def z():
         return "z"
 
+    v2 = Blueprint("v2", __name__, url_prefix="/v2")
+
+    @v2.get("/w")
+    def w():
+        return "w"
+
     limiter.limit(2, 0.1)(api)
+    limiter.limit(1, 0.05, name="v2")(v2)
     limiter.exempt(internal)
+    api.register_blueprint(v2)
     app.register_blueprint(api)
     app.register_blueprint(internal)
     client = app.test_client()
@@ -267,6 +275,10 @@ def test_blueprint_limits_and_exempt_blueprints(redis):
     assert get(client, "/api/y") == (200, '"2-per-20s";r=0;t=20', None)
     assert get(client, "/api/x")[0] == 429
     assert [client.get("/internal/z").status_code for _ in range(3)] == [200, 200, 200]
+    # A nested blueprint's routes pass its limits and its parent's.
+    r = client.get("/api/v2/w")
+    assert (r.status_code, r.headers["RateLimit"]) == (
+        429, '"v2";r=1;t=0, "2-per-20s";r=0;t=10')
     assert keys(redis) == ["rl:bp:api|2/0.1|ip:127.0.0.1"]
 
 

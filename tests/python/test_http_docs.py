@@ -29,5 +29,6 @@ def test_example_runs_and_prints_what_it_says(n):
     code = BLOCKS[n]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, f"docs/python.md web example {n + 1}", "exec"), {"__name__": "doc"})  # noqa: S102
+        exec(compile(code, f"docs/python.md web example {n + 1}", "exec"),   # noqa: S102
+             {"__name__": "doc"})
     assert out.getvalue().splitlines() == expected_output(code)

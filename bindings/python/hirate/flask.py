@@ -22,9 +22,9 @@ because Redis is down) with Retry-After and a problem+json body. The buckets
 live in Redis when a URL is configured, shared by every worker and machine.
 """
 
+import json
 import threading
 
-import flask
 from flask import Blueprint, current_app, request
 
 from . import Limiter as _Limiter
@@ -320,9 +320,12 @@ class RateLimiter:
                  for lim in getattr(view, _ATTR_LIMITS, {}).get(self, ())]
         exempt = self in getattr(view, _ATTR_EXEMPT, ())
         for bp in request.blueprints:
+            # A nested blueprint is registered as "parent.child"; its own
+            # name (which cannot hold a dot) is the last part.
+            own = bp.rpartition(".")[2]
             found += [(lim, "bp:" + _scope_part(bp))
-                      for lim in self._blueprint_limits.get(bp, ())]
-            exempt = exempt or bp in self._blueprint_exempt
+                      for lim in self._blueprint_limits.get(own, ())]
+            exempt = exempt or own in self._blueprint_exempt
         if found:
             return found
         if exempt or endpoint == "static":
@@ -365,7 +368,7 @@ class RateLimiter:
             return current_app.make_response(self.on_refused(request, result))
         if state.body == "json":
             return current_app.response_class(
-                flask.json.dumps(result.problem()), status=result.status,
+                json.dumps(result.problem()), status=result.status,
                 mimetype="application/problem+json")
         return current_app.response_class(result.text(), status=result.status,
                                           mimetype="text/plain")
