@@ -1,0 +1,54 @@
+-- The calls tests/lua/alloc_fail.c runs again and again, each time with Lua's
+-- allocator failing from one allocation further on. Every function of
+-- hirate.core that allocates Lua memory, on every path; nothing here needs a
+-- running Redis (port 1 refuses at once).
+local core = require "hirate.core"
+
+local mem = core.new { capacity = 5, rate = 1, prefix = "af:" }
+local d = assert(mem:allow("alice", 2))
+assert(d.remaining == 3)
+assert(mem:peek("alice").remaining == 3)
+local ds = assert(mem:allow_many { { "a", 1 }, { "b" }, { "c", 6 } })
+assert(#ds == 3 and ds[3].retry_after == math.huge)
+assert(mem:reset("alice"))
+assert(mem:_decide_at("bob", 1, true, 1000).remaining == 4)
+assert(mem:_stats().memory_keys >= 1)
+assert(tostring(mem):find("memory", 1, true))
+assert(not pcall(mem.allow, mem, ""))            -- an argument error, raised
+assert(not pcall(core.new, { capacity = 0, rate = 1 }))
+mem:close()
+assert(mem:allow("alice") == nil)               -- nil, "limiter is closed", "ECLOSED"
+
+local red = core.new { url = "redis://:pw@127.0.0.1:1/2", capacity = 5, rate = 1,
+    connect_timeout = 0.05, on_error = "open" }
+assert(tostring(red):find("***", 1, true))
+assert(red:_endpoint().port == 1)
+assert(#red:_handshake() > 0)
+assert(red:allow("k").source == "fail_open")    -- connect refused: the policy
+
+-- The breaker is open now: an op decided at once, without I/O.
+local op = red:_op_start({ { "k", 1 } }, true)
+assert(op:request() == nil and op:results()[1].source == "fail_open")
+
+-- The op hooks on a fresh limiter: a request, NOSCRIPT twice, the EVAL to
+-- send, then a failure the policy answers.
+local fresh = core.new { url = "redis://127.0.0.1:1", capacity = 5, rate = 1, on_error = "closed" }
+op = fresh:_op_start({ { "k", 1 }, { "j", 2 } }, true)
+assert(#op:request() > 0)
+local noscript = "-NOSCRIPT No matching script.\r\n"
+assert(op:feed(noscript) == "more")
+assert(op:feed(noscript) == "send")
+assert(op:request():find("EVAL", 1, true))
+op:fail("ETIMEDOUT")
+assert(op:results()[2].error == "ETIMEDOUT")
+assert(op:drop())
+op:free()
+-- One op left waiting, and its limiter closed under it: lua_close frees both.
+local waiting = core.new { url = "redis://127.0.0.1:1", capacity = 5, rate = 1 }
+local pending = waiting:_op_start({ { "w", 1 } }, false, 5)
+assert(pending:request())
+waiting:close()
+assert(tostring(pending))
+-- And one open limiter for lua_close to collect.
+core.new { capacity = 1, rate = 1 }:allow("x")
+return "done"
