@@ -149,6 +149,21 @@ def test_bad_items_fail_the_op_with_their_own_error(redis):
         lim._op_start([("ok", 1.5)], True)
 
 
+def test_bad_items_decided_at_start_raise_at_once(redis):
+    for lim in (hirate.Limiter(redis.url, capacity=5, rate=0.001, prefix="opb:"),
+                hirate.Limiter(capacity=5, rate=0.001)):
+        with pytest.raises(hirate.ConfigError, match="key is 513 bytes") as info:
+            lim._op_start([("k" * 513, 1)], True)
+        assert info.value.name == "EKEY"
+        with pytest.raises(hirate.ConfigError, match="got -1") as info:
+            lim._op_start([("k", -1)], False, 7)
+        assert info.value.name == "ECOST"
+    mem = hirate.Limiter(capacity=5, rate=0.001)
+    with pytest.raises(hirate.ConfigError, match="key is empty"):
+        mem._op_start([("a", 2), ("", 1)], True)   # as allow_many: the rest was decided
+    assert mem.peek("a").remaining == 3
+
+
 def test_op_misuse_is_refused(redis):
     lim = hirate.Limiter(redis.url, capacity=5, rate=0.001, prefix="opu:")
     op = lim._op_start([("k", 1)], True)

@@ -952,6 +952,18 @@ static void op_finish(OpObject *self)
     self->bad = batch_first_error(self->owner->lim, &self->b, self->msg, sizeof self->msg);
 }
 
+/* An Op decided entirely at its start: a failed item raises now, as
+ * allow_many would, since there is nothing left to wait for. */
+static PyObject *op_started(OpObject *o)
+{
+    op_finish(o);
+    if (o->bad < 0)
+        return (PyObject *)o;
+    raise_code(o->owner->st, o->b.items[o->bad].rc, o->msg);
+    Py_DECREF(o);
+    return NULL;
+}
+
 static PyObject *limiter_op_start(PyObject *op, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"pairs", "spend", "now_us", NULL};
@@ -990,8 +1002,7 @@ static PyObject *limiter_op_start(PyObject *op, PyObject *args, PyObject *kw)
             else
                 it->rc = hirate_peek(self->lim, it->key, it->keylen, it->cost, &it->decision);
         }
-        op_finish(o);
-        return (PyObject *)o;
+        return op_started(o);
     }
     /* No I/O happens here, so the GIL stays: the core only looks at its
      * deny cache, breaker and (while Redis is failing) local buckets. */
@@ -1000,9 +1011,7 @@ static PyObject *limiter_op_start(PyObject *op, PyObject *args, PyObject *kw)
         Py_DECREF(o);
         return raise_code(st, r, NULL);
     }
-    if (r == 0)
-        op_finish(o);
-    return (PyObject *)o;
+    return r == 0 ? op_started(o) : (PyObject *)o;
 }
 
 static int op_usable(OpObject *self)
