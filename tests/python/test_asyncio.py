@@ -12,6 +12,7 @@ import json
 import math
 import os
 import socket
+import threading
 import time
 
 import pytest
@@ -306,6 +307,47 @@ def test_one_limiter_serves_two_event_loops_with_their_own_connections(redis):
     while clients(redis) > base and time.monotonic() < deadline:
         time.sleep(0.01)
     assert clients(redis) == base
+
+
+def test_loops_in_two_threads_at_once_share_one_limit(redis):
+    lim = hirate.AsyncLimiter(redis.url, capacity=60, rate=0.001, on_error="closed", **SLOW)
+    results, errors = [], []
+
+    def worker():
+        async def main():
+            return await asyncio.gather(*(lim.allow("shared") for _ in range(50)))
+        try:
+            results.extend(run(main()))
+        except BaseException as e:  # re-raised in the test's thread below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert len(results) == 100
+    assert sum(d.allowed for d in results) == 60
+    assert {d.source for d in results} <= {"redis", "cache"}
+    run(lim.close())
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")   # the dead loop's transport, at GC
+def test_a_loop_closed_without_shutting_down_leaves_no_connection_open(redis):
+    lim = hirate.AsyncLimiter(redis.url, capacity=10, rate=0.001, **SLOW)
+    base = clients(redis)
+    loop = asyncio.new_event_loop()
+    assert loop.run_until_complete(lim.allow("k")).remaining == 9
+    loop.close()   # without loop.shutdown_asyncgens(): nobody told the pool
+    assert clients(redis) == base + 1
+    # The next loop that uses the limiter ends the dead loop's connection.
+    assert run(lim.allow("k")).remaining == 8
+    deadline = time.monotonic() + 5
+    while clients(redis) > base and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert clients(redis) == base
+    run(lim.close())
 
 
 def test_noscript_after_script_flush_is_one_eval_then_evalsha(redis):

@@ -57,8 +57,9 @@ if sys.version_info >= (3, 11):
         wait_for before 3.12, never swallows the caller's own cancellation."""
         async with asyncio.timeout(seconds):
             return await fut
-else:  # pragma: no cover - the CI Python is 3.11
-    _within = asyncio.wait_for  # noqa: E731 - the same contract
+else:
+    def _within(seconds, fut):
+        return asyncio.wait_for(fut, seconds)
 
 
 class _Failure(Exception):
@@ -670,8 +671,9 @@ class AsyncLimiter:
     def _new_pool(self, loop):
         # Pools of loops that ended without shutting down their async
         # generators are forgotten here (their transports die with them).
-        for other in [p for p in self._pools.values() if p.loop.is_closed()]:
-            other.close()
+        for other in list(self._pools.values()):   # (another thread may add one)
+            if other.loop.is_closed():
+                other.close()
         pool = _Pool(self, loop)
         self._pools[loop] = pool
         # An async generator that the loop closes when it shuts down: it
