@@ -100,3 +100,4 @@ run_specs "valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-k
     --show-leak-kinds=definite lua5.4" "$HIRATE_LUA_TREE_54" 5.4 "$@"
 
 # ---- 5. OpenResty ------------------------------------------------------------------
+"$root/tests/lua/nginx/run.sh"
