@@ -166,6 +166,42 @@ def test_allow_peek_reset_on_redis(redis):
     run(main())
 
 
+def test_a_unix_socket_url(tmp_path):
+    path = str(tmp_path / "redis.sock")
+    server = RedisServer(["--unixsocket", path, "--unixsocketperm", "700"])
+    try:
+        async def main():
+            async with hirate.AsyncLimiter(f"unix://{path}?db=2", capacity=5, rate=0.001,
+                                           **SLOW) as lim:
+                got = await lim.allow_many([("k", 2), ("k", 2), ("k", 2)])
+                assert [(d.allowed, d.remaining, d.source) for d in got] == [
+                    (True, 3, "redis"), (True, 1, "redis"), (False, 1, "redis")]
+                await lim.reset("k")
+                assert (await lim.peek("k")).remaining == 5
+        run(main())
+    finally:
+        server.close()
+
+
+def test_reset_also_forgets_the_local_fallback_bucket(own_redis):
+    own_redis.kill()
+
+    async def main():
+        async with hirate.AsyncLimiter(own_redis.url, capacity=2, rate=0.001,
+                                       on_error="local") as lim:
+            got = [await lim.allow("k") for _ in range(3)]
+            assert [(d.allowed, d.source) for d in got] == [(True, "local"), (True, "local"),
+                                                          (False, "local")]
+            # The DEL cannot reach Redis, and says so; the local bucket is
+            # forgotten all the same, as hirate_reset() forgets it.
+            with pytest.raises(hirate.BackendError) as e:
+                await lim.reset("k")
+            assert e.value.name == "ECONNECT"
+            d = await lim.allow("k")
+            assert (d.allowed, d.remaining, d.source, d.error) == (True, 1, "local", "ECONNECT")
+    run(main())
+
+
 def test_allow_many_is_one_round_trip_in_order(redis):
     redis.command("CONFIG", "RESETSTAT")
 
