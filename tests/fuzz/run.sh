@@ -23,14 +23,13 @@ case $seconds in
 esac
 command -v clang >/dev/null || { echo "$0: clang is missing (tools/deps.sh fuzz)" >&2; exit 2; }
 
-cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DHIRATE_BUILD_FUZZ=ON -DHIRATE_BUILD_TESTS=OFF -DHIRATE_BUILD_BENCH=OFF -DHIRATE_WERROR=ON \
-    >"$build.configure.log" 2>&1 || { cat "$build.configure.log" >&2; exit 1; }
-rm -f "$build.configure.log"
-cmake --build "$build" -j "${JOBS:-2}" --target hirate_fuzz
-
 work=$(mktemp -d "${TMPDIR:-/tmp}/hirate-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
+
+cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DHIRATE_BUILD_FUZZ=ON -DHIRATE_BUILD_TESTS=OFF -DHIRATE_BUILD_BENCH=OFF -DHIRATE_WERROR=ON \
+    >"$work/configure.log" 2>&1 || { cat "$work/configure.log" >&2; exit 1; }
+cmake --build "$build" -j "${JOBS:-2}" --target hirate_fuzz
 
 # A smaller ASan quarantine than the default 256 MB: the targets make and
 # free a limiter per input, and the quarantine alone would take half the
