@@ -558,11 +558,10 @@ static void key_release(keybuf *k)
     }
 }
 
-/* An int that is not a bool (True as a cost or a capacity is a mistake). */
-static int int_value(hstate *st, PyObject *o, const char *what, int code, long long *out)
+/* An int that is not a bool (True as a cost or a capacity is a mistake).
+ * Returns 0, -1 with an exception, or 1 when it does not fit in 64 bits. */
+static int int_value(PyObject *o, const char *what, long long *out)
 {
-    (void)st;
-    (void)code;
     if (PyBool_Check(o) || PyFloat_Check(o) || !PyIndex_Check(o)) {
         PyErr_Format(PyExc_TypeError, "%s must be an int, not %.200s", what, Py_TYPE(o)->tp_name);
         return -1;
@@ -575,7 +574,7 @@ static int int_value(hstate *st, PyObject *o, const char *what, int code, long l
     Py_DECREF(i);
     if (*out == -1 && PyErr_Occurred())
         return -1;
-    return overflow;   /* -1 or 1: does not fit in 64 bits */
+    return overflow != 0;
 }
 
 static int cost_value(hstate *st, PyObject *o, int64_t *out)
@@ -589,7 +588,7 @@ static int cost_value(hstate *st, PyObject *o, int64_t *out)
             return 0;
         }
     } else {
-        int r = int_value(st, o, "cost", HIRATE_ECOST, &v);
+        int r = int_value(o, "cost", &v);
         if (r < 0)
             return -1;
         if (r == 0) {
@@ -1348,7 +1347,7 @@ static const char *c_string(hstate *st, PyObject *o, const char *what, int code)
 static int int_option(hstate *st, PyObject *o, const char *what, int *out)
 {
     long long v;
-    int r = int_value(st, o, what, HIRATE_EOPTION, &v);
+    int r = int_value(o, what, &v);
     if (r < 0)
         return -1;
     if (r || v < INT32_MIN || v > INT32_MAX) {
@@ -1396,7 +1395,7 @@ static int capacity_option(hstate *st, PyObject *o, int64_t *out)
         return -1;
     }
     long long v;
-    int r = int_value(st, o, "capacity", HIRATE_ECAPACITY, &v);
+    int r = int_value(o, "capacity", &v);
     if (r < 0)
         return -1;
     if (r) {
@@ -1408,9 +1407,8 @@ static int capacity_option(hstate *st, PyObject *o, int64_t *out)
     return 0;
 }
 
-static int rate_option(hstate *st, PyObject *o, double *out)
+static int rate_option(PyObject *o, double *out)
 {
-    (void)st;
     if (PyBool_Check(o) || !(PyFloat_Check(o) || PyLong_Check(o))) {
         PyErr_Format(PyExc_TypeError, "rate must be a number, not %.200s", Py_TYPE(o)->tp_name);
         return -1;
@@ -1450,7 +1448,7 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     hirate_options_init(&o);
     if (url != Py_None && !(o.url = c_string(st, url, "url", HIRATE_EURL)))
         return NULL;
-    if (capacity_option(st, capacity, &o.capacity) < 0 || rate_option(st, rate, &o.rate) < 0)
+    if (capacity_option(st, capacity, &o.capacity) < 0 || rate_option(rate, &o.rate) < 0)
         return NULL;
     if (prefix && !(o.prefix = c_string(st, prefix, "prefix", HIRATE_EOPTION)))
         return NULL;
@@ -1478,7 +1476,7 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     }
     if (max_keys) {
         long long v;
-        int r = int_value(st, max_keys, "max_keys", HIRATE_EOPTION, &v);
+        int r = int_value(max_keys, "max_keys", &v);
         if (r < 0)
             return NULL;
         if (r || v < 1 || (unsigned long long)v > SIZE_MAX) {
