@@ -18,7 +18,6 @@ import time
 import pytest
 
 import hirate
-from hirate import _hirate
 from redis_server import RedisServer
 
 VECTORS = os.path.join(os.path.dirname(__file__), "..", "vectors", "token_bucket.json")
