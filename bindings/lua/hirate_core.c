@@ -290,7 +290,7 @@ static void fill_items(lua_State *L, int arg, hirate_item *items, size_t n, char
 
 static void push_decision(lua_State *L, const hirate_decision *d)
 {
-    lua_createtable(L, 0, 7);
+    lua_createtable(L, 0, 8);
     lua_pushboolean(L, d->allowed);
     lua_setfield(L, -2, "allowed");
     hl_pushint64(L, d->remaining);
@@ -306,6 +306,12 @@ static void push_decision(lua_State *L, const hirate_decision *d)
     lua_setfield(L, -2, "reset_after");
     lua_pushstring(L, hirate_source_name(d->source));
     lua_setfield(L, -2, "source");
+    /* When it was decided, in seconds: Redis' clock (since the epoch) for
+     * Redis' own answers, this process' monotonic clock otherwise (or the
+     * injected time). A double holds today's epoch microseconds to a quarter
+     * of a microsecond, so the exact value is one rounding away. */
+    lua_pushnumber(L, (lua_Number)d->time_us / 1e6);
+    lua_setfield(L, -2, "time");
     if (d->error) {
         lua_pushstring(L, code_name(d->error));
         lua_setfield(L, -2, "error");

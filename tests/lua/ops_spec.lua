@@ -109,7 +109,7 @@ describe("the op hooks", function()
         op = lim:_op_start({ { "k", 1 } }, true, 1250000)
         drive(srv, op)
         assert.same({ allowed = false, remaining = 0, limit = 5, retry_after = 0.75,
-            reset_after = 4.75, source = "redis" }, op:results()[1])
+            reset_after = 4.75, source = "redis", time = 1.25 }, op:results()[1])
     end)
 
     it("let the policy decide a failed I/O, and open the breaker", function()
@@ -138,6 +138,8 @@ describe("the op hooks", function()
         assert.equal(0, used)
         assert.is_true(op:drop())
         local d = op:results()[1]
+        assert.is_number(d.time)   -- this process' monotonic clock: the policy decided
+        d.time = nil
         assert.same({ allowed = true, remaining = 2, limit = 3, retry_after = 0, reset_after = 0,
             source = "fail_open", error = "EPROTO" }, d)
     end)

@@ -8,6 +8,14 @@ local redis_server = require "helpers.redis_server"
 
 local pack = support.pack
 
+-- A decision without its time (Redis' clock, or this process' monotonic
+-- one), which a comparison with a whole table cannot know in advance.
+local function untimed(d)
+    assert.is_number(d.time)
+    d.time = nil
+    return d
+end
+
 describe("on Redis", function()
     local srv
     setup(function()
@@ -70,14 +78,14 @@ describe("on Redis", function()
         local lim = limiter()
         local d = lim:allow("k", 6)
         assert.same({ allowed = false, remaining = 5, limit = 5, retry_after = math.huge,
-            reset_after = 0, source = "redis" }, d)
+            reset_after = 0, source = "redis" }, untimed(d))
         assert.equal(5, lim:peek("k").remaining)
     end)
 
     it("peeks without spending", function()
         local lim = limiter()
         assert.same({ allowed = true, remaining = 5, limit = 5, retry_after = 0, reset_after = 0,
-            source = "redis" }, lim:peek("k", 5))
+            source = "redis" }, untimed(lim:peek("k", 5)))
         assert.equal(5, lim:peek("k").remaining)
         assert.equal("0", srv:cli("EXISTS", "rl:k"))
     end)
@@ -243,7 +251,7 @@ describe("when Redis is killed", function()
                 assert.is_true(d.retry_after > 0.07 and d.retry_after <= 0.125, d.retry_after)
                 assert.equal(d.retry_after, d.reset_after)
             else
-                assert.same(expected[policy], d)
+                assert.same(expected[policy], untimed(d))
             end
             assert.equal(1, lim:_stats().breaker_opens)
             -- The breaker is open: the next calls do not try Redis, but for one
@@ -283,7 +291,7 @@ describe("when Redis is killed", function()
         local lim = limiter("open")
         local d = lim:allow("k", 2)
         assert.same({ allowed = true, remaining = 3, limit = 5, retry_after = 0, reset_after = 0,
-            source = "fail_open", error = "ECONNECT" }, d)
+            source = "fail_open", error = "ECONNECT" }, untimed(d))
         -- reset has no policy: the failure is returned.
         local r = pack(lim:reset("k"))
         assert.equal(3, r.n)

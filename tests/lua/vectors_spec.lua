@@ -40,7 +40,7 @@ local mentions = {
 
 -- The decision the Lua API must give for an expect object: seconds are the
 -- microseconds divided by 1e6, as the binding divides them.
-local function wanted(e, source)
+local function wanted(e, source, t_us)
     return {
         allowed = e.allowed,
         remaining = e.remaining,
@@ -48,6 +48,7 @@ local function wanted(e, source)
         retry_after = e.retry_after_us == "never" and math.huge or e.retry_after_us / 1e6,
         reset_after = e.reset_after_us / 1e6,
         source = source,
+        time = t_us / 1e6,   -- the injected time, on every path
     }
 end
 
@@ -93,7 +94,7 @@ local function run_case(c, backend)
             if backend.deny_cache and d.source == "cache" and not d.allowed then
                 source, hits = "cache", hits + 1
             end
-            assert.same(wanted(step.expect, source), d, where)
+            assert.same(wanted(step.expect, source, step.t_us), d, where)
         end
     end
     lim:close()
