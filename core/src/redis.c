@@ -469,6 +469,15 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
         return 0;   /* nothing was sent: the connection is fine */
     }
     size_t len = hirate_proto_encode_batch(buf, total, calls, n, rcs, select, eval_first);
+    /* Which calls this round trip carries (all, or those whose rc is
+     * select), so that a failure of its stream reaches them and no other.
+     * Without memory for the map, every call takes the failure. */
+    unsigned char smallmap[64], *carried = NULL;
+    if (select) {
+        carried = n <= sizeof smallmap ? smallmap : malloc(n);
+        for (size_t i = 0; carried && i < n; i++)
+            carried[i] = rcs[i] == select;
+    }
     int64_t deadline = begin_roundtrip(r, c);
     int io = conn_send(r, c, buf, len, err, errlen);
     if (buf != stackbuf)
@@ -492,7 +501,10 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
     }
     if (io == 0 && (io = end_roundtrip(c, err, errlen)) < 0)
         for (size_t i = 0; i < n; i++)
-            rcs[i] = io;   /* out of step: none of this stream's replies can be trusted */
+            if (!select || !carried || carried[i])
+                rcs[i] = io;   /* out of step: none of this stream's replies can be trusted */
+    if (carried != smallmap)
+        free(carried);
     if (io < 0 || drop)
         *healthy = 0;
     return io;

@@ -180,7 +180,7 @@ _Static_assert(sizeof GOOD_HEAD - 1 + sizeof "$47\r\n" - 1 + 3 + sizeof FILL_KEY
                FILL_REPLY_LEN, "a reply of FILL_REPLY_LEN bytes");
 _Static_assert(HIRATE_PROTO_MAX_REPLY % FILL_REPLY_LEN == 0, "whole replies fill the buffer");
 
-enum { MODE_CASE, MODE_TRICKLE, MODE_FILL };
+enum { MODE_CASE, MODE_TRICKLE, MODE_FILL, MODE_NOSCRIPT_TAIL };
 static struct {
     int mode;
     const mcase *c;          /* the case MODE_CASE plays */
@@ -231,6 +231,18 @@ static void handler(void *arg, const mock_cmd *cmd, mock_reply *r)
         }
         filled += script_reply(fill + filled, sizeof fill - filled, GOOD_HEAD, key, keylen, NULL);
         if (i == FILL_REPLIES - 1) mock_send(r, fill, filled);
+        return;
+    }
+    if (mode == MODE_NOSCRIPT_TAIL) {
+        /* EVALSHA of the first key: answered; of the second: NOSCRIPT; its
+         * EVAL: answered, then bytes nobody asked for. */
+        if (cmd->argc > 0 && cmd->lens[0] == 4) {
+            mock_send(r, buf, script_reply(buf, sizeof buf, GOOD_HEAD, key, keylen, "+junk\r\n"));
+        } else if (keylen && key[keylen - 1] == '1') {
+            mock_send_str(r, "-NOSCRIPT No matching script. Please use EVAL.\r\n");
+        } else {
+            mock_send(r, buf, script_reply(buf, sizeof buf, GOOD_HEAD, key, keylen, NULL));
+        }
         return;
     }
     if (mode == MODE_TRICKLE) {
@@ -487,6 +499,30 @@ static void test_replies_that_fill_the_read_buffer_exactly(void)
     hirate_limiter_free(lim);
 }
 
+/* A batch whose second call met NOSCRIPT and whose EVAL reply came with
+ * bytes after it: that stream is out of step, so the EVAL'd call goes to the
+ * policy, but the first call, answered in the first round trip, which ended
+ * in step, keeps Redis' decision. */
+static void test_a_broken_eval_pass_keeps_the_first_pass_answers(void)
+{
+    ON_ERROR_EACH(p) {
+        fcfg cfg = mock_cfg(p);
+        hirate_limiter *lim = fault_limiter(cfg);
+        if (!lim) continue;
+        fexpect e = fault_expect(cfg);
+        hirate_item items[2] = {{"n0", 2, 1, 12345, {0}}, {"n1", 2, 1, 12345, {0}}};
+        __atomic_store_n(&play.mode, MODE_NOSCRIPT_TAIL, __ATOMIC_RELEASE);
+        CHECK_EQ_I64(hirate_allow_many(lim, items, 2), 0);
+        set_case(&cases[GOOD]);
+        CHECK(redis_decided(items[0].rc, &items[0].decision, 1, 4, "answered before NOSCRIPT"));
+        CHECK(policy_decided(&e, items[1].rc, &items[1].decision, 1, HIRATE_EPROTO,
+                             "an EVAL reply with bytes after it"));
+        CHECK_EQ_I64(fault_stats(lim).eval, 1);
+        CHECK_EQ_I64(fault_stats(lim).conns_dropped, 1);
+        hirate_limiter_free(lim);
+    }
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -511,6 +547,7 @@ int main(void)
     test_noscript_after_eval_is_returned_not_looped();
     test_a_trickled_batch_is_bounded_by_one_timeout();
     test_replies_that_fill_the_read_buffer_exactly();
+    test_a_broken_eval_pass_keeps_the_first_pass_answers();
 
     memory_peaks(&hwm1, &peak1);
     printf("  memory: peak resident %ld -> %ld kB, peak virtual %ld -> %ld kB\n", hwm0, hwm1,
