@@ -860,14 +860,15 @@ static int l_op_results(lua_State *L)
     return push_items(L, o->items, o->n, o->rc, o->errmsg);
 }
 
-/* op:free() and __gc. An op dropped before it is done counts as failed I/O:
- * the core may be waiting on it as the breaker's one probe, and a probe
- * that never reports would keep every later call on the policy. */
+/* op:free() and __gc. An op dropped before it is done is given up
+ * (ECLOSED): the core may be waiting on it as the breaker's one probe, and a
+ * probe that never reports would keep every later call on the policy; given
+ * up, it teaches the breaker nothing and the next call probes. */
 static int l_op_free(lua_State *L)
 {
     op_ud *o = check_op(L);
     if (o->state == OP_PENDING) {
-        hirate__op_fail(o->op, HIRATE_EIO);
+        hirate__op_fail(o->op, HIRATE_ECLOSED);
         op_finish(o);
     }
     return 0;

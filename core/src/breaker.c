@@ -62,6 +62,16 @@ void hirate_breaker_success(hirate_breaker *b, int probe)
     pthread_mutex_unlock(&b->lock);
 }
 
+void hirate_breaker_release(hirate_breaker *b, int probe)
+{
+    if (!probe)
+        return;
+    pthread_mutex_lock(&b->lock);
+    if (b->state == PROBING)
+        __atomic_store_n(&b->state, OPEN, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&b->lock);
+}
+
 int64_t hirate_breaker_failure(hirate_breaker *b, int probe, int error, int64_t now_us)
 {
     pthread_mutex_lock(&b->lock);

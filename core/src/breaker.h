@@ -35,5 +35,8 @@ int hirate_breaker_enter(hirate_breaker *b, int64_t now_us, int *error, int64_t 
  * failure returns the time until the next probe. */
 void hirate_breaker_success(hirate_breaker *b, int probe);
 int64_t hirate_breaker_failure(hirate_breaker *b, int probe, int error, int64_t now_us);
+/* A probe that ended without an outcome (its caller gave up): the breaker
+ * stays open as it was, and the next call probes. */
+void hirate_breaker_release(hirate_breaker *b, int probe);
 
 #endif

@@ -64,7 +64,10 @@ int hirate__op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spen
 const char *hirate__op_request(const hirate_op *op, size_t *len);
 /* Reads replies from buf; *used is how many bytes they took. */
 int hirate__op_feed(hirate_op *op, const char *buf, size_t len, size_t *used);
-/* The I/O failed with code: the policy decides every call still waiting. */
+/* The I/O failed with code: the policy decides every call still waiting.
+ * HIRATE_ECLOSED instead says the caller gave up (a cancelled task): the
+ * calls still waiting get HIRATE_ECLOSED, no policy decides them, and the
+ * breaker learns nothing (a probe given up lets the next call probe). */
 void hirate__op_fail(hirate_op *op, int code);
 /* True when the connection must be closed, not reused. */
 int hirate__op_drop(const hirate_op *op);

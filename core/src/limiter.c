@@ -509,12 +509,17 @@ static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_
 static void batch_settle(batch *b, const char *err)
 {
     hirate_limiter *l = b->l;
-    int outage = 0;
+    int outage = 0, answered = 0;
     int64_t wait_us = 0;
-    for (size_t j = 0; j < b->m; j++)
+    for (size_t j = 0; j < b->m; j++) {
         if (is_outage(b->rcs[j]))
             outage = b->rcs[j];
-    if (outage) {
+        answered |= b->rcs[j] != HIRATE_ECLOSED;
+    }
+    if (!outage && !answered) {
+        /* Abandoned before Redis answered anything: nothing was learnt. */
+        hirate_breaker_release(&l->breaker, b->verdict == HIRATE_BREAKER_PROBE);
+    } else if (outage) {
         remember(l, outage, err);
         /* The backoff runs from when the failure was known, not from when
          * the call began (a timeout is as long as a backoff). */

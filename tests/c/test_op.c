@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -179,6 +180,44 @@ static void a_failed_io_is_decided_by_the_policy_and_opens_the_breaker(void)
     hirate_limiter_free(lim);
 }
 
+/* A caller that gives up (a cancelled task) fails its op with ECLOSED: no
+ * policy decides, and the breaker learns nothing either way: closed, it stays
+ * closed; open, a probe given up lets the next call probe. */
+static void a_call_given_up_teaches_the_breaker_nothing(void)
+{
+    hirate_limiter *lim = make(S.url, "opg:", 5, HIRATE_ON_ERROR_CLOSED);
+    hirate_item it = {"k", 1, 1, 0, {0}};
+    hirate_op *op;
+    hirate_stats st;
+    CHECK_EQ_I64(hirate__op_start(lim, &it, 1, 1, -1, &op), 1);
+    hirate__op_fail(op, HIRATE_ECLOSED);
+    CHECK_EQ_I64(hirate__op_drop(op), 1);
+    hirate__op_free(op);
+    CHECK_EQ_I64(it.rc, HIRATE_ECLOSED);
+    hirate__stats(lim, &st);
+    CHECK_EQ_I64(st.breaker_opens, 0);
+    CHECK_EQ_I64(st.policy, 0);
+    /* Open the breaker, wait out its backoff (100 ms, jittered up to 125). */
+    CHECK_EQ_I64(hirate__op_start(lim, &it, 1, 1, -1, &op), 1);
+    hirate__op_fail(op, HIRATE_ETIMEDOUT);
+    hirate__op_free(op);
+    struct timespec backoff = {0, 200 * 1000000L};
+    nanosleep(&backoff, NULL);
+    /* The probe is given up: the next call is a probe again, at once. */
+    CHECK_EQ_I64(hirate__op_start(lim, &it, 1, 1, -1, &op), 1);
+    hirate__op_fail(op, HIRATE_ECLOSED);
+    hirate__op_free(op);
+    CHECK_EQ_I64(it.rc, HIRATE_ECLOSED);
+    CHECK_EQ_I64(hirate__op_start(lim, &it, 1, 1, -1, &op), 1);
+    hirate__op_fail(op, HIRATE_ETIMEDOUT);
+    hirate__op_free(op);
+    CHECK_EQ_I64(it.rc, 0);
+    CHECK_EQ_I64(it.decision.source, HIRATE_SOURCE_FAIL_CLOSED);
+    hirate__stats(lim, &st);
+    CHECK_EQ_I64(st.breaker_opens, 1);
+    hirate_limiter_free(lim);
+}
+
 static void a_malformed_reply_is_a_failure_and_drops_the_connection(void)
 {
     hirate_limiter *lim = make(S.url, "opm:", 5, HIRATE_ON_ERROR_OPEN);
@@ -296,6 +335,7 @@ int main(void)
     a_batch_goes_as_one_request_and_noscript_as_one_eval();
     a_failed_io_is_decided_by_the_policy_and_opens_the_breaker();
     a_malformed_reply_is_a_failure_and_drops_the_connection();
+    a_call_given_up_teaches_the_breaker_nothing();
     a_failure_after_noscript_leaves_no_call_undecided();
     a_reply_too_long_is_refused_whole_as_in_pieces();
     the_handshake_is_auth_then_select();

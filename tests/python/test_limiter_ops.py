@@ -129,13 +129,14 @@ def test_a_malformed_reply_drops_the_connection(redis):
     assert (d.source, d.error) == ("fail_open", "EPROTO")
 
 
-def test_an_op_dropped_undecided_is_settled_as_failed_io(redis):
+def test_an_op_dropped_undecided_is_given_up_and_teaches_the_breaker_nothing(redis):
     lim = hirate.Limiter(redis.url, capacity=5, rate=0.001, prefix="opd:", on_error="open")
     op = lim._op_start([("k", 1)], True)
     assert op.request
-    del op   # a cancelled task: the breaker must not wait for it forever
+    del op   # a cancelled task: neither an outage nor a probe left waiting
     d = lim.allow("k")
-    assert (d.source, d.error) == ("fail_open", "EIO")
+    assert (d.source, d.error, d.remaining) == ("redis", None, 4)
+    assert lim._stats()["breaker_opens"] == 0
 
 
 def test_bad_items_fail_the_op_with_their_own_error(redis):

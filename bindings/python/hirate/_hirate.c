@@ -1131,9 +1131,9 @@ static void op_dealloc(PyObject *op)
     if (self->op) {
         /* An Op dropped before its outcome is known (a cancelled task) must
          * still settle: a probe that never reports would keep the breaker
-         * waiting for it. The connection is as good as broken. */
+         * waiting for it. Given up, it teaches the breaker nothing. */
         if (!self->done && self->owner && !self->owner->closed)
-            hirate__op_fail(self->op, HIRATE_EIO);
+            hirate__op_fail(self->op, HIRATE_ECLOSED);
         hirate__op_free(self->op);
     }
     batch_clear(&self->b);
