@@ -186,12 +186,14 @@ static int64_t check_int_range(lua_State *L, int idx, int arg, const char *what,
 
 static const char *check_key(lua_State *L, int idx, int arg, int item, size_t *len)
 {
+    const char *key = lua_type(L, idx) == LUA_TSTRING ? lua_tolstring(L, idx, len) : NULL;
+    if (key && *len > 0 && *len <= HIRATE_KEY_MAX)
+        return key;   /* the usual case: no message, so no label to format */
     char what[32] = "key";
     if (item)
         snprintf(what, sizeof what, "item %d: key", item);
-    if (lua_type(L, idx) != LUA_TSTRING)
+    if (!key)
         arg_errorf(L, arg, "%s must be a string, got %s", what, luaL_typename(L, idx));
-    const char *key = lua_tolstring(L, idx, len);
     if (*len == 0)
         arg_errorf(L, arg, "%s is empty", what);
     if (*len > HIRATE_KEY_MAX)
@@ -205,10 +207,13 @@ static int64_t check_cost(lua_State *L, int idx, int arg, int item)
 {
     char what[32] = "cost", buf[64], err[HIRATE_ERRMSG_SIZE];
     int64_t cost;
-    if (item)
-        snprintf(what, sizeof what, "item %d: cost", item);
     if (lua_isnoneornil(L, idx))
         return 1;
+    if (lua_type(L, idx) == LUA_TNUMBER && hl_toint64(L, idx, &cost) && cost >= 0 &&
+        cost <= HIRATE_EXACT_MAX)
+        return cost;  /* the usual case: no message, so no label to format */
+    if (item)
+        snprintf(what, sizeof what, "item %d: cost", item);
     if (beyond_int64(L, idx))
         arg_errorf(L, arg, "%s must be a whole number from 0 to 2^53-1, got %s", what,
                    describe(L, idx, buf, sizeof buf));
