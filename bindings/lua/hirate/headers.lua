@@ -20,15 +20,23 @@ X-RateLimit-Reset (the same t) are added.
 ]]
 
 local ceil, floor, huge, max = math.ceil, math.floor, math.huge, math.max
-local format, find, gsub, type, error = string.format, string.find, string.gsub, type, error
+local format, find, gsub, type, error, tostring = string.format, string.find, string.gsub, type,
+    error, tostring
 
 local _M = {}
 
 -- A whole number as text, in every Lua: %d refuses floats in 5.3+, and
--- LuaJIT's tostring writes large whole doubles in %g form.
+-- LuaJIT's tostring writes whole doubles beyond 14 digits in %g form. floor
+-- gives an integer in 5.3+ (no ".0") and keeps LuaJIT on its compiled path,
+-- which string.format would leave.
 local function int(n)
+    if n < 1e14 and n > -1e14 then
+        return tostring(floor(n))
+    end
     return format("%.0f", n)
 end
+
+_M.int = int
 
 --- Seconds rounded up (never below 0). A decision's seconds are us / 1e6,
 --- one correctly rounded division, exact whenever us is a whole number of
@@ -98,19 +106,33 @@ function _M.t(d)
     return ceil_s(d.retry_after)
 end
 
+--- The RateLimit-Policy value: quoted is quote(name), w is window(capacity,
+--- rate). It depends on the limit only, so callers may keep it.
+function _M.policy(quoted, capacity, w)
+    return quoted .. ";q=" .. int(capacity) .. ";w=" .. int(w)
+end
+
+--- The RateLimit value for remaining tokens and t (nil: never).
+function _M.item(quoted, remaining, t)
+    local r = quoted .. ";r=" .. int(max(0, remaining))
+    if t then
+        return r .. ";t=" .. int(t)
+    end
+    return r
+end
+
 --- The headers for decision d under a policy: quoted is quote(name), w is
 --- window(capacity, rate). Writes them into out (a table of name -> value,
 --- the others set to nil) and returns it.
 function _M.build(d, quoted, capacity, w, legacy, out)
     out = out or {}
     local t = _M.t(d)
-    local r = int(max(0, d.remaining))
-    out["RateLimit-Policy"] = quoted .. ";q=" .. int(capacity) .. ";w=" .. int(w)
-    out["RateLimit"] = quoted .. ";r=" .. r .. (t and ";t=" .. int(t) or "")
+    out["RateLimit-Policy"] = _M.policy(quoted, capacity, w)
+    out["RateLimit"] = _M.item(quoted, d.remaining, t)
     out["Retry-After"] = (not d.allowed and t) and int(t) or nil
     if legacy then
         out["X-RateLimit-Limit"] = int(capacity)
-        out["X-RateLimit-Remaining"] = r
+        out["X-RateLimit-Remaining"] = int(max(0, d.remaining))
         out["X-RateLimit-Reset"] = t and int(t) or nil
     end
     return out
@@ -124,7 +146,7 @@ function _M.refusal_text(d)
     if not t then
         return head .. "; this request exceeds the limit and can never pass.\n"
     end
-    return format("%s; retry in %s second%s.\n", head, int(t), t == 1 and "" or "s")
+    return head .. "; retry in " .. int(t) .. (t == 1 and " second.\n" or " seconds.\n")
 end
 
 return _M

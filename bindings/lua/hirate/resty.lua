@@ -49,8 +49,8 @@ local log, ERR, WARN = ngx.log, ngx.ERR, ngx.WARN
 
 local type, pairs, setmetatable, getmetatable, error, tostring, tonumber, pcall = type, pairs,
     setmetatable, getmetatable, error, tostring, tonumber, pcall
-local format, sub, match, lower, gsub = string.format, string.sub, string.match, string.lower,
-    string.gsub
+local format, sub, find, match, lower, gsub = string.format, string.sub, string.find,
+    string.match, string.lower, string.gsub
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 
 local _M = { _VERSION = core.version() }
@@ -558,7 +558,7 @@ end
 local LIMIT_OPTIONS = {
     limiter = true, key = true, cost = true, trusted_proxies = true, proxy_hops = true,
     forwarded_header = true, ipv6_subnet = true, status = true, headers = true,
-    legacy_headers = true, name = true, body = true,
+    legacy_headers = true, name = true, body = true, ctx = true,
 }
 
 -- Compiled options, per options table: a limit's table is made once (in
@@ -624,6 +624,9 @@ local function compile(opts)
     c.status = status
     c.headers = opts.headers ~= false
     c.legacy = opts.legacy_headers == true
+    -- ngx.ctx costs its first user in a request a table and a registry
+    -- slot: only when asked for.
+    c.ctx = opts.ctx == true
     c.window = headers.window(c.capacity, c.rate)
     local quoted
     ok, quoted = pcall(headers.quote, opts.name == nil
@@ -632,14 +635,29 @@ local function compile(opts)
         limit_error(quoted)
     end
     c.quoted = quoted
+    c.policy = headers.policy(quoted, c.capacity, c.window)
+    c.memo, c.memo_n = {}, 0
     local body = opts.body
     if body ~= nil and type(body) ~= "string" and type(body) ~= "function" then
         limit_error("body must be a string or a function, got " .. type(body))
     end
     c.body = body
-    c.out = {}
     compiled[opts] = c
     return c
+end
+
+-- The forwarding header's value, when the options make it count.
+local function forwarded_value(ip)
+    if ip.header == "Forwarded" then
+        -- Every Forwarded field, in order (nginx before 1.23 gives a
+        -- variable only the first).
+        local value = ngx.req.get_headers()["forwarded"]
+        if type(value) == "table" then
+            value = table.concat(value, ",")
+        end
+        return value
+    end
+    return ngx_var.http_x_forwarded_for -- nginx joins repeated fields
 end
 
 -- The client's address: the socket peer, or what trusted proxies say.
@@ -649,18 +667,35 @@ local function client_address(c)
     if not ip.uses_header then
         return client_ip.resolve(ip, peer, nil)
     end
+    return client_ip.resolve(ip, peer, forwarded_value(ip))
+end
+
+-- The bucket identity of the client's address, "ip:<address>". nginx
+-- writes an IPv4 peer as a plain dotted quad, which is already its
+-- identity; anything else is resolved once and remembered (a bounded table
+-- per limit, emptied when full), since the same clients come back.
+local MEMO_MAX = 4096
+
+local function address_ident(c)
+    local ip = c.ip
+    local peer = ngx_var.remote_addr or ""
     local value
-    if ip.header == "Forwarded" then
-        -- Every Forwarded field, in order (nginx before 1.23 gives a
-        -- variable only the first).
-        value = ngx.req.get_headers()["forwarded"]
-        if type(value) == "table" then
-            value = table.concat(value, ",")
-        end
-    else
-        value = ngx_var.http_x_forwarded_for -- nginx joins repeated fields
+    if ip.uses_header then
+        value = forwarded_value(ip)
+    elseif peer ~= "" and not find(peer, ":", 1, true) then
+        return "ip:" .. peer
     end
-    return client_ip.resolve(ip, peer, value)
+    local memo_key = value and peer .. "\n" .. value or peer
+    local ident = c.memo[memo_key]
+    if ident then
+        return ident
+    end
+    ident = "ip:" .. (client_ip.key(ip, client_ip.resolve(ip, peer, value)) or "unknown")
+    if c.memo_n >= MEMO_MAX then
+        c.memo, c.memo_n = {}, 0
+    end
+    c.memo[memo_key], c.memo_n = ident, c.memo_n + 1
+    return ident
 end
 
 --- client_address(opts): the client address limit(opts) would key on, with
@@ -682,26 +717,27 @@ end
 local function key_of(c)
     local ident
     local kind = c.key_kind
-    if kind == "var" then
+    if kind == "addr" then
+        ident = address_ident(c)
+    elseif kind == "var" then
         local v = ngx_var[c.key_var]
-        if v ~= nil and v ~= "" then
+        if v == nil or v == "" then
+            ident = address_ident(c) -- no such header or variable
+        else
             ident = "k:" .. v
         end
-    elseif kind == "fn" then
+    else
         local v = c.key_fn()
         if v == nil then
             return nil
         end
         if type(v) == "number" and v == floor(v) then
-            v = format("%.0f", v)
+            v = headers.int(v)
         elseif type(v) ~= "string" then
             error("hirate.resty.limit: a key function must return a string, a whole number "
                 .. "or nil, got " .. type(v), 0)
         end
         ident = "k:" .. v
-    end
-    if not ident then -- remote_addr, or no such header or variable
-        ident = "ip:" .. (client_ip.key(c.ip, client_address(c)) or "unknown")
     end
     if #ident > KEY_MAX then
         return "#" .. hex(ngx.sha1_bin(ident))
@@ -714,7 +750,8 @@ end
 --- the headers, Retry-After and a short text body, and ends the request. A
 --- key function that returns nil exempts the request (returns nil). A
 --- configuration error (a wrong password...) is logged and answered 500.
---- The decision is also left in ngx.ctx.hirate, e.g. for log_by_lua*.
+--- With ctx = true the decision is also left in ngx.ctx.hirate (for
+--- log_by_lua*, say).
 function _M.limit(opts)
     local c = compiled[opts] or compile(opts)
     local key = key_of(c)
@@ -730,19 +767,25 @@ function _M.limit(opts)
         log(ERR, "hirate: ", err, " (", code, ")")
         return ngx.exit(500)
     end
-    ngx.ctx.hirate = d
+    if c.ctx then
+        ngx.ctx.hirate = d
+    end
+    local t = headers.t(d)
     if c.headers then
-        local out = headers.build(d, c.quoted, c.capacity, c.window, c.legacy, c.out)
-        for name, value in pairs(out) do
-            ngx_header[name] = value
-        end
-    elseif not d.allowed then
-        -- Retry-After belongs to a refusal even without the RateLimit headers.
-        local t = headers.t(d)
-        ngx_header["Retry-After"] = t and format("%.0f", t) or nil
+        ngx_header["RateLimit-Policy"] = c.policy
+        ngx_header["RateLimit"] = headers.item(c.quoted, d.remaining, t)
+    end
+    if c.legacy then
+        ngx_header["X-RateLimit-Limit"] = headers.int(c.capacity)
+        ngx_header["X-RateLimit-Remaining"] = headers.int(max(0, d.remaining))
+        ngx_header["X-RateLimit-Reset"] = t and headers.int(t) or nil
     end
     if d.allowed then
         return d
+    end
+    if t then
+        -- Retry-After belongs to a refusal, with the RateLimit headers or not.
+        ngx_header["Retry-After"] = headers.int(t)
     end
     local body = c.body
     if type(body) == "function" then
