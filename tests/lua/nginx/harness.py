@@ -100,20 +100,24 @@ def build_conf(prefix, ports, lua_path, lua_cpath, vectors):
 
 
 class Nginx:
-    """nginx -p <temp prefix> with the generated configuration."""
+    """nginx -p <temp prefix> with the configuration conf_builder(prefix,
+    ports) writes; ports maps each of port_names to a free port, and nginx
+    is up when all of them accept."""
 
-    def __init__(self, conf_builder, env):
+    def __init__(self, conf_builder, env, port_names=("doc", "test"), wrapper=(),
+                 start_timeout=10):
         self.dir = tempfile.mkdtemp(prefix="hirate-nginx-")
         os.makedirs(os.path.join(self.dir, "tmp"))
-        self.ports = {"doc": free_port(), "test": free_port()}
+        self.ports = {name: free_port() for name in port_names}
         self.conf = os.path.join(self.dir, "nginx.conf")
         with open(self.conf, "w") as f:
             f.write(conf_builder(self.dir, self.ports))
+        # wrapper: a command to run nginx under (valgrind, for the benchmark).
         self.proc = subprocess.Popen(
-            ["nginx", "-p", self.dir, "-c", self.conf, "-e", self.error_log_path],
+            [*wrapper, "nginx", "-p", self.dir, "-c", self.conf, "-e", self.error_log_path],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, start_new_session=True)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode(errors="replace")
@@ -123,7 +127,8 @@ class Nginx:
                 return
             time.sleep(0.05)
         self.close()
-        raise RuntimeError("nginx did not listen within 10 s:\n" + self.error_log())
+        raise RuntimeError(f"nginx did not listen within {start_timeout} s:\n"
+                           + self.error_log())
 
     @property
     def error_log_path(self):

@@ -221,6 +221,14 @@ class Headers(unittest.TestCase):
         self.assertEqual(r.body,
                          b"Too many requests; this request exceeds the limit and can never pass.\n")
 
+    def test_the_decision_is_in_ngx_ctx_only_when_asked_for(self):
+        k = fresh("ctx")
+        with_ctx = get(S.port, f"/limit/headers?k={k}")
+        without = get(S.port, f"/limit/memory?k={k}")
+        self.assertEqual((with_ctx.status, with_ctx.header("X-Hirate-Source")), (200, "redis"))
+        self.assertEqual((without.status, without.header("X-Hirate-Source")), (200, None))
+        self.assertEqual(without.header("RateLimit"), '"3-per-3000s";r=2;t=1000')
+
     def test_legacy_headers_and_the_policy_name(self):
         r = get(S.port, f"/limit/legacy?k={fresh('legacy')}")
         self.assertEqual(r.status, 200)

@@ -83,6 +83,11 @@ local direct = {
     memory = limits.memory.limiter,
 }
 
+-- Every test limit but "memory" leaves its decision in ngx.ctx, for mark().
+for name, opts in pairs(limits) do
+    opts.ctx = name ~= "memory" or nil
+end
+
 function M.limit(name)
     return resty.limit(limits[name])
 end
