@@ -1,0 +1,393 @@
+// The Go contenders of the side-by-side benchmark, behind the harness
+// protocol of bench/peers/README.md (bench/suite/suite.py drives them):
+//
+//	peer_go speed|atomic|outage|fill --impl article|redis_rate --url redis://HOST:PORT [...]
+//
+//	article     the seed article's limiter: go-redis v9, redis.NewScript(src).Run
+//	            of the article's own token-bucket script (token_bucket.lua, as
+//	            the article has it), key "rl:" + key, args capacity,
+//	            refill_per_sec, 1, the reply read with Int64Slice
+//	redis_rate  github.com/go-redis/redis_rate/v10, GCRA:
+//	            Limit{Rate: capacity, Burst: capacity, Period: capacity/rate s}
+//
+// Concurrency is goroutines sharing one client (go-redis' own pool, default
+// size), as a Go service would use it.
+package main
+
+import (
+	"bufio"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed token_bucket.lua
+var tokenBucketSrc string
+
+// Samples a worker keeps before it starts keeping every 2nd, 4th, ... call.
+const latCap = 1 << 18
+
+type config struct {
+	mode, impl, url, key  string
+	keys                  int
+	concurrency, requests int
+	calls, timeoutMs      int
+	seconds, warmup, rate float64
+	capacity              int
+	seed                  uint64
+}
+
+// decider makes one decision on key: allowed, or an error.
+type decider func(ctx context.Context, key string) (bool, error)
+
+func newDecider(c *config, capacity int, rate float64) (decider, *redis.Client) {
+	u, err := url.Parse(c.url)
+	if err != nil || u.Scheme != "redis" || u.Host == "" {
+		die("--url: expected redis://HOST:PORT, got %q", c.url)
+	}
+	timeout := time.Duration(c.timeoutMs) * time.Millisecond
+	rdb := redis.NewClient(&redis.Options{
+		Addr:         u.Host,
+		DialTimeout:  250 * time.Millisecond,
+		ReadTimeout:  timeout,
+		WriteTimeout: timeout,
+	})
+	switch c.impl {
+	case "article":
+		script := redis.NewScript(tokenBucketSrc)
+		return func(ctx context.Context, key string) (bool, error) {
+			res, err := script.Run(ctx, rdb, []string{"rl:" + key}, capacity, rate, 1).Int64Slice()
+			if err != nil {
+				return false, err
+			}
+			return res[0] == 1, nil
+		}, rdb
+	case "redis_rate":
+		limiter := redis_rate.NewLimiter(rdb)
+		limit := redis_rate.Limit{
+			Rate:   capacity,
+			Burst:  capacity,
+			Period: time.Duration(float64(capacity) / rate * float64(time.Second)),
+		}
+		return func(ctx context.Context, key string) (bool, error) {
+			res, err := limiter.Allow(ctx, key, limit)
+			if err != nil {
+				return false, err
+			}
+			return res.Allowed > 0, nil
+		}, rdb
+	}
+	die("--impl: unknown client %q (article, redis_rate)", c.impl)
+	return nil, nil
+}
+
+func die(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "peer_go: "+format+"\n", args...)
+	os.Exit(2)
+}
+
+func emit(v map[string]any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		die("json: %v", err)
+	}
+	os.Stdout.Write(append(b, '\n'))
+}
+
+func errString(err error) any {
+	if err == nil {
+		return nil
+	}
+	return err.Error()
+}
+
+func keyName(i int) string { return fmt.Sprintf("user:%06d", i) }
+
+// ---- latency samples, decimated as they grow -----------------------------------
+
+type lat struct {
+	v            []int64
+	stride, tick uint64
+}
+
+func (l *lat) add(ns int64) {
+	l.tick++
+	if l.tick < l.stride {
+		return
+	}
+	l.tick = 0
+	if len(l.v) == latCap {
+		for i := 0; i < latCap/2; i++ {
+			l.v[i] = l.v[2*i+1]
+		}
+		l.v = l.v[:latCap/2]
+		l.stride *= 2
+	}
+	l.v = append(l.v, ns)
+}
+
+// quantiles merges the workers' samples at the largest stride among them, so
+// that each kept sample stands for the same number of calls.
+func quantiles(ls []*lat) (p50, p99 float64) {
+	stride := uint64(1)
+	for _, l := range ls {
+		if l.stride > stride {
+			stride = l.stride
+		}
+	}
+	var all []int64
+	for _, l := range ls {
+		step := int(stride / l.stride)
+		for j := step - 1; j < len(l.v); j += step {
+			all = append(all, l.v[j])
+		}
+	}
+	if len(all) == 0 {
+		return 0, 0
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	i99 := int(0.99 * float64(len(all)))
+	if i99 >= len(all) {
+		i99 = len(all) - 1
+	}
+	return float64(all[len(all)/2]) / 1e3, float64(all[i99]) / 1e3
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+}
+
+// ---- modes --------------------------------------------------------------------
+
+const (
+	phaseWarm int32 = iota
+	phaseMeasure
+	phaseStop
+)
+
+type worker struct {
+	decisions, allowed, errors int64
+	err                        error
+	lat                        lat
+}
+
+func runSpeed(c *config) {
+	decide, rdb := newDecider(c, c.capacity, c.rate)
+	defer rdb.Close()
+	keys := make([]string, c.keys)
+	for i := range keys {
+		keys[i] = keyName(i)
+	}
+	var phase atomic.Int32
+	workers := make([]*worker, c.concurrency)
+	var wg sync.WaitGroup
+	for i := range workers {
+		w := &worker{lat: lat{stride: 1}}
+		workers[i] = w
+		rng := rand.New(rand.NewPCG(c.seed, uint64(i)+1))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			n := uint64(len(keys))
+			for {
+				ph := phase.Load()
+				if ph == phaseStop {
+					return
+				}
+				t0 := time.Now()
+				ok, err := decide(ctx, keys[rng.Uint64N(n)])
+				d := time.Since(t0)
+				if phase.Load() != phaseMeasure {
+					continue // only calls that end inside the measured window count
+				}
+				if ph != phaseMeasure && w.errors == 0 {
+					w.err = nil // a failure of the warm-up is not data
+				}
+				if err != nil {
+					w.errors++
+					if w.err == nil {
+						w.err = err
+					}
+					continue
+				}
+				w.decisions++
+				if ok {
+					w.allowed++
+				}
+				w.lat.add(d.Nanoseconds())
+			}
+		}()
+	}
+	time.Sleep(time.Duration(c.warmup * float64(time.Second)))
+	cpu0 := cpuSeconds()
+	t0 := time.Now()
+	phase.Store(phaseMeasure)
+	time.Sleep(time.Duration(c.seconds * float64(time.Second)))
+	phase.Store(phaseStop)
+	wall := time.Since(t0).Seconds()
+	cpu1 := cpuSeconds()
+	wg.Wait()
+	var decisions, allowed, errs int64
+	var first error
+	ls := make([]*lat, len(workers))
+	for i, w := range workers {
+		decisions += w.decisions
+		allowed += w.allowed
+		errs += w.errors
+		if first == nil {
+			first = w.err
+		}
+		ls[i] = &w.lat
+	}
+	p50, p99 := quantiles(ls)
+	emit(map[string]any{"decisions": decisions, "allowed": allowed, "errors": errs,
+		"p50_us": p50, "p99_us": p99, "cpu_s": cpu1 - cpu0, "wall_s": wall,
+		"error": errString(first)})
+}
+
+func runAtomic(c *config) {
+	decide, rdb := newDecider(c, c.capacity, c.rate)
+	defer rdb.Close()
+	var admitted, refused, errs atomic.Int64
+	var firstErr atomic.Value
+	start := make(chan struct{})
+	var ready, done sync.WaitGroup
+	for i := 0; i < c.requests; i++ {
+		ready.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-start
+			ok, err := decide(context.Background(), c.key)
+			switch {
+			case err != nil:
+				errs.Add(1)
+				firstErr.CompareAndSwap(nil, err.Error())
+			case ok:
+				admitted.Add(1)
+			default:
+				refused.Add(1)
+			}
+		}()
+	}
+	ready.Wait()
+	close(start)
+	done.Wait()
+	emit(map[string]any{"requests": c.requests, "admitted": admitted.Load(),
+		"refused": refused.Load(), "errors": errs.Load(), "error": firstErr.Load()})
+}
+
+func runOutage(c *config) {
+	decide, rdb := newDecider(c, c.capacity, c.rate)
+	defer rdb.Close()
+	ctx := context.Background()
+	// The warm-up key is the test key's own: harnesses run side by side on
+	// one server, and each library stores its own kind of value.
+	if _, err := decide(ctx, c.key+"-warmup"); err != nil {
+		die("the warm-up decision failed: %v", err)
+	}
+	emit(map[string]any{"ready": true})
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		die("stdin closed before the go line")
+	}
+	latUs := make([]float64, 0, c.calls)
+	var admitted, refused, errs int
+	var first error
+	for i := 0; i < c.calls; i++ {
+		t0 := time.Now()
+		ok, err := decide(ctx, c.key)
+		latUs = append(latUs, float64(time.Since(t0).Nanoseconds())/1e3)
+		switch {
+		case err != nil:
+			errs++
+			if first == nil {
+				first = err
+			}
+		case ok:
+			admitted++
+		default:
+			refused++
+		}
+	}
+	emit(map[string]any{"calls": c.calls, "admitted": admitted, "refused": refused,
+		"errors": errs, "error": errString(first), "lat_us": latUs})
+}
+
+func runFill(c *config) {
+	decide, rdb := newDecider(c, c.capacity, c.rate)
+	defer rdb.Close()
+	ctx := context.Background()
+	var admitted, errs int
+	var first error
+	for i := 0; i < c.keys; i++ {
+		ok, err := decide(ctx, keyName(i))
+		if err != nil {
+			errs++
+			if first == nil {
+				first = err
+			}
+		} else if ok {
+			admitted++
+		}
+	}
+	emit(map[string]any{"keys": c.keys, "admitted": admitted, "errors": errs,
+		"error": errString(first)})
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "" || os.Args[1][0] == '-' {
+		die("usage: peer_go speed|atomic|outage|fill --impl article|redis_rate --url redis://HOST:PORT [options] (see bench/peers/README.md)")
+	}
+	c := &config{mode: os.Args[1]}
+	fs := flag.NewFlagSet("peer_go", flag.ExitOnError)
+	fs.StringVar(&c.impl, "impl", "", "article or redis_rate")
+	fs.StringVar(&c.url, "url", "", "redis://HOST:PORT")
+	fs.StringVar(&c.key, "key", "fresh", "the key of atomic and outage")
+	fs.IntVar(&c.keys, "keys", 100000, "key space of speed and fill")
+	fs.IntVar(&c.concurrency, "concurrency", 1, "goroutines of speed")
+	fs.IntVar(&c.requests, "requests", 100, "goroutines of atomic")
+	fs.IntVar(&c.calls, "calls", 20, "decisions of outage")
+	fs.IntVar(&c.timeoutMs, "timeout-ms", 100, "read and write timeout")
+	fs.Float64Var(&c.seconds, "seconds", 2, "measured seconds of speed")
+	fs.Float64Var(&c.warmup, "warmup", 0.3, "unrecorded seconds of speed")
+	fs.Float64Var(&c.rate, "rate", 10, "tokens per second")
+	fs.IntVar(&c.capacity, "capacity", 100, "bucket size")
+	fs.Uint64Var(&c.seed, "seed", 1, "random seed of the key draws")
+	fs.Parse(os.Args[2:])
+	if c.url == "" || c.impl == "" {
+		die("--impl and --url are required")
+	}
+	if c.keys < 1 || c.concurrency < 1 || c.requests < 1 || c.calls < 1 || c.capacity < 1 ||
+		!(c.rate > 0) || !(c.seconds > 0) || c.warmup < 0 || c.timeoutMs < 1 {
+		die("a count, the rate or a duration is out of range")
+	}
+	switch c.mode {
+	case "speed":
+		runSpeed(c)
+	case "atomic":
+		runAtomic(c)
+	case "outage":
+		runOutage(c)
+	case "fill":
+		runFill(c)
+	default:
+		die("unknown mode %q (speed, atomic, outage, fill)", c.mode)
+	}
+}
