@@ -5,7 +5,9 @@
 #                 TSan), the Python tests, the Lua and nginx tests, and a short
 #                 run of every fuzz target
 #   make fuzz     run every fuzz target longer (FUZZ_SECONDS each, default 60)
-#   make bench    run the benchmarks and rewrite docs/benchmarks.md
+#   make bench    run the benchmark suite (hirate next to its peers, the C
+#                 benchmarks) and rewrite docs/benchmarks.md and its charts;
+#                 make bench QUICK=1: a short check, written to bench/out/quick/
 #   make install  install the library, header, pkg-config and CMake files
 
 BUILD      ?= build
@@ -78,7 +80,7 @@ bench:
 	cmake -S . -B $(BUILD_BENCH) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHIRATE_WERROR=ON \
 		-DHIRATE_BUILD_TESTS=OFF
 	cmake --build $(BUILD_BENCH) -j $(JOBS)
-	bench/run.sh $(BUILD_BENCH)
+	QUICK=$(QUICK) bench/run.sh $(BUILD_BENCH)
 
 install: all
 	cmake --install $(BUILD)

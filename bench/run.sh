@@ -1,57 +1,109 @@
 #!/usr/bin/env bash
-# Runs the benchmarks that are already built in BUILD_DIR and writes
-# docs/benchmarks.md from what they measure. Builds nothing itself:
+# The whole benchmark suite, on one machine: writes docs/benchmarks.md, the
+# results it is drawn from (docs/benchmarks.json) and the charts
+# (docs/img/bench-*.png). Builds nothing of the C library itself:
 #
-#   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build build -j2
-#   bench/run.sh build                # or: make bench
+#   cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build build-bench -j2
+#   bench/run.sh build-bench          # or: make bench
+#   QUICK=1 bench/run.sh build-bench  # or: make bench QUICK=1
 #
-# It starts its own redis-server on a free loopback port (and stops it), runs
-# bench_memory, then against that server bench_redis, bench_denycache,
-# bench_batch (next to redis-benchmark) and bench_calls under valgrind
-# --tool=callgrind; then a second redis-server of its own for bench_outage,
-# which stops it (SIGSTOP), resumes it and kills it. Whatever happens, the
-# exit trap sends SIGCONT before it stops a server, so that none is left
-# stopped. Progress goes to stderr. About three minutes.
+# 1. hirate alone, the C benchmarks of BUILD_DIR/bench: it starts its own
+#    redis-server on a free loopback port (and stops it), runs bench_memory,
+#    then against that server bench_redis, bench_denycache, bench_batch (next
+#    to redis-benchmark) and bench_calls under valgrind --tool=callgrind; then
+#    a second redis-server of its own for bench_outage, which stops it
+#    (SIGSTOP), resumes it and kills it. Whatever happens, the exit trap sends
+#    SIGCONT before it stops a server, so that none is left stopped.
+# 2. bench/suite/install.py installs the contenders under BUILD_DIR/suite (a
+#    venv with redis-py, limits, matplotlib and hirate itself; npm ci of
+#    bench/peers/node; go mod download and go build of bench/peers/go;
+#    hirate's Lua module): whatever cannot be installed is reported missing.
+# 3. bench/suite/suite.py: hirate next to its peers (C, Go, Node, Python,
+#    OpenResty) on one redis-server of its own, interleaved rounds; then the
+#    bindings' own benchmarks (bench/python, bench/lua, bench/nginx).
+# 4. bench/suite/report.py: the page and the charts, from one results file.
 #
-# Knobs (environment): BENCH_SECONDS (1) and BENCH_RUNS (5) for each memory
-# configuration, BENCH_ROUNDS (8) and BENCH_ROUND_SECONDS (1) for the Redis
-# comparison, BENCH_OUTAGE_SECONDS (1.5) for each client in an outage,
-# BENCH_DENY_SECONDS (2) for each deny-cache run, BENCH_BATCH_ROUNDS (3) and
-# BENCH_BATCH_SECONDS (2) for the batch comparison, BENCH_CALLS (2000)
-# decisions counted by callgrind, BENCH_OUT (docs/benchmarks.md) where the
-# report goes.
+# Progress goes to stderr. About 18 minutes in full; QUICK=1 (one short
+# round of everything, under two minutes once the contenders are installed)
+# checks that the suite works and writes to bench/out/quick/ instead, so
+# that the committed page keeps the figures of the last full run.
 #
-# Needs (Debian): redis-server, redis-tools (redis-cli, redis-benchmark),
-# valgrind; and to build: cmake, gcc, pkg-config, libhiredis-dev.
+# Knobs (environment): QUICK (unset); BENCH_OUT (docs/benchmarks.md, in
+# quick mode bench/out/quick/benchmarks.md), BENCH_JSON (next to it,
+# benchmarks.json), BENCH_IMG (docs/img, in quick mode bench/out/quick/img);
+# BENCH_PARTS (c,peers: which of parts 1 and 2-3 to run). Part 1:
+# BENCH_SECONDS (1) and BENCH_RUNS (5) for each memory configuration,
+# BENCH_STORE_KEYS (1000000) for its bytes per key, BENCH_ROUNDS (8) and
+# BENCH_ROUND_SECONDS (1) for the Redis comparison, BENCH_OUTAGE_SECONDS
+# (1.5) for each client in an outage, BENCH_DENY_SECONDS (2) for each
+# deny-cache run, BENCH_BATCH_ROUNDS (3) and BENCH_BATCH_SECONDS (2) for the
+# batch comparison, BENCH_CALLS (2000) and BENCH_MEM_CALLS (200000)
+# decisions counted by callgrind. Parts 2-3: BENCH_PEER_ROUNDS (5),
+# BENCH_PEER_SECONDS (1), BENCH_PEER_WARMUP (0.3), BENCH_ONLY (contender
+# ids, comma-separated), BENCH_PIECES (1: the bindings' own benchmarks in
+# quick mode too; they take a few minutes). QUICK=1 changes the defaults to
+# a few tenths of a second each and one round.
+#
+# Needs (Debian, tools/deps.sh bench): redis-server, redis-tools
+# (redis-cli, redis-benchmark), valgrind, python3-venv, nginx,
+# libnginx-mod-http-lua, luajit2, lua5.4, wrk; and to build: cmake, gcc,
+# pkg-config, libhiredis-dev, liblua5.4-dev, libluajit2-5.1-dev. Go (1.26)
+# and Node.js (18 or later, with npm) come from outside Debian 12; without
+# them their contenders are reported missing.
 set -euo pipefail
 
-usage() { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
+usage() { echo "usage: [QUICK=1] $0 BUILD_DIR" >&2; exit 2; }
 [ $# -eq 1 ] || usage
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "$1" 2>/dev/null && pwd) || { echo "$0: no build directory $1" >&2; exit 2; }
 BIN="$BUILD/bench"
-OUT=${BENCH_OUT:-$ROOT/docs/benchmarks.md}
-SECONDS_EACH=${BENCH_SECONDS:-1}
-RUNS=${BENCH_RUNS:-5}
-ROUNDS=${BENCH_ROUNDS:-8}
-ROUND_SECONDS=${BENCH_ROUND_SECONDS:-1}
-NCALLS=${BENCH_CALLS:-2000}
-OUTAGE_SECONDS=${BENCH_OUTAGE_SECONDS:-1.5}
-DENY_SECONDS=${BENCH_DENY_SECONDS:-2}
-BATCH_ROUNDS=${BENCH_BATCH_ROUNDS:-3}
-BATCH_SECONDS=${BENCH_BATCH_SECONDS:-2}
+QUICK=${QUICK:-}
+[ "$QUICK" = 0 ] && QUICK=
+if [ -n "$QUICK" ]; then
+    q() { echo "$1"; }
+    OUTDIR=$ROOT/bench/out/quick
+    OUT=${BENCH_OUT:-$OUTDIR/benchmarks.md}
+    IMG=${BENCH_IMG:-$OUTDIR/img}
+else
+    q() { echo "$2"; }
+    OUT=${BENCH_OUT:-$ROOT/docs/benchmarks.md}
+    IMG=${BENCH_IMG:-$ROOT/docs/img}
+fi
+JSON=${BENCH_JSON:-$(dirname "$OUT")/benchmarks.json}
+PARTS=${BENCH_PARTS:-c,peers}
+case ",$PARTS," in *,c,*) RUN_C=1 ;; *) RUN_C=0 ;; esac
+case ",$PARTS," in *,peers,*) RUN_PEERS=1 ;; *) RUN_PEERS=0 ;; esac
+SECONDS_EACH=${BENCH_SECONDS:-$(q 0.2 1)}
+RUNS=${BENCH_RUNS:-$(q 1 5)}
+STORE_KEYS=${BENCH_STORE_KEYS:-$(q 100000 1000000)}
+ROUNDS=${BENCH_ROUNDS:-$(q 2 8)}
+ROUND_SECONDS=${BENCH_ROUND_SECONDS:-$(q 0.2 1)}
+NCALLS=${BENCH_CALLS:-$(q 200 2000)}
+MEM_CALLS=${BENCH_MEM_CALLS:-$(q 20000 200000)}
+OUTAGE_SECONDS=${BENCH_OUTAGE_SECONDS:-$(q 0.3 1.5)}
+DENY_SECONDS=${BENCH_DENY_SECONDS:-$(q 1 2)}
+BATCH_ROUNDS=${BENCH_BATCH_ROUNDS:-$(q 1 3)}
+BATCH_SECONDS=${BENCH_BATCH_SECONDS:-$(q 0.3 2)}
+PEER_ROUNDS=${BENCH_PEER_ROUNDS:-$(q 1 5)}
+PEER_SECONDS=${BENCH_PEER_SECONDS:-$(q 0.2 1)}
+PEER_WARMUP=${BENCH_PEER_WARMUP:-$(q 0.1 0.3)}
 COMMAND="bench/run.sh $1"
-for v in BENCH_SECONDS BENCH_RUNS BENCH_ROUNDS BENCH_ROUND_SECONDS BENCH_OUTAGE_SECONDS \
-         BENCH_DENY_SECONDS BENCH_BATCH_ROUNDS BENCH_BATCH_SECONDS BENCH_CALLS; do
+for v in BENCH_SECONDS BENCH_RUNS BENCH_STORE_KEYS BENCH_ROUNDS BENCH_ROUND_SECONDS \
+         BENCH_OUTAGE_SECONDS BENCH_DENY_SECONDS BENCH_BATCH_ROUNDS BENCH_BATCH_SECONDS \
+         BENCH_CALLS BENCH_MEM_CALLS BENCH_PEER_ROUNDS BENCH_PEER_SECONDS BENCH_PEER_WARMUP \
+         BENCH_ONLY BENCH_PARTS BENCH_PIECES; do
     [ -n "${!v:-}" ] && COMMAND="$v=${!v} $COMMAND"
 done
+[ -n "$QUICK" ] && COMMAND="QUICK=1 $COMMAND"
 
-for b in bench_memory bench_redis bench_calls bench_outage bench_denycache bench_batch; do
+for b in bench_memory bench_redis bench_calls bench_outage bench_denycache bench_batch peer_c; do
     [ -x "$BIN/$b" ] || { echo "$0: $BIN/$b is not built (configure with -DHIRATE_BUILD_BENCH=ON and build first)" >&2; exit 1; }
 done
 command -v redis-server >/dev/null || { echo "$0: redis-server not found (apt-get install redis-server)" >&2; exit 1; }
 command -v redis-cli >/dev/null || { echo "$0: redis-cli not found (apt-get install redis-tools)" >&2; exit 1; }
 command -v redis-benchmark >/dev/null || { echo "$0: redis-benchmark not found (apt-get install redis-tools)" >&2; exit 1; }
+PYTHON=${PYTHON:-python3}
+command -v "$PYTHON" >/dev/null || { echo "$0: $PYTHON not found" >&2; exit 1; }
 HAVE_VALGRIND=1
 command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null || HAVE_VALGRIND=0
 
@@ -148,12 +200,18 @@ busy0=$(busy_ticks)
 wall0=$(date +%s.%N)
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 
-SUMMARY="$WORK/summary.txt"
+
+# ---- 1. hirate alone: the C benchmarks --------------------------------------------------
+run_c() {
+CDIR="$WORK/c"
+mkdir -p "$CDIR"
+SUMMARY="$CDIR/summary.txt"
 : >"$SUMMARY"
 
 # ---- 1. memory backend ---------------------------------------------------------------
-step "memory backend: 12 configurations x $RUNS runs x ${SECONDS_EACH}s, then 1,000,000 keys"
-"$BIN/bench_memory" --seconds "$SECONDS_EACH" --runs "$RUNS" --summary "$SUMMARY" >"$WORK/memory.md"
+step "memory backend: 12 configurations x $RUNS runs x ${SECONDS_EACH}s, then $STORE_KEYS keys"
+"$BIN/bench_memory" --seconds "$SECONDS_EACH" --runs "$RUNS" --store-keys "$STORE_KEYS" \
+    --summary "$SUMMARY" >"$WORK/memory.md"
 
 # ---- 2. Redis path ----------------------------------------------------------------------
 step "starting redis-server"
@@ -217,7 +275,6 @@ clock_reads() {
         END { printf "%.0f", c / n }' "$WORK/cg.$1"
 }
 
-MEM_CALLS=200000
 MEM_WARMUP=20000   # bench_calls: two passes over its 10,000 keys
 if [ $HAVE_VALGRIND = 1 ]; then
     for mode in hirate plain argv memory; do
@@ -254,24 +311,6 @@ step "outage: stopped (SIGSTOP), then killed: ${OUTAGE_SECONDS}s of hirate_allow
 "$BIN/bench_outage" --url "redis://127.0.0.1:$PORT" --pid "$REDIS_PID" \
     --seconds "$OUTAGE_SECONDS" --summary "$SUMMARY" >"$WORK/outage.md"
 stop_redis
-load_after=$(cut -d' ' -f1-3 /proc/loadavg)
-busy1=$(busy_ticks)
-wall1=$(date +%s.%N)
-# CPU seconds of this script's children (benchmarks, valgrind, redis-server).
-times >"$WORK/times"   # not in $(...): a subshell has no children of its own
-ours=$(awk 'NR == 2 {
-    for (i = 1; i <= 2; i++) { split($i, t, "m"); sub(/s$/, "", t[2]); s += t[1] * 60 + t[2] }
-    print s }' "$WORK/times")
-others=$(awk -v b0="$busy0" -v b1="$busy1" -v hz="$(getconf CLK_TCK)" -v ours="$ours" \
-             -v w0="$wall0" -v w1="$wall1" -v n="$ncpu" \
-             'BEGIN {o = (b1 - b0) / hz - ours; if (o < 0) o = 0; printf "%.0f", 100 * o / ((w1 - w0) * n)}')
-if [ "$others" -ge 10 ]; then
-    busy_note="Other processes kept the machine busy during this run (about $others% of its CPU time went to them): the timings above are pessimistic and noisier than on an idle machine."
-    echo "$0: warning: other processes used about $others% of the CPU during the run" >&2
-else
-    busy_note="Other processes used about $others% of the machine's CPU time during this run."
-fi
-step "writing $OUT"
 
 # ---- the report ------------------------------------------------------------------------
 val() { awk -v k="$1" '$1 == k {print $2; found = 1} END {if (!found) print "nan"}' "$SUMMARY"; }
@@ -290,17 +329,6 @@ ir_m=$(val calls_ir_memory)
 
 {
 cat <<EOF
-# Benchmarks
-
-Written by \`bench/run.sh\` from the figures it measured in one run; nothing here is typed
-by hand. Rerun it (\`make bench\`, or the command below after a build) to refresh this page.
-
-- Command: \`$COMMAND\`, after \`cmake -S . -B $1 -DCMAKE_BUILD_TYPE=${build_type:-none}${cmake_opts} && cmake --build $1\` (C flags \`${cflags}\`; \`make bench\` builds and runs the same way)
-- Date: $started; hirate $hirate_v, commit $commit
-- Machine: $cpu, $ncpu CPUs, $mem, $kernel, $virt, clock source $clocksource
-- Load average (1, 5, 15 min) before: $load_before; after: $load_after. $busy_note
-- Software: redis-server $redis_v, hiredis $hiredis_v, $gcc_v, $valgrind_v
-
 The programs are in \`bench/\`: \`bench_memory.c\` (memory backend), \`bench_redis.c\`
 (round trips against redis-server, next to a plain hiredis loop), \`bench_outage.c\` (decision
 latency while Redis is stopped or killed, next to a loop that retries every call),
@@ -358,9 +386,10 @@ else
     echo
 fi
 
+} >"$CDIR/sections.md"
+
 # ---- targets ----
-echo "## Targets"
-echo
+{
 clock_ns=$(awk -v a="$api1" -v i="$inj1" 'BEGIN {printf "%.0f", 1e9 / a - 1e9 / i}')
 if le 20000000 "$api1"; then
     echo "- **Met**: memory backend, one thread, hot set of 10,000 keys: $(awk -v x="$api1" 'BEGIN {printf "%.1f", x / 1e6}') million decisions/s through \`hirate_allow\` (target: at least 20 million)."
@@ -462,6 +491,85 @@ if [ $HAVE_VALGRIND = 1 ]; then
 else
     echo "- **Not measured**: client instructions per Redis-backed decision (valgrind is not installed)."
 fi
-} >"$OUT.tmp"
-mv "$OUT.tmp" "$OUT"
+} >"$CDIR/targets.md"
+}
+
+if [ $RUN_C = 1 ]; then
+    run_c
+else
+    mkdir -p "$WORK/c"
+    echo "BENCH_PARTS=$PARTS" >"$WORK/c/skipped"
+fi
+
+# ---- 2 and 3. the contenders, then hirate next to them ----------------------------------------
+if [ $RUN_PEERS = 1 ]; then
+    step "setup: the contenders under $BUILD/suite (bench/suite/install.py)"
+    "$PYTHON" "$ROOT/bench/suite/install.py" --dir "$BUILD/suite"
+    suite_args=(--build "$BUILD" --setup "$BUILD/suite/setup.json" --out "$JSON"
+                --rounds "$PEER_ROUNDS" --seconds "$PEER_SECONDS" --warmup "$PEER_WARMUP")
+    [ -n "$QUICK" ] && suite_args+=(--quick)
+    [ -n "${BENCH_PIECES:-}" ] && [ "$BENCH_PIECES" != 0 ] && suite_args+=(--pieces)
+    [ -n "${BENCH_ONLY:-}" ] && suite_args+=(--only "$BENCH_ONLY")
+    BENCH_ELAPSED=$SECONDS "$PYTHON" "$ROOT/bench/suite/suite.py" "${suite_args[@]}"
+else
+    mkdir -p "$(dirname "$JSON")"
+    "$PYTHON" - "$JSON" "$QUICK" <<'PY'
+import json, sys
+json.dump({"schema": 1, "mode": "quick" if sys.argv[2] else "full", "params": {},
+           "scenarios": [], "contenders": [], "speed": {}, "atomic": {}, "outage": {},
+           "memory": {}, "pieces": {}}, open(sys.argv[1], "w"))
+PY
+fi
+
+# ---- 4. the page and the charts ---------------------------------------------------------------
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+busy1=$(busy_ticks)
+wall1=$(date +%s.%N)
+# CPU seconds of this script's children (benchmarks, valgrind, redis-server).
+times >"$WORK/times"   # not in $(...): a subshell has no children of its own
+ours=$(awk 'NR == 2 {
+    for (i = 1; i <= 2; i++) { split($i, t, "m"); sub(/s$/, "", t[2]); s += t[1] * 60 + t[2] }
+    print s }' "$WORK/times")
+others=$(awk -v b0="$busy0" -v b1="$busy1" -v hz="$(getconf CLK_TCK)" -v ours="$ours" \
+             -v w0="$wall0" -v w1="$wall1" -v n="$ncpu" \
+             'BEGIN {o = (b1 - b0) / hz - ours; if (o < 0) o = 0; printf "%.0f", 100 * o / ((w1 - w0) * n)}')
+if [ "$others" -ge 10 ]; then
+    busy_note="Other processes kept the machine busy during this run (about $others% of its CPU time went to them): the timings below are pessimistic and noisier than on an idle machine."
+    echo "$0: warning: other processes used about $others% of the CPU during the run" >&2
+else
+    busy_note="Other processes used about $others% of the machine's CPU time during this run."
+fi
+
+# The venv has matplotlib; without it the page is written without charts.
+REPORT_PY=$PYTHON
+[ -x "$BUILD/suite/venv/bin/python" ] && REPORT_PY=$BUILD/suite/venv/bin/python
+rel() { case $1 in "$ROOT"/*) echo "${1#"$ROOT"/}" ;; *) echo "$1" ;; esac; }
+{
+    printf 'command\t%s\n' "$COMMAND"
+    printf 'build_note\t, after `cmake -S . -B %s -DCMAKE_BUILD_TYPE=%s%s && cmake --build %s` (C flags `%s`; `make bench%s` builds and runs the same way)\n' \
+        "$1" "${build_type:-none}" "$cmake_opts" "$1" "$cflags" "${QUICK:+ QUICK=1}"
+    printf 'date\t%s\n' "$started"
+    printf 'hirate\t%s\n' "$hirate_v"
+    printf 'commit\t%s\n' "$commit"
+    printf 'seconds\t%s\n' "$SECONDS"
+    printf 'cpu\t%s\n' "$cpu"
+    printf 'ncpu\t%s\n' "$ncpu"
+    printf 'mem\t%s\n' "$mem"
+    printf 'kernel\t%s\n' "$kernel"
+    printf 'virt\t%s\n' "$virt"
+    printf 'clocksource\t%s\n' "$clocksource"
+    printf 'load_before\t%s\n' "$load_before"
+    printf 'load_after\t%s\n' "$load_after"
+    printf 'busy_note\t%s\n' "$busy_note"
+    printf 'results_path\t%s\n' "$(rel "$JSON")"
+    # Versions the C part used, for a run without the contenders' setup.
+    printf 'v.redis-server\t%s\n' "$redis_v"
+    printf 'v.hiredis\t%s\n' "$hiredis_v"
+    printf 'v.gcc\t%s\n' "$(gcc -dumpfullversion 2>/dev/null || echo "$gcc_v")"
+    if [ $HAVE_VALGRIND = 1 ]; then printf 'v.valgrind\t%s\n' "${valgrind_v#valgrind-}"; fi
+} >"$WORK/facts.tsv"
+step "writing $OUT and the charts in $IMG"
+mkdir -p "$(dirname "$OUT")" "$IMG"
+"$REPORT_PY" "$ROOT/bench/suite/report.py" --results "$JSON" --out "$OUT" --img "$IMG" \
+    --c-dir "$WORK/c" --facts "$WORK/facts.tsv"
 step "done: $OUT"

@@ -1,0 +1,791 @@
+#!/usr/bin/env python3
+"""Writes docs/benchmarks.md and the charts from one results file, so that
+the figures in the text and in the charts are the same figures.
+
+    report.py --results docs/benchmarks.json --out docs/benchmarks.md --img docs/img \\
+        [--c-dir DIR] [--facts FILE]
+
+bench/run.sh calls it at the end of a run with --c-dir (the C benchmarks'
+sections, targets and summary, as bench/run.sh wrote them) and --facts (the
+machine, the command, the date): those are merged into the results file
+first, which is then rewritten; everything below reads only that file. Run
+without them, it renders the results file as it is.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+LANG_ORDER = ["C", "Go", "Node", "Python", "OpenResty"]
+# Chart colours: hirate in one strong colour, the others muted by language.
+HIRATE_COLOUR = "#d9480f"
+LANG_COLOUR = {"C": "#5c7cfa", "Go": "#20c997", "Node": "#82c91e", "Python": "#fab005",
+               "OpenResty": "#be4bdb"}
+# What is not a limiter (redis-benchmark, nginx without a limit): a reference.
+REFERENCE_COLOUR = "#ced4da"
+
+
+# ---- merging a run's pieces into the results file ------------------------------------------
+
+def read_facts(path):
+    facts = {}
+    for line in Path(path).read_text().splitlines():
+        if "\t" in line:
+            k, v = line.split("\t", 1)
+            facts[k] = v
+    return facts
+
+
+def read_c(d):
+    d = Path(d)
+    out = {}
+    for name, key in (("sections.md", "sections_md"), ("targets.md", "targets_md")):
+        p = d / name
+        if p.exists():
+            out[key] = p.read_text().strip()
+    p = d / "summary.txt"
+    if p.exists():
+        summary = {}
+        for line in p.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                try:
+                    summary[parts[0]] = float(parts[1])
+                except ValueError:
+                    summary[parts[0]] = parts[1]
+        out["summary"] = summary
+    p = d / "skipped"
+    if p.exists():
+        out["skipped"] = p.read_text().strip()
+    return out
+
+
+# ---- number formats ----------------------------------------------------------------------------
+
+def grp(x):
+    return "{:,.0f}".format(x)
+
+
+def rate_s(x):
+    if x >= 1e6:
+        return "%.2f M" % (x / 1e6)
+    return grp(x)
+
+
+def us_s(x):
+    if x is None:
+        return "–"
+    if x < 10:
+        return "%.2f" % x
+    if x < 100:
+        return "%.1f" % x
+    return grp(x)
+
+
+def med(s, key):
+    v = s.get(key)
+    return v["median"] if v else None
+
+
+def spread(s, key, f):
+    v = s.get(key)
+    if not v:
+        return ""
+    if f(v["min"]) == f(v["max"]):
+        return f(v["min"])
+    return "%s–%s" % (f(v["min"]), f(v["max"]))
+
+
+# ---- the Markdown ------------------------------------------------------------------------------
+
+class Doc:
+    def __init__(self, res):
+        self.res = res
+        self.lines = []
+        self.cs = {c["id"]: c for c in res["contenders"]}
+        self.ordered = sorted(res["contenders"], key=lambda c: LANG_ORDER.index(c["lang"]))
+
+    def w(self, text=""):
+        self.lines.append(text)
+
+    def label(self, c, bold_hirate=True):
+        if c["hirate"] and bold_hirate:
+            return "**%s**" % c["label"]
+        return c["label"]
+
+    def missing(self, c):
+        return "missing (%s)" % c["reason"]
+
+    # -- header
+
+    def header(self):
+        r, f = self.res, self.res.get("facts", {})
+        v = {k[2:]: x for k, x in f.items() if k.startswith("v.")}
+        v.update({k: x for k, x in r.get("versions", {}).items() if x})
+        self.w("# Benchmarks")
+        self.w()
+        self.w("Written by `bench/run.sh` (`make bench`) from one run's results, "
+               "`%s`; the text and the charts are drawn from that one file, and nothing here is "
+               "typed by hand. Rerun `make bench` to refresh this page (`make bench QUICK=1` is "
+               "a short check that writes to `bench/out/quick/` instead)."
+               % f.get("results_path", "docs/benchmarks.json"))
+        self.w()
+        if r.get("mode") == "quick":
+            self.w("**Quick mode: one short round. These figures show that the suite works; "
+                   "they are not measurements to quote.**")
+            self.w()
+        self.w("- Command: `%s`%s" % (f.get("command", "?"), f.get("build_note", "")))
+        secs = float(f.get("seconds", "nan"))
+        took = ("%.0f minutes" % (secs / 60) if secs >= 90 else "%.0f seconds" % secs) \
+            if secs == secs else "?"
+        self.w("- Date: %s; hirate %s, commit %s; %s mode, %s"
+               % (f.get("date", "?"), f.get("hirate", "?"), f.get("commit", "?"),
+                  r.get("mode"), took))
+        self.w("- Machine: %s, %s CPU cores, %s, %s, %s, clock source %s"
+               % (f.get("cpu", "?"), f.get("ncpu", "?"), f.get("mem", "?"), f.get("kernel", "?"),
+                  f.get("virt", "?"), f.get("clocksource", "?")))
+        self.w("- Load average (1, 5, 15 min) before: %s; after: %s. %s"
+               % (f.get("load_before", "?"), f.get("load_after", "?"), f.get("busy_note", "")))
+
+        def ver(name, key=None, rt=None):
+            x = v.get(key or name)
+            if x:
+                return "%s %s" % (name, x)
+            if rt and not r.get("runtimes"):
+                return "%s: not set up in this run" % name
+            why = (r.get("runtimes", {}).get(rt) or {}).get("reason") if rt else None
+            return "%s: missing%s" % (name, " (%s)" % why if why else "")
+
+        parts = [ver("redis-server"), ver("hiredis"), ver("gcc"), ver("valgrind"),
+                 ver("Python", rt="python"), ver("redis-py", "redis", "python"),
+                 ver("limits", rt="python"), ver("matplotlib", rt="python"),
+                 ver("Go", rt="go"), ver("go-redis", rt="go"), ver("redis_rate", rt="go"),
+                 ver("Node", rt="node"), ver("ioredis", rt="node"),
+                 ver("rate-limiter-flexible", rt="node"), ver("nginx", rt="nginx"),
+                 ver("lua-nginx-module", rt="nginx"), ver("LuaJIT", rt="lua"),
+                 ver("Lua", rt="lua"), ver("wrk", rt="nginx")]
+        self.w("- Software: " + ", ".join(parts))
+        self.w()
+
+    # -- the comparison
+
+    def method(self):
+        r = self.res
+        p = r["params"]
+        self.w("## hirate next to its peers")
+        self.w()
+        self.w("Every contender does the same work against the same redis-server (started "
+               "for the run, on loopback): a token bucket of capacity %d refilled at %g per "
+               "second, cost 1 per decision, on **one hot key** (mostly refused once the "
+               "burst is spent) and on **%s keys drawn uniformly** (almost every decision "
+               "allowed, and a fresh key), from **one client** and from **8 concurrent** ones "
+               "(threads, goroutines, asyncio tasks, promises or HTTP connections: what is "
+               "idiomatic for each). %d interleaved rounds: each round runs every contender "
+               "once per workload, in an order reversed every other round, %.2g s measured "
+               "after %.2g s of warm-up, on an emptied server; each figure is the median over "
+               "rounds, the spread is min–max. Client CPU is the process's own CPU time "
+               "(getrusage, `time.process_time`, `process.cpuUsage`, Go's "
+               "`syscall.Getrusage`; for OpenResty the nginx processes') over the measured "
+               "seconds, divided by the decisions made in them; server µs per call is "
+               "`INFO commandstats` (the script's own time in Redis). Latency is each "
+               "library call's wall time (for `hirate_allow_many` the call that carries 16 "
+               "decisions, for redis-benchmark its pipelined request, for OpenResty the whole "
+               "HTTP request as wrk sees it)."
+               % (p["capacity"], p["rate"], grp(p["cold_keys"]), p["rounds"], p["seconds"],
+                  p["warmup"]))
+        self.w()
+        self.w("The window limiters get the same long-run rate and burst: rate-limiter-"
+               "flexible %d points per %d s, limits %d per %d s, redis_rate "
+               "`Limit{Rate: %d, Burst: %d, Period: %d s}`. Every client has a %d ms command "
+               "timeout and a 250 ms connect timeout where its library has one. The harnesses "
+               "and their protocol are in `bench/peers/` (README there)."
+               % (p["capacity"], p["capacity"] / p["rate"], p["capacity"],
+                  p["capacity"] / p["rate"], p["capacity"], p["capacity"],
+                  p["capacity"] / p["rate"], p["timeout_ms"]))
+        self.w()
+        self.w("hirate answers the hot key's refusals from its deny cache, without a round "
+               "trip (exactly: it refuses only what Redis would refuse); "
+               "`hirate_allow, deny cache off` shows the same client when every decision goes "
+               "to Redis.")
+        self.w()
+        for name, alt in (("bench-throughput.png", "Decisions per second"),
+                          ("bench-cpu.png", "Client CPU per decision"),
+                          ("bench-latency.png", "Latency, p50 and p99"),
+                          ("bench-outage.png", "While Redis is stopped"),
+                          ("bench-memory.png", "Redis memory per key")):
+            if name in self.res.get("charts", {}).get("files", []):
+                self.w("![%s](img/%s)" % (alt, name))
+                self.w()
+        if self.res.get("charts", {}).get("reason"):
+            self.w("Charts: not drawn (%s)." % self.res["charts"]["reason"])
+            self.w()
+
+    def speed_tables(self):
+        r = self.res
+        self.w("### Decisions per second, latency and client CPU")
+        self.w()
+        for sc in r["scenarios"]:
+            self.w("#### %s" % sc["label"])
+            self.w()
+            self.w("| | contender | decisions/s | spread | p50 µs | p99 µs | client CPU µs "
+                   "per decision | server µs per call |")
+            self.w("|---|---|---:|---:|---:|---:|---:|---:|")
+            for c in self.ordered:
+                if "speed" not in c["phases"]:
+                    continue
+                if c["status"] != "ok":
+                    self.w("| %s | %s | %s | | | | | |" % (c["lang"], self.label(c),
+                                                           self.missing(c)))
+                    continue
+                s = r["speed"].get(c["id"], {}).get(sc["id"])
+                if not s or "rate" not in s:
+                    why = (s or {}).get("failures", ["not run"])[0]
+                    self.w("| %s | %s | failed (%s) | | | | | |" % (c["lang"], self.label(c), why))
+                    continue
+                rate = rate_s(med(s, "rate"))
+                if c["hirate"]:
+                    rate = "**%s**" % rate
+                errs = ""
+                if s.get("errors"):
+                    errs = " (%s errors: %s)" % (grp(s["errors"]), s.get("error"))
+                self.w("| %s | %s | %s%s | %s | %s | %s | %s | %s |" % (
+                    c["lang"], self.label(c), rate, errs, spread(s, "rate", rate_s),
+                    us_s(med(s, "p50_us")), us_s(med(s, "p99_us")), us_s(med(s, "cpu_us")),
+                    us_s(med(s, "server_us_per_call"))))
+            self.w()
+        notes = [c for c in self.ordered if c.get("note") and c["status"] == "ok"]
+        if notes:
+            self.w("Notes: " + "; ".join("%s: %s" % (c["label"], c["note"]) for c in notes) + ".")
+            self.w()
+
+    def beyond(self):
+        r = self.res
+        p = r["params"]
+        a, o = p["atomic"], p["outage"]
+        self.w("### Beyond speed: the concurrency test, a stopped Redis, memory per key")
+        self.w()
+        self.w("- **Concurrency test**: %d requests released together (threads, goroutines, "
+               "tasks, promises or HTTP connections) on one fresh key, capacity %d, rate %g/s "
+               "(nothing refills): it holds when exactly %d are admitted and none fails "
+               "(timeouts %d ms here, so that a burst of new connections is not taken for a "
+               "failure)." % (a["requests"], a["capacity"], a["rate"], a["capacity"],
+                              a["timeout_ms"]))
+        self.w("- **Redis stopped** (`SIGSTOP`: connections stay open, nothing answers): every "
+               "harness connects and decides once, then the server is stopped and each makes "
+               "%d decisions in a row on a fresh key of capacity %d; latency is each "
+               "decision's (the first, which meets the outage, apart). \"limits\" means "
+               "exactly %d admitted and none failed. OpenResty's figures are whole HTTP "
+               "requests from a Python client: the unlimited location's show what that costs."
+               % (o["calls"], o["capacity"], o["capacity"]))
+        self.w("- **Memory**: one decision on each of %s keys (capacity %d, rate %g/s, so that "
+               "no key expires before it is counted), on an emptied server: `used_memory` "
+               "growth per key, Redis keys per limited key, and `MEMORY USAGE` of a key "
+               "written (the median of 20 random ones)."
+               % (grp(p["memory_keys"]), p["capacity"], p["memory_rate"]))
+        self.w()
+        self.w("| | contender | concurrency test: admitted of %d | Redis stopped: first "
+               "decision µs | then µs per decision (median) | admitted of %d | what it does "
+               "| bytes per key (`used_memory`) | `MEMORY USAGE` | keys |"
+               % (a["requests"], o["calls"]))
+        self.w("|---|---|---|---:|---:|---:|---|---:|---:|---:|")
+        for c in self.ordered:
+            phases = set(c["phases"]) - {"speed"}
+            if not phases:
+                continue
+            if c["status"] != "ok":
+                self.w("| %s | %s | %s | | | | | | | |" % (c["lang"], self.label(c),
+                                                          self.missing(c)))
+                continue
+            cells = []
+            at = r["atomic"].get(c["id"])
+            if "atomic" not in phases:
+                cells.append("–")
+            elif not at or "error_run" in at:
+                cells.append("failed (%s)" % (at or {}).get("error_run", "not run"))
+            else:
+                t = "%d%s" % (at["admitted"], " ✓" if at["holds"] else " ✗")
+                if at["errors"]:
+                    t += " (%d failed: %s)" % (at["errors"], at["error"])
+                cells.append(t)
+            ou = r["outage"].get(c["id"])
+            if "outage" not in phases:
+                cells += ["–"] * 4
+            elif not ou or "error_run" in ou:
+                cells += ["failed (%s)" % (ou or {}).get("error_run", "not run"), "", "", ""]
+            else:
+                what = {"limits": "still limits", "error": "every call fails",
+                        "allowed all": "allows everything", "refused all": "refuses everything",
+                        "no limit": "no limit", "mixed": "mixed"}[ou["verdict"]]
+                if ou["verdict"] == "error" and ou.get("error"):
+                    what += " (`%s`)" % ou["error"].replace("|", "/")[:80]
+                if c["hirate"] and ou.get("sources"):
+                    what += " (%s)" % ", ".join("%s %d" % kv for kv in sorted(ou["sources"].items()))
+                cells += [us_s(ou["first_us"]), us_s(ou["after_first_median_us"]),
+                          "%d" % ou["admitted"] if c["limiter"] else "–", what]
+            me = r["memory"].get(c["id"])
+            if "memory" not in phases:
+                cells += ["–"] * 3
+            elif not me or "error_run" in me:
+                cells += ["failed (%s)" % (me or {}).get("error_run", "not run"), "", ""]
+            else:
+                cells += ["%.0f" % me["bytes_per_key"],
+                          "%s" % me.get("memory_usage", "–"),
+                          "%.2g" % me["redis_keys_per_key"]]
+            self.w("| %s | %s | %s |" % (c["lang"], self.label(c), " | ".join(cells)))
+        self.w()
+        keys = {cid: m.get("sample_key") for cid, m in r["memory"].items() if m.get("sample_key")}
+        if keys:
+            self.w("Keys as each library writes them: " + ", ".join(
+                "%s `%s`" % (self.cs[cid]["short"].split(": ", 1)[-1], k)
+                for cid, k in keys.items() if cid in self.cs) + ".")
+            self.w()
+
+    def pieces(self):
+        r = self.res
+        self.w("## The bindings' own benchmarks")
+        self.w()
+        self.w("Each binding's benchmark, run as it is by the suite (each starts its own "
+               "redis-server) and kept as the table it prints.")
+        self.w()
+        titles = {"bench/python/bench_sync.py": "Python, synchronous (`bench/python/bench_sync.py`)",
+                  "bench/python/bench_async.py": "Python, asyncio (`bench/python/bench_async.py`)",
+                  "bench/lua/run.sh": "Lua 5.4 and LuaJIT (`bench/lua/run.sh`)",
+                  "bench/nginx/run.sh": "OpenResty through nginx and wrk (`bench/nginx/run.sh`)"}
+        if not r.get("pieces"):
+            self.w("Not run in this run.")
+            self.w()
+        for name, e in r.get("pieces", {}).items():
+            self.w("### %s" % titles.get(name, name))
+            self.w()
+            if e["status"] == "ok":
+                self.w("Command: `%s`." % e["command"])
+                self.w()
+                md = e["markdown"]
+                # Their headings sit below this one.
+                md = "\n".join(("###" + l) if l.startswith("#") else l for l in md.splitlines())
+                self.w(md)
+            else:
+                self.w("%s (%s)." % (e["status"].capitalize(), e["reason"]))
+            self.w()
+
+    def c_sections(self):
+        cb = self.res.get("c_benchmarks", {})
+        self.w("## hirate alone: the C benchmarks")
+        self.w()
+        if cb.get("sections_md"):
+            self.w(cb["sections_md"])
+        else:
+            self.w("Not run in this run (%s)." % cb.get("skipped", "no C results"))
+        self.w()
+
+    # -- targets
+
+    def targets(self):
+        self.w("## Targets")
+        self.w()
+        cb = self.res.get("c_benchmarks", {})
+        if cb.get("targets_md"):
+            self.w(cb["targets_md"])
+        for line in goal_lines(self.res):
+            self.w(line)
+        self.w()
+
+    def render(self):
+        self.header()
+        if self.res.get("speed") or self.res.get("outage"):
+            self.method()
+            self.speed_tables()
+            self.beyond()
+        self.pieces()
+        self.c_sections()
+        self.targets()
+        return "\n".join(self.lines).rstrip() + "\n"
+
+
+# ---- the goals of the comparison ---------------------------------------------------------------
+
+def goal_lines(res):
+    """The comparison's goals, each Met or Not met with its figures."""
+    if not res.get("contenders"):
+        return ["- **Not measured**: hirate next to its peers (the comparison was not run "
+                "in this run)."]
+    cs = {c["id"]: c for c in res["contenders"]}
+    sp = res.get("speed", {})
+    scen = res["scenarios"]
+    out = []
+
+    def fig(cid, sc, key):
+        s = sp.get(cid, {}).get(sc)
+        return med(s, key) if s else None
+
+    def ok(cid):
+        return cid in cs and cs[cid]["status"] == "ok" and cid in sp
+
+    def ahead(mine, lang):
+        others = [c["id"] for c in res["contenders"] if c["lang"] == lang and not c["hirate"]
+                  and c["limiter"] and "speed" in c["phases"] and ok(c["id"])]
+        absent = [c for c in res["contenders"] if c["lang"] == lang and not c["hirate"] and
+                  c["limiter"] and "speed" in c["phases"] and not ok(c["id"])]
+        if not ok(mine):
+            return None, "%s was not measured (%s)" % (cs[mine]["label"] if mine in cs else mine,
+                                                      cs.get(mine, {}).get("reason") or "no results")
+        lost, detail = [], []
+        for sc in scen:
+            r0, c0 = fig(mine, sc["id"], "rate"), fig(mine, sc["id"], "cpu_us")
+            if r0 is None:
+                lost.append("%s: no figure" % sc["label"])
+                continue
+            best_rate = max(((fig(o, sc["id"], "rate") or 0), o) for o in others) if others \
+                else (0, None)
+            best_cpu = min(((fig(o, sc["id"], "cpu_us") or math.inf), o) for o in others) \
+                if others else (math.inf, None)
+            detail.append("%s: %s/s and %s µs CPU per decision, against at best %s/s (%s) and "
+                          "%s µs (%s)" % (sc["label"], rate_s(r0), us_s(c0),
+                                          rate_s(best_rate[0]),
+                                          cs[best_rate[1]]["short"] if best_rate[1] else "–",
+                                          us_s(best_cpu[0]),
+                                          cs[best_cpu[1]]["short"] if best_cpu[1] else "–"))
+            if r0 <= best_rate[0]:
+                lost.append("%s: fewer decisions/s than %s" % (sc["label"],
+                                                               cs[best_rate[1]]["short"]))
+            if c0 >= best_cpu[0]:
+                lost.append("%s: more CPU per decision than %s" % (sc["label"],
+                                                                   cs[best_cpu[1]]["short"]))
+        if absent:
+            detail.append("not measured: " + ", ".join("%s (%s)" % (c["label"], c["reason"])
+                                                       for c in absent))
+        return lost, "; ".join(detail)
+
+    for mine, lang, what in (("c/hirate", "C", "hirate's C path (`hirate_allow`)"),
+                             ("py/hirate", "Python", "hirate's Python `Limiter`"),
+                             ("py/hirate-async", "Python", "hirate's Python `AsyncLimiter`")):
+        lost, detail = ahead(mine, lang)
+        goal = "%s ahead of every %s contender on decisions/s and on client CPU per decision" \
+            % (what, lang)
+        if lost is None:
+            out.append("- **Not measured**: %s: %s." % (goal, detail))
+        elif not lost:
+            out.append("- **Met**: %s, in all four workloads (medians). %s." % (goal, detail))
+        else:
+            out.append("- **Not met**: %s. Where not: %s. The figures: %s." % (
+                goal, "; ".join(lost), detail))
+
+    # Batches against the server's ceiling.
+    if ok("c/hirate-batch") and ok("c/redis-benchmark"):
+        parts, short = [], []
+        for sc in scen:
+            a, b = fig("c/hirate-batch", sc["id"], "rate"), fig("c/redis-benchmark", sc["id"],
+                                                                 "rate")
+            if a is None or b is None:
+                short.append(sc["label"])
+                continue
+            parts.append("%s: %s/s against %s/s, %.2f×" % (sc["label"], rate_s(a), rate_s(b),
+                                                            a / b))
+            if a / b < 0.9:
+                short.append("%s (%.2f×)" % (sc["label"], a / b))
+        goal = ("`hirate_allow_many` (16 per call) within 10% of `redis-benchmark -P 16` with "
+                "the same script call, at the same concurrency (1 thread against `-c 1`, 8 "
+                "against `-c 8`)")
+        note = (" On the hot key most of hirate's decisions come from its deny cache, without "
+                "a round trip, so those ratios say little about the server; the 100,000-key "
+                "rows are the comparison.")
+        if not short:
+            out.append("- **Met**: %s: %s.%s" % (goal, "; ".join(parts), note))
+        else:
+            out.append("- **Not met**: %s: %s. Short in: %s.%s What stands in the way: a "
+                       "batch call waits for its whole round trip before the next is sent, "
+                       "while redis-benchmark keeps its pipeline full." % (
+                           goal, "; ".join(parts), ", ".join(short), note))
+    else:
+        out.append("- **Not measured**: the batch path against redis-benchmark (%s)." % ", ".join(
+            "%s: %s" % (cid, cs.get(cid, {}).get("reason") or "no results")
+            for cid in ("c/hirate-batch", "c/redis-benchmark") if not ok(cid)))
+
+    # The concurrency test in every language hirate has.
+    at = res.get("atomic", {})
+    rows, bad = [], []
+    for cid in ("c/hirate", "py/hirate", "py/hirate-async", "resty/hirate"):
+        c = cs.get(cid)
+        if not c:
+            continue
+        r = at.get(cid)
+        if c["status"] != "ok" or not r or "error_run" in r:
+            bad.append("%s: not measured (%s)" % (c["short"], c.get("reason") or
+                                                  (r or {}).get("error_run", "not run")))
+            continue
+        rows.append("%s %d of %d" % (c["short"], r["admitted"], r["requests"]))
+        if not r["holds"]:
+            bad.append("%s admitted %d, %d failed" % (c["short"], r["admitted"], r["errors"]))
+    peers_bad = [cs[cid]["short"] for cid, r in at.items()
+                 if not cs[cid]["hirate"] and "holds" in r and not r["holds"]]
+    peers_note = (" Every contender measured held it too." if not peers_bad else
+                  " Contenders that did not: %s." % ", ".join(peers_bad))
+    goal = ("the concurrency test (%d at once on one key of capacity %d: exactly %d admitted) "
+            "in every language" % (res["params"]["atomic"]["requests"],
+                                   res["params"]["atomic"]["capacity"],
+                                   res["params"]["atomic"]["capacity"]))
+    if not bad and rows:
+        out.append("- **Met**: %s: %s.%s Plain Lua (outside nginx) is not in this test." % (
+            goal, ", ".join(rows), peers_note))
+    else:
+        out.append("- **Not met**: %s: %s.%s" % (goal, "; ".join(rows + bad), peers_note))
+
+    # Still limiting, in microseconds, while Redis is stopped.
+    ou = res.get("outage", {})
+    free = ou.get("resty/free", {}).get("after_first_median_us")
+    mine, theirs, bad = [], [], []
+    for cid, r in ou.items():
+        c = cs[cid]
+        if "verdict" not in r or not c["limiter"]:
+            continue
+        t = r["after_first_median_us"]
+        # OpenResty's figures are HTTP requests: what the limit adds is the
+        # difference from the unlimited location.
+        own = t - free if c["lang"] == "OpenResty" and free is not None else t
+        fast = own < 1000
+        if c["hirate"]:
+            mine.append("%s %s µs%s" % (c["short"], us_s(t), " per HTTP request (the location "
+                                          "without a limit: %s µs)" % us_s(free)
+                                          if c["lang"] == "OpenResty" and free is not None
+                                          else ""))
+            if r["verdict"] != "limits" or not fast:
+                bad.append("%s: %s, %s µs per decision" % (c["short"], r["verdict"], us_s(t)))
+        else:
+            theirs.append("%s: %s, %s µs" % (c["short"], r["verdict"], us_s(t)))
+            if r["verdict"] == "limits" and fast:
+                bad.append("%s also limits in microseconds" % c["short"])
+    goal = ("still limiting while Redis is stopped (%d decisions on a capacity-%d key: exactly "
+            "%d admitted), in microseconds per decision after the first, unlike any contender"
+            % (res["params"]["outage"]["calls"], res["params"]["outage"]["capacity"],
+               res["params"]["outage"]["capacity"]))
+    if not mine:
+        out.append("- **Not measured**: %s." % goal)
+    elif not bad:
+        out.append("- **Met**: %s. hirate (median per decision after the first, which waits "
+                   "out the %d ms timeout): %s. The contenders: %s." % (
+                       goal, res["params"]["timeout_ms"], "; ".join(mine), "; ".join(theirs)))
+    else:
+        out.append("- **Not met**: %s: %s. hirate: %s. The contenders: %s." % (
+            goal, "; ".join(bad), "; ".join(mine), "; ".join(theirs)))
+    return out
+
+
+# ---- the charts ---------------------------------------------------------------------------------
+
+def charts(res, img):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        return {"files": [], "reason": "matplotlib is not installed: %s" % e}
+    if not res.get("contenders"):
+        return {"files": [], "reason": "the contenders were not run"}
+    os.makedirs(img, exist_ok=True)
+    plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "figure.dpi": 100})
+    cs = sorted(res["contenders"], key=lambda c: LANG_ORDER.index(c["lang"]))
+    files = []
+
+    def colour(c):
+        if c["hirate"]:
+            return HIRATE_COLOUR
+        return LANG_COLOUR[c["lang"]] if c["limiter"] else REFERENCE_COLOUR
+
+    def legend(fig, rows):
+        from matplotlib.patches import Patch
+        langs = [l for l in LANG_ORDER if any(c["lang"] == l and not c["hirate"] and
+                                              c["limiter"] for c in rows)]
+        handles = [Patch(color=HIRATE_COLOUR, label="hirate")]
+        handles += [Patch(color=LANG_COLOUR[l], label=l) for l in langs]
+        if any(not c["limiter"] for c in rows):
+            handles.append(Patch(color=REFERENCE_COLOUR, label="reference, not a limiter"))
+        fig.legend(handles=handles, loc="upper center", ncol=len(handles), frameon=False,
+                   bbox_to_anchor=(0.5, 0.965))
+
+    def common_xlim(axes, values, room):
+        """One log scale for all panels, so that bars compare across them."""
+        pos = [v for v in values if v and v > 0]
+        if not pos:
+            return
+        lo = 10 ** math.floor(math.log10(min(pos) / 1.5))
+        for ax in axes:
+            ax.set_xlim(lo, max(pos) * room)
+
+    def stamp(fig):
+        f = res.get("facts", {})
+        fig.text(0.995, 0.005, "hirate %s, %s; %s, %s cores; %s mode" % (
+            f.get("hirate", "?"), f.get("date", "?"), f.get("cpu", "?"), f.get("ncpu", "?"),
+            res.get("mode")), ha="right", va="bottom", fontsize=7, color="#666")
+
+    def per_scenario(name, key, xlabel, title, fmt):
+        rows = [c for c in cs if c["status"] == "ok" and "speed" in c["phases"]
+                and c["id"] in res["speed"]]
+        if not rows:
+            return
+        fig, axes = plt.subplots(2, 2, figsize=(13, 0.32 * len(rows) * 2 + 2.6), sharey=True)
+        every = []
+        for ax, sc in zip(axes.flat, res["scenarios"]):
+            ys, vals, lo, hi, cols = [], [], [], [], []
+            for i, c in enumerate(rows):
+                s = res["speed"][c["id"]].get(sc["id"], {})
+                v = s.get(key)
+                ys.append(i)
+                cols.append(colour(c))
+                if v:
+                    vals.append(v["median"])
+                    lo.append(v["median"] - v["min"])
+                    hi.append(v["max"] - v["median"])
+                else:
+                    vals.append(0)
+                    lo.append(0)
+                    hi.append(0)
+            ax.barh(ys, vals, xerr=[lo, hi], color=cols, error_kw={"elinewidth": 0.8,
+                                                                    "capsize": 2})
+            ax.set_xscale("log")
+            ax.set_title(sc["label"])
+            ax.set_xlabel(xlabel)
+            ax.grid(axis="x", which="both", alpha=0.25)
+            every += [v + h for v, h in zip(vals, hi)] + [v for v in vals if v > 0]
+            for y, v, h in zip(ys, vals, hi):
+                if v > 0:
+                    ax.text((v + h) * 1.1, y, fmt(v), va="center", fontsize=7)
+                else:
+                    ax.text(0.02, y, "failed", va="center", fontsize=7, color="#c00",
+                            transform=ax.get_yaxis_transform())
+        common_xlim(axes.flat, every, 12)
+        legend(fig, rows)
+        axes[0][0].set_yticks(range(len(rows)))
+        axes[0][0].set_yticklabels([c["short"] for c in rows])
+        axes[1][0].set_yticklabels([c["short"] for c in rows])
+        axes[0][0].invert_yaxis()
+        fig.suptitle(title, fontsize=12)
+        stamp(fig)
+        fig.tight_layout(rect=(0, 0.02, 1, 0.95))
+        fig.savefig(os.path.join(img, name))
+        plt.close(fig)
+        files.append(name)
+
+    p = res["params"]
+    per_scenario("bench-throughput.png", "rate", "decisions per second (log scale)",
+                 "Decisions per second: capacity %d, rate %g/s (median of %d rounds, min–max)"
+                 % (p["capacity"], p["rate"], p["rounds"]), rate_s)
+    per_scenario("bench-cpu.png", "cpu_us", "client CPU µs per decision (log scale; less is "
+                 "better)", "Client CPU per decision", us_s)
+
+    # Latency: p50 bars, p99 marks.
+    rows = [c for c in cs if c["status"] == "ok" and "speed" in c["phases"]
+            and c["id"] in res["speed"]]
+    if rows:
+        fig, axes = plt.subplots(2, 2, figsize=(13, 0.32 * len(rows) * 2 + 2.6), sharey=True)
+        every = []
+        for ax, sc in zip(axes.flat, res["scenarios"]):
+            p50 = [med(res["speed"][c["id"]].get(sc["id"], {}), "p50_us") or 0 for c in rows]
+            p99 = [med(res["speed"][c["id"]].get(sc["id"], {}), "p99_us") or 0 for c in rows]
+            every += p50 + p99
+            ax.barh(range(len(rows)), p50, color=[colour(c) for c in rows], label="p50")
+            ax.scatter(p99, range(len(rows)), marker="|", s=120, color="#222", label="p99",
+                       zorder=3)
+            ax.set_xscale("log")
+            ax.set_title(sc["label"])
+            ax.set_xlabel("µs per call (log scale): bar p50, mark p99")
+            ax.grid(axis="x", which="both", alpha=0.25)
+        axes[0][0].set_yticks(range(len(rows)))
+        axes[0][0].set_yticklabels([c["short"] for c in rows])
+        axes[1][0].set_yticklabels([c["short"] for c in rows])
+        axes[0][0].invert_yaxis()
+        common_xlim(axes.flat, every, 2)
+        legend(fig, rows)
+        fig.suptitle("Latency per call: bar p50, mark p99", fontsize=12)
+        stamp(fig)
+        fig.tight_layout(rect=(0, 0.02, 1, 0.95))
+        fig.savefig(os.path.join(img, "bench-latency.png"))
+        plt.close(fig)
+        files.append("bench-latency.png")
+
+    # While Redis is stopped.
+    ou = res.get("outage", {})
+    rows = [c for c in cs if c["id"] in ou and "verdict" in ou[c["id"]]]
+    if rows:
+        fig, ax = plt.subplots(figsize=(11, 0.38 * len(rows) + 1.6))
+        vals = [ou[c["id"]]["after_first_median_us"] for c in rows]
+        ax.barh(range(len(rows)), vals, color=[colour(c) for c in rows])
+        ax.set_xscale("log")
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([c["short"] for c in rows])
+        ax.invert_yaxis()
+        ax.set_xlim(right=max(vals) * 60)
+        ax.grid(axis="x", which="both", alpha=0.25)
+        ax.set_xlabel("µs per decision after the first, median (log scale)")
+        for i, (c, v) in enumerate(zip(rows, vals)):
+            r = ou[c["id"]]
+            what = {"limits": "still limits", "error": "every call fails",
+                    "allowed all": "allows everything", "refused all": "refuses everything",
+                    "no limit": "no limit", "mixed": "mixed"}[r["verdict"]]
+            txt = "%s µs — %s" % (us_s(v), what)
+            if c["limiter"]:
+                txt += ", %d of %d admitted" % (r["admitted"], r["calls"])
+            ax.text(v * 1.15, i, txt, va="center", fontsize=8)
+        ax.set_title("Redis stopped (SIGSTOP): %d decisions on a key of capacity %d, %d ms "
+                     "timeouts" % (p["outage"]["calls"], p["outage"]["capacity"],
+                                   p["timeout_ms"]))
+        stamp(fig)
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        fig.savefig(os.path.join(img, "bench-outage.png"))
+        plt.close(fig)
+        files.append("bench-outage.png")
+
+    me = res.get("memory", {})
+    rows = [c for c in cs if c["id"] in me and "bytes_per_key" in me[c["id"]]]
+    if rows:
+        fig, ax = plt.subplots(figsize=(9, 0.34 * len(rows) + 1.6))
+        vals = [me[c["id"]]["bytes_per_key"] for c in rows]
+        ax.barh(range(len(rows)), vals, color=[colour(c) for c in rows])
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([c["short"] for c in rows])
+        ax.invert_yaxis()
+        ax.set_xlim(right=max(vals) * 1.25)
+        for i, v in enumerate(vals):
+            ax.text(v + max(vals) * 0.01, i, "%.0f" % v, va="center", fontsize=8)
+        ax.set_xlabel("bytes of Redis used_memory per limited key (%s keys)"
+                      % grp(p["memory_keys"]))
+        ax.set_title("Redis memory per key after one decision")
+        stamp(fig)
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        fig.savefig(os.path.join(img, "bench-memory.png"))
+        plt.close(fig)
+        files.append("bench-memory.png")
+    return {"files": files}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", required=True)
+    ap.add_argument("--out", required=True, help="the Markdown page to write")
+    ap.add_argument("--img", required=True, help="the directory of the charts")
+    ap.add_argument("--c-dir", help="the C benchmarks' output (bench/run.sh)")
+    ap.add_argument("--facts", help="the run's facts, one tab-separated pair a line")
+    args = ap.parse_args()
+    path = Path(args.results)
+    res = json.loads(path.read_text()) if path.exists() else None
+    if res is None:
+        sys.exit("report.py: %s does not exist" % path)
+    if args.c_dir:
+        res["c_benchmarks"] = read_c(args.c_dir)
+    if args.facts:
+        res["facts"] = read_facts(args.facts)
+    res["charts"] = charts(res, args.img)
+    if args.c_dir or args.facts:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(res, indent=1) + "\n")
+        tmp.replace(path)
+    out = Path(args.out)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(Doc(res).render())
+    tmp.replace(out)
+
+
+if __name__ == "__main__":
+    main()

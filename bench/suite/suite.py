@@ -1,0 +1,798 @@
+#!/usr/bin/env python3
+"""hirate next to its peers, on one machine and one redis-server.
+
+    python3 bench/suite/suite.py --build BUILD --setup BUILD/suite/setup.json \\
+        --out RESULTS.json [--quick] [--rounds R] [--seconds S] [--warmup W]
+
+bench/run.sh runs this after the C benchmarks and bench/suite/install.py
+(which installs the contenders and writes setup.json). It starts one
+redis-server of its own and drives every contender through the harness
+protocol of bench/peers/README.md:
+
+  speed    the same work for each: capacity 100, rate 10/s, cost 1; one hot
+           key, and 100,000 keys drawn uniformly ("cold"); 1 client, and 8
+           concurrent (threads, goroutines, tasks or connections). Rounds are
+           interleaved: each round runs every contender once per scenario, in
+           an order reversed every other round, so that drift in the machine's
+           speed falls on all alike; each figure is the median over rounds,
+           with min..max. The server is emptied (FLUSHALL) before every run.
+  atomic   100 requests released together on one fresh key, capacity 10, a
+           rate so small that nothing refills: exactly 10 may pass.
+  outage   every contender's harness at once, connected; then SIGSTOP to the
+           server, 20 decisions each on a fresh capacity-10 key, SIGCONT.
+  memory   one decision on each of 10,000 keys (2,000 in quick mode),
+           capacity 100, rate 0.01/s: used_memory growth per key and
+           MEMORY USAGE of keys written.
+  pieces   bench/python, bench/lua and bench/nginx, the bindings' own
+           benchmarks, run as they are and kept as the markdown they print.
+
+A contender whose runtime is missing (setup.json) is reported as missing with
+the reason; a run that fails is kept with its error. Everything goes into one
+JSON file, from which bench/suite/report.py writes docs/benchmarks.md and the
+charts. Progress goes to stderr.
+"""
+
+import argparse
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = time.monotonic()
+
+CAPACITY, RATE = 100, 10.0
+COLD_KEYS = 100_000
+CONCURRENCY = (1, 8)
+TIMEOUT_MS = 100
+ATOMIC = {"requests": 100, "capacity": 10, "rate": 0.001}
+# A burst of 100 new connections can take longer than a 100 ms timeout on a
+# busy machine: the atomic test gives every client 1 s, so that it measures
+# the limit and not the connect.
+ATOMIC_TIMEOUT_MS = 1000
+OUTAGE = {"calls": 20, "capacity": 10, "rate": 0.001}
+# The memory test's rate: small, so that no key expires before it is
+# measured (hirate's live only until their bucket is full again).
+MEMORY_RATE = 0.01
+
+SCENARIOS = [
+    {"id": "hot-1", "keys": 1, "concurrency": 1, "label": "1 hot key, 1 client"},
+    {"id": "cold-1", "keys": COLD_KEYS, "concurrency": 1, "label": "100,000 keys, 1 client"},
+    {"id": "hot-8", "keys": 1, "concurrency": 8, "label": "1 hot key, 8 concurrent"},
+    {"id": "cold-8", "keys": COLD_KEYS, "concurrency": 8, "label": "100,000 keys, 8 concurrent"},
+]
+
+
+def step(msg):
+    sys.stderr.write("[bench %4ds] %s\n" % (time.monotonic() - T0 + START_OFFSET, msg))
+    sys.stderr.flush()
+
+
+START_OFFSET = float(os.environ.get("BENCH_ELAPSED", "0"))
+_TTY = sys.stderr.isatty()
+
+
+def progress(msg):
+    """A progress line: rewritten in place on a terminal, one line each otherwise."""
+    if _TTY:
+        sys.stderr.write("\r\033[K  " + msg)
+    else:
+        sys.stderr.write("  " + msg + "\n")
+    sys.stderr.flush()
+
+
+def progress_done():
+    if _TTY:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+
+
+# ---- the contenders ---------------------------------------------------------------------
+
+class Contender:
+    def __init__(self, id, short, lang, label, runtime, impl, hirate=False, limiter=True,
+                 phases=("speed", "atomic", "outage", "memory"), needs=(), note=None):
+        self.id, self.short, self.lang, self.label = id, short, lang, label
+        self.runtime, self.impl, self.hirate = runtime, impl, hirate
+        self.limiter = limiter
+        # Not a limiter: speed only (and, for the unlimited nginx location,
+        # the outage, as the HTTP cost next to the limited locations').
+        self.phases = set(phases if limiter else ("speed",) + (("outage",) if runtime == "nginx"
+                                                               else ()))
+        self.needs = needs          # files of other pieces this contender uses
+        self.note = note
+        self.reason = None          # why it is missing, if it is
+        self.argv, self.env = None, None
+
+    def to_json(self):
+        return {"id": self.id, "short": self.short, "lang": self.lang, "label": self.label, "hirate": self.hirate,
+                "limiter": self.limiter, "phases": sorted(self.phases),
+                "status": "missing" if self.reason else "ok", "reason": self.reason,
+                "note": self.note}
+
+
+def contenders():
+    C = Contender
+    NGINX = "tests/lua/nginx/harness.py"
+    return [
+        C("c/hiredis", "C: hiredis loop", "C",
+          "plain hiredis EVALSHA loop (`redisCommandArgv`, hirate's script)", "c", "hiredis",
+          note="the floor for any client: one round trip per decision, nothing else"),
+        C("c/hirate", "C: hirate_allow", "C", "`hirate_allow`", "c", "hirate", hirate=True),
+        C("c/hirate-nocache", "C: hirate_allow, no deny cache", "C",
+          "`hirate_allow`, deny cache off", "c", "hirate-nocache", hirate=True,
+          phases=("speed",), note="every decision a round trip, as for the others"),
+        C("c/hirate-batch", "C: hirate_allow_many", "C", "`hirate_allow_many`, 16 per call",
+          "c", "hirate-batch", hirate=True, phases=("speed",)),
+        C("c/redis-benchmark", "C: redis-benchmark -P 16", "C",
+          "`redis-benchmark -P 16`, EVALSHA of hirate's script", "redis-benchmark", None,
+          limiter=False, note="the ceiling of the server itself, not a limiter"),
+        C("go/article", "Go: seed article", "Go",
+          "seed article: go-redis v9 `Script.Run` of its own script", "go", "article"),
+        C("go/redis_rate", "Go: redis_rate", "Go", "go-redis/redis_rate v10 (GCRA)", "go",
+          "redis_rate"),
+        C("node/rlf", "Node: rate-limiter-flexible", "Node",
+          "rate-limiter-flexible `RateLimiterRedis` on ioredis", "node", "rlf"),
+        C("node/rlf-insured", "Node: rate-limiter-flexible + insurance", "Node",
+          "rate-limiter-flexible with an in-memory `insuranceLimiter`", "node", "rlf-insured",
+          phases=("outage",), note="the same as rate-limiter-flexible while Redis is up"),
+        C("py/redis-py", "Python: redis-py script", "Python",
+          "redis-py `register_script` of hirate's script, threads", "python", "redis-py"),
+        C("py/redis-py-async", "Python: redis-py asyncio script", "Python",
+          "redis-py asyncio `register_script`, tasks", "python", "redis-py-async"),
+        C("py/limits-moving", "Python: limits moving window", "Python",
+          "limits, moving window (Redis)", "python", "limits-moving"),
+        C("py/limits-sliding", "Python: limits sliding window", "Python",
+          "limits, sliding window counter (Redis)", "python", "limits-sliding"),
+        C("py/hirate", "Python: hirate.Limiter", "Python", "`hirate.Limiter`, threads", "python",
+          "hirate", hirate=True),
+        C("py/hirate-async", "Python: hirate.AsyncLimiter", "Python",
+          "`hirate.AsyncLimiter`, tasks", "python", "hirate-async", hirate=True),
+        C("resty/free", "OpenResty: no limit", "OpenResty", "nginx location without a limit",
+          "nginx", "free", limiter=False, needs=(NGINX,),
+          note="what nginx and the HTTP client cost without a limit"),
+        C("resty/hand", "OpenResty: hand-written EVALSHA", "OpenResty",
+          "hand-written cosocket EVALSHA (`bench/nginx/handwritten.lua`)", "nginx", "hand",
+          needs=(NGINX, "bench/nginx/handwritten.lua")),
+        C("resty/hirate", "OpenResty: hirate.resty", "OpenResty", "`hirate.resty.limit{}`",
+          "nginx", "hirate", hirate=True, needs=(NGINX, "bindings/lua/hirate/resty.lua")),
+    ]
+
+
+def resolve(cs, build, setup):
+    """Fills each contender's command, or the reason it cannot run."""
+    rt = setup.get("runtimes", {})
+    for c in cs:
+        missing = [n for n in c.needs if not (ROOT / n).exists()]
+        if missing:
+            c.reason = "%s not in this checkout" % ", ".join(missing)
+            continue
+        env = dict(os.environ)
+        if c.runtime == "c":
+            exe = build / "bench" / "peer_c"
+            if not exe.exists():
+                c.reason = "%s is not built" % exe
+                continue
+            c.argv = [str(exe)]
+        elif c.runtime == "redis-benchmark":
+            exe = shutil.which("redis-benchmark")
+            if not exe:
+                c.reason = "redis-benchmark not found (apt-get install redis-tools)"
+                continue
+            c.argv = [exe]
+        else:
+            r = rt.get(c.runtime if c.runtime != "nginx" else "nginx", {})
+            if not r.get("ok"):
+                c.reason = r.get("reason") or "%s was not set up" % c.runtime
+                continue
+            if c.runtime == "go":
+                c.argv = [r["binary"]]
+            elif c.runtime == "node":
+                c.argv = [r["node"], str(ROOT / "bench" / "peers" / "node" / "harness.js")]
+                env["NODE_PATH"] = r["node_path"]
+            elif c.runtime == "python":
+                if c.impl == "hirate-async" and not setup["versions"].get("hirate.AsyncLimiter"):
+                    c.reason = "the installed hirate has no AsyncLimiter"
+                    continue
+                c.argv = [r["python"], str(ROOT / "bench" / "peers" / "python" / "harness.py")]
+            elif c.runtime == "nginx":
+                c.argv = [sys.executable, str(ROOT / "bench" / "peers" / "nginx" /
+                                              "peer_nginx.py")]
+                env["HIRATE_LUAJIT_CPATH"] = rt["lua"]["luajit_cpath"]
+        c.env = env
+
+
+# ---- a redis-server of our own -------------------------------------------------------------
+
+def resp(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class Redis:
+    """redis-server on a free loopback port in a temporary directory, and a
+    minimal RESP client for the driver's own commands."""
+
+    def __init__(self, work):
+        self.dir = tempfile.mkdtemp(prefix="redis-", dir=work)
+        self.proc = None
+        self.sock = None
+        # A port outside the ephemeral range, so that no client's own
+        # connection can take it.
+        lo, hi = 32768, 60999
+        try:
+            lo, hi = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        except (OSError, ValueError):
+            pass
+        span = (10000, lo - 1) if lo > 11024 else (hi + 1, 65535)
+        import random
+        for _ in range(20):
+            port = random.randint(*span)
+            if self._answers(port):
+                continue
+            self.proc = subprocess.Popen(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", self.dir, "--logfile",
+                 os.path.join(self.dir, "redis.log")],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                if self._answers(port):
+                    self.port = port
+                    self.url = "redis://127.0.0.1:%d" % port
+                    return
+                time.sleep(0.05)
+            self.close()
+        raise RuntimeError("could not start redis-server (see %s/redis.log)" % self.dir)
+
+    @staticmethod
+    def _answers(port):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+                s.sendall(resp("PING"))
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def cmd(self, *args):
+        if self.sock is None:
+            self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+            self.file = self.sock.makefile("rb")
+        self.sock.sendall(resp(*args))
+        return self._read()
+
+    def _read(self):
+        line = self.file.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError("redis: " + rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.file.read(n + 2)[:-2]
+            return data.decode(errors="replace")
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._read() for _ in range(n)]
+        raise RuntimeError("redis: unexpected reply %r" % line)
+
+    def info(self, section):
+        out = {}
+        for line in self.cmd("INFO", section).splitlines():
+            if ":" in line and not line.startswith("#"):
+                k, v = line.split(":", 1)
+                out[k] = v
+        return out
+
+    def fresh(self):
+        """An empty server with its command statistics zeroed."""
+        self.cmd("FLUSHALL", "SYNC")
+        self.cmd("CONFIG", "RESETSTAT")
+
+    def script_stats(self):
+        """Calls and microseconds of the commands clients sent (INFO
+        commandstats), without the driver's own."""
+        calls = usec = 0
+        own = {"info", "config", "flushall", "ping", "script", "memory", "randomkey",
+               "dbsize", "client", "hello", "select", "auth", "command"}
+        for k, v in self.info("commandstats").items():
+            name = k.removeprefix("cmdstat_").split("|")[0]
+            if name in own:
+                continue
+            f = dict(x.split("=") for x in v.split(","))
+            calls += int(f["calls"])
+            usec += int(f["usec"])
+        return calls, usec
+
+    def stop(self):
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def cont(self):
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def close(self):
+        if self.sock:
+            self.sock.close()
+            self.sock = None
+        if self.proc and self.proc.poll() is None:
+            # SIGCONT first: a stopped server keeps SIGTERM pending forever.
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+# ---- running one harness -------------------------------------------------------------------
+
+class RunError(Exception):
+    pass
+
+
+def harness(c, mode, args, timeout):
+    """Runs c's harness in mode; its JSON object, or RunError."""
+    argv = c.argv + [mode, "--impl", c.impl] + [str(a) for a in args]
+    try:
+        p = subprocess.run(argv, env=c.env, stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        raise RunError("no answer within %d s" % timeout)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not lines:
+        tail = [l for l in p.stderr.strip().splitlines() if l.strip()][-2:]
+        raise RunError("exit %d: %s" % (p.returncode, " / ".join(tail) or "no output"))
+    return json.loads(lines[-1])
+
+
+def redis_benchmark(c, redis, sc, seconds, calib):
+    """redis-benchmark -P 16 with EVALSHA of hirate's script, as a harness run.
+    -n is set from the previous run's rate so that a run lasts about `seconds`."""
+    sha = redis.sha
+    clients = sc["concurrency"]
+    n = max(2000, int(calib.get(sc["id"], 5000 * clients) * seconds))
+    argv = c.argv + ["-h", "127.0.0.1", "-p", str(redis.port), "-c", str(clients), "-P", "16",
+                     "-n", str(n), "--csv"]
+    if sc["keys"] > 1:
+        argv += ["-r", str(sc["keys"]), "EVALSHA", sha, "1", "rl:user:__rand_int__"]
+    else:
+        argv += ["EVALSHA", sha, "1", "rl:user:000000"]
+    argv += [str(CAPACITY), rate_arg(RATE), "1", "1"]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=seconds * 20 + 60)
+    except subprocess.TimeoutExpired:
+        raise RunError("redis-benchmark ran too long")
+    wall = time.monotonic() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    rows = [l for l in p.stdout.splitlines() if l.startswith('"EVALSHA')]
+    if p.returncode != 0 or not rows:
+        raise RunError("redis-benchmark: exit %d: %s" % (p.returncode, p.stderr.strip()[-200:]))
+    head = [h.strip('"') for h in p.stdout.splitlines()[0].split(",")]
+    row = dict(zip(head, (v.strip('"') for v in rows[0].split(","))))
+    rps = float(row["rps"])
+    calib[sc["id"]] = rps
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    return {"decisions": n, "allowed": None, "errors": 0,
+            "p50_us": float(row["p50_latency_ms"]) * 1e3,
+            "p99_us": float(row["p99_latency_ms"]) * 1e3,
+            "cpu_s": cpu, "wall_s": n / rps, "process_wall_s": wall, "error": None}
+
+
+def rate_arg(rate):
+    for prec in range(1, 18):
+        s = "%.*g" % (prec, rate)
+        if float(s) == rate:
+            return s
+    return repr(rate)
+
+
+# ---- statistics ------------------------------------------------------------------------------
+
+def summarize(runs):
+    """Median and min..max over the good runs of: decisions/s, p50, p99, client
+    CPU µs per decision, server µs per call."""
+    good = [r for r in runs if "error_run" not in r and r.get("decisions")]
+    out = {"runs": len(runs), "good": len(good)}
+    bad = [r["error_run"] for r in runs if "error_run" in r]
+    if bad:
+        out["failures"] = bad
+    series = {
+        "rate": [r["decisions"] / r["wall_s"] for r in good],
+        "p50_us": [r["p50_us"] for r in good],
+        "p99_us": [r["p99_us"] for r in good],
+        "cpu_us": [r["cpu_s"] / r["decisions"] * 1e6 for r in good],
+        "server_us_per_call": [r["server_us_per_call"] for r in good
+                               if r.get("server_us_per_call") is not None],
+        "allowed_share": [r["allowed"] / r["decisions"] for r in good
+                          if r.get("allowed") is not None],
+    }
+    for k, v in series.items():
+        if v:
+            out[k] = {"median": statistics.median(v), "min": min(v), "max": max(v)}
+    errors = sum(r.get("errors", 0) for r in good)
+    if errors:
+        out["errors"] = errors
+        out["error"] = next((r["error"] for r in good if r.get("error")), None)
+    return out
+
+
+# ---- the phases --------------------------------------------------------------------------------
+
+def phase_speed(cs, redis, p, results):
+    runnable = [c for c in cs if not c.reason and "speed" in c.phases]
+    total = len(runnable) * len(SCENARIOS) * p.rounds
+    done = 0
+    calib = {}
+    raw = {c.id: {sc["id"]: [] for sc in SCENARIOS} for c in runnable}
+    step("peers: %d rounds x %d scenarios x %d contenders, %.2g s each after %.2g s of "
+         "warm-up (%s)" % (p.rounds, len(SCENARIOS), len(runnable), p.seconds, p.warmup,
+                           redis.url))
+    t_start = time.monotonic()
+    for rnd in range(p.rounds):
+        order = runnable if rnd % 2 == 0 else runnable[::-1]
+        for sc in SCENARIOS:
+            for c in order:
+                done += 1
+                eta = ""
+                if done > 1:
+                    left = (time.monotonic() - t_start) / (done - 1) * (total - done + 1)
+                    eta = ", about %dm%02ds left" % (left // 60, left % 60)
+                progress("peers: round %d/%d, %s: %s (%d/%d%s)" % (
+                    rnd + 1, p.rounds, sc["label"], c.id, done, total, eta))
+                redis.fresh()
+                try:
+                    if c.runtime == "redis-benchmark":
+                        r = redis_benchmark(c, redis, sc, p.seconds, calib)
+                    else:
+                        r = harness(c, "speed", [
+                            "--url", redis.url, "--keys", sc["keys"],
+                            "--concurrency", sc["concurrency"], "--seconds", p.seconds,
+                            "--warmup", p.warmup, "--capacity", CAPACITY, "--rate",
+                            rate_arg(RATE), "--seed", rnd + 1, "--timeout-ms", TIMEOUT_MS],
+                            timeout=p.seconds + p.warmup + 60)
+                    calls, usec = redis.script_stats()
+                    if calls:
+                        r["server_us_per_call"] = usec / calls
+                    r["redis_calls"] = calls
+                    r["round"] = rnd + 1
+                except RunError as e:
+                    r = {"error_run": str(e), "round": rnd + 1}
+                raw[c.id][sc["id"]].append(r)
+    progress_done()
+    for c in runnable:
+        results["speed"][c.id] = {}
+        for sc in SCENARIOS:
+            runs = raw[c.id][sc["id"]]
+            s = summarize(runs)
+            s["raw"] = runs
+            results["speed"][c.id][sc["id"]] = s
+
+
+def phase_atomic(cs, redis, p, results):
+    runnable = [c for c in cs if not c.reason and "atomic" in c.phases]
+    step("concurrency test: %d requests at once on one fresh key, capacity %d, rate %g/s, "
+         "for %d contenders" % (ATOMIC["requests"], ATOMIC["capacity"], ATOMIC["rate"],
+                                len(runnable)))
+    for i, c in enumerate(runnable):
+        progress("concurrency test: %s (%d/%d)" % (c.id, i + 1, len(runnable)))
+        try:
+            r = harness(c, "atomic", [
+                "--url", redis.url, "--key", "atomic:" + c.id.replace("/", "-"),
+                "--requests", ATOMIC["requests"], "--capacity", ATOMIC["capacity"],
+                "--rate", rate_arg(ATOMIC["rate"]), "--timeout-ms", ATOMIC_TIMEOUT_MS],
+                timeout=120)
+            r["holds"] = r["admitted"] == ATOMIC["capacity"] and r["errors"] == 0
+        except RunError as e:
+            r = {"error_run": str(e)}
+        results["atomic"][c.id] = r
+    progress_done()
+
+
+def phase_outage(cs, redis, p, results):
+    """Every contender's harness at once: connected, then Redis stopped."""
+    runnable = [c for c in cs if not c.reason and "outage" in c.phases]
+    by_id = {c.id: c for c in runnable}
+    step("outage: %d contenders connect, redis-server gets SIGSTOP, %d decisions each on a "
+         "fresh capacity-%d key, then SIGCONT" % (len(runnable), OUTAGE["calls"],
+                                                  OUTAGE["capacity"]))
+    redis.fresh()
+    procs, errs = {}, {}
+    for c in runnable:
+        argv = c.argv + ["outage", "--impl", c.impl, "--url", redis.url,
+                         "--key", "outage:" + c.id.replace("/", "-"),
+                         "--calls", str(OUTAGE["calls"]), "--capacity", str(OUTAGE["capacity"]),
+                         "--rate", rate_arg(OUTAGE["rate"]), "--timeout-ms", str(TIMEOUT_MS)]
+        # stderr to a file: a chatty client must not block on a full pipe.
+        errs[c.id] = tempfile.TemporaryFile(mode="w+")
+        procs[c.id] = subprocess.Popen(argv, env=c.env, cwd=ROOT, stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=errs[c.id],
+                                       text=True, start_new_session=True)
+    out = {}
+    try:
+        # Ready: each has made one decision against the live server.
+        deadline = time.monotonic() + 60
+        waiting = dict(procs)
+        while waiting and time.monotonic() < deadline:
+            r, _, _ = select.select([pr.stdout for pr in waiting.values()], [], [], 1)
+            for cid, pr in list(waiting.items()):
+                if pr.stdout in r:
+                    line = pr.stdout.readline()
+                    if line.startswith('{"ready"') or line.startswith('{"ready'):
+                        del waiting[cid]
+                    elif not line:
+                        del waiting[cid]
+                        pr.wait()
+                        out[cid] = {"error_run": "exit %d before ready: %s" % (
+                            pr.returncode, tail(errs[cid]))}
+        for cid in waiting:
+            out[cid] = {"error_run": "not ready within 60 s"}
+        ready = [cid for cid in procs if cid not in out]
+        progress("outage: %d harnesses ready; SIGSTOP" % len(ready))
+        redis.stop()
+        stopped_at = time.monotonic()
+        for cid in ready:
+            procs[cid].stdin.write("go\n")
+            procs[cid].stdin.flush()
+        for cid in ready:
+            left = max(1.0, stopped_at + 180 - time.monotonic())
+            try:
+                stdout, _ = procs[cid].communicate(timeout=left)
+                lines = [l for l in stdout.splitlines() if l.startswith("{")]
+                out[cid] = json.loads(lines[-1]) if lines else {
+                    "error_run": "exit %d: %s" % (procs[cid].returncode, tail(errs[cid]))}
+            except subprocess.TimeoutExpired:
+                out[cid] = {"error_run": "still deciding after 180 s"}
+        progress_done()
+    finally:
+        redis.cont()
+        for pr in procs.values():
+            if pr.poll() is None:
+                os.killpg(pr.pid, signal.SIGKILL)
+            pr.wait()
+        for f in errs.values():
+            f.close()
+    for cid, r in out.items():
+        if "lat_us" in r:
+            lat = sorted(r["lat_us"])
+            r["median_us"] = statistics.median(lat)
+            r["max_us"] = lat[-1]
+            r["first_us"] = r["lat_us"][0]
+            r["after_first_median_us"] = statistics.median(r["lat_us"][1:]) \
+                if len(lat) > 1 else lat[0]
+            r["verdict"] = outage_verdict(r, by_id[cid].limiter)
+        results["outage"][cid] = r
+    # The server works again.
+    redis.cmd("PING")
+
+
+def outage_verdict(r, limiter=True):
+    cap, calls = OUTAGE["capacity"], r["calls"]
+    if not limiter:
+        return "no limit"
+    if r["errors"] == calls:
+        return "error"
+    if r["admitted"] == calls:
+        return "allowed all"
+    if r["admitted"] == cap and r["errors"] == 0:
+        return "limits"
+    if r["admitted"] == 0 and r["errors"] == 0:
+        return "refused all"
+    return "mixed"
+
+
+def tail(f):
+    """The last two lines of a harness's stderr file."""
+    f.seek(0)
+    return " / ".join([l for l in f.read().strip().splitlines() if l.strip()][-2:])
+
+
+def phase_memory(cs, redis, p, results):
+    runnable = [c for c in cs if not c.reason and "memory" in c.phases]
+    step("memory: one decision on each of %s keys per contender, used_memory and MEMORY USAGE"
+         % format(p.memory_keys, ","))
+    for i, c in enumerate(runnable):
+        progress("memory: %s (%d/%d)" % (c.id, i + 1, len(runnable)))
+        redis.fresh()
+        before = int(redis.info("memory")["used_memory"])
+        try:
+            r = harness(c, "fill", ["--url", redis.url, "--keys", p.memory_keys,
+                                    "--capacity", CAPACITY, "--rate", rate_arg(MEMORY_RATE),
+                                    "--timeout-ms", 1000], timeout=300)
+        except RunError as e:
+            results["memory"][c.id] = {"error_run": str(e)}
+            continue
+        # The harness's connections hold buffers until the server has seen
+        # them close.
+        deadline = time.monotonic() + 3
+        while int(redis.info("clients")["connected_clients"]) > 1 and \
+                time.monotonic() < deadline:
+            time.sleep(0.02)
+        after = int(redis.info("memory")["used_memory"])
+        nkeys = redis.cmd("DBSIZE")
+        usage = []
+        for _ in range(20):
+            k = redis.cmd("RANDOMKEY")
+            if k is None:
+                break
+            u = redis.cmd("MEMORY", "USAGE", k, "SAMPLES", "0")
+            if u is not None:
+                usage.append((u, k))
+        usage.sort()
+        r["bytes_per_key"] = (after - before) / p.memory_keys
+        r["redis_keys"] = nkeys
+        r["redis_keys_per_key"] = nkeys / p.memory_keys
+        if usage:
+            r["memory_usage"] = usage[len(usage) // 2][0]
+            r["sample_key"] = usage[len(usage) // 2][1]
+        results["memory"][c.id] = r
+    progress_done()
+
+
+# ---- the pieces: the bindings' own benchmarks ----------------------------------------------
+
+def pieces(build, setup, quick):
+    """(name, path that must exist, argv, env, why it cannot run or None)."""
+    rt = setup.get("runtimes", {})
+    py = rt.get("python", {})
+    lua = rt.get("lua", {})
+    out = []
+    for script, args in (("bench/python/bench_sync.py",
+                          ["--rounds", "1", "--seconds", "0.2"] if quick else []),
+                         ("bench/python/bench_async.py",
+                          ["--rounds", "1", "--decisions", "500"] if quick else [])):
+        why = None if py.get("ok") else "the bench venv is missing: %s" % py.get("reason")
+        out.append((script, script, [py.get("python"), str(ROOT / script)] + args, None, why))
+    env = dict(os.environ)
+    if quick:
+        env.update(BENCH_LUA_ROUNDS="1", BENCH_LUA_SECONDS="0.3")
+    why = None if lua.get("ok") else "hirate's Lua module is missing: %s" % lua.get("reason")
+    out.append(("bench/lua/run.sh", "bench/lua/run.sh",
+                [str(ROOT / "bench/lua/run.sh"), lua.get("dir") or ""], env, why))
+    env = dict(os.environ, HIRATE_BENCH_BUILD=lua.get("dir") or "")
+    ng = rt.get("nginx", {})
+    why = None if ng.get("ok") else ng.get("reason")
+    out.append(("bench/nginx/run.sh", "bench/nginx/run.sh",
+                [str(ROOT / "bench/nginx/run.sh")] +
+                (["--seconds", "1", "--rounds", "1"] if quick else []), env, why))
+    return out
+
+
+def phase_pieces(build, setup, p, results):
+    for name, path, argv, env, why in pieces(build, setup, p.quick):
+        entry = {"command": " ".join([name] + argv[2 if name.endswith(".py") else 1:])}
+        if p.quick and not p.pieces:
+            # They take minutes even when short (bench/nginx counts
+            # instructions): a quick run would not stay quick.
+            entry.update(status="skipped", reason="quick mode; `make bench` runs them, "
+                         "or BENCH_PIECES=1 with QUICK=1")
+        elif not (ROOT / path).exists():
+            entry.update(status="missing", reason="%s is not in this checkout" % path)
+        elif why:
+            entry.update(status="missing", reason=why)
+        else:
+            step("piece: %s" % entry["command"])
+            t0 = time.monotonic()
+            try:
+                pr = subprocess.run(argv, env=env, cwd=ROOT, stdin=subprocess.DEVNULL,
+                                    capture_output=True, text=True, timeout=900)
+                if pr.returncode == 0 and pr.stdout.strip():
+                    entry.update(status="ok", markdown=pr.stdout.strip())
+                else:
+                    lines = [l for l in pr.stderr.strip().splitlines() if l.strip()][-3:]
+                    entry.update(status="failed", reason="exit %d: %s" % (
+                        pr.returncode, " / ".join(lines) or "no output"))
+            except subprocess.TimeoutExpired:
+                entry.update(status="failed", reason="ran for more than 900 s")
+            entry["seconds"] = round(time.monotonic() - t0, 1)
+        if entry["status"] not in ("ok", "skipped"):
+            step("piece: %s: %s (%s)" % (name, entry["status"], entry["reason"]))
+        results["pieces"][name] = entry
+
+
+# ---- main ------------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", required=True, help="the CMake build with bench/peer_c")
+    ap.add_argument("--setup", required=True, help="setup.json from bench/suite/install.py")
+    ap.add_argument("--out", required=True, help="the results JSON to write")
+    ap.add_argument("--quick", action="store_true", help="one short round: a check, not figures")
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--seconds", type=float)
+    ap.add_argument("--warmup", type=float)
+    ap.add_argument("--memory-keys", type=int)
+    ap.add_argument("--only", help="contender ids to run, comma-separated (default: all)")
+    ap.add_argument("--phases", default="speed,atomic,outage,memory,pieces")
+    ap.add_argument("--pieces", action="store_true",
+                    help="run the bindings' own benchmarks in quick mode too")
+    p = ap.parse_args()
+    p.rounds = p.rounds or (1 if p.quick else 5)
+    p.seconds = p.seconds or (0.25 if p.quick else 1.0)
+    p.warmup = p.warmup if p.warmup is not None else (0.1 if p.quick else 0.3)
+    p.memory_keys = p.memory_keys or (2000 if p.quick else 10000)
+    phases = set(p.phases.split(","))
+    build = Path(p.build).resolve()
+    setup = json.loads(Path(p.setup).read_text())
+
+    cs = contenders()
+    resolve(cs, build, setup)
+    if p.only:
+        only = set(p.only.split(","))
+        unknown = only - {c.id for c in cs}
+        if unknown:
+            sys.exit("suite.py: --only: unknown contenders %s" % ", ".join(sorted(unknown)))
+        cs = [c for c in cs if c.id in only]
+    for c in cs:
+        if c.reason:
+            step("missing: %s (%s)" % (c.id, c.reason))
+
+    results = {
+        "schema": 1,
+        "mode": "quick" if p.quick else "full",
+        "params": {"rounds": p.rounds, "seconds": p.seconds, "warmup": p.warmup,
+                   "capacity": CAPACITY, "rate": RATE, "cold_keys": COLD_KEYS,
+                   "concurrency": list(CONCURRENCY), "timeout_ms": TIMEOUT_MS,
+                   "atomic": dict(ATOMIC, timeout_ms=ATOMIC_TIMEOUT_MS), "outage": OUTAGE,
+                   "memory_keys": p.memory_keys, "memory_rate": MEMORY_RATE,
+                   "phases": sorted(phases)},
+        "scenarios": SCENARIOS,
+        "contenders": [c.to_json() for c in cs],
+        "versions": setup.get("versions", {}),
+        "runtimes": {k: {"ok": v.get("ok"), "reason": v.get("reason")}
+                     for k, v in setup.get("runtimes", {}).items()},
+        "speed": {}, "atomic": {}, "outage": {}, "memory": {}, "pieces": {},
+    }
+    work = tempfile.mkdtemp(prefix="hirate-suite-")
+    redis = None
+    try:
+        redis = Redis(work)
+        script = (ROOT / "lua" / "token_bucket.lua").read_bytes()
+        redis.sha = redis.cmd("SCRIPT", "LOAD", script)
+        results["redis"] = {"version": redis.info("server").get("redis_version"),
+                            "script_sha1": redis.sha}
+        if "speed" in phases:
+            phase_speed(cs, redis, p, results)
+        if "atomic" in phases:
+            phase_atomic(cs, redis, p, results)
+        if "outage" in phases:
+            phase_outage(cs, redis, p, results)
+        if "memory" in phases:
+            phase_memory(cs, redis, p, results)
+    finally:
+        if redis:
+            redis.close()
+        shutil.rmtree(work, ignore_errors=True)
+    if "pieces" in phases:
+        phase_pieces(build, setup, p, results)
+    Path(p.out).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(str(p.out) + ".tmp")
+    tmp.write_text(json.dumps(results, indent=1) + "\n")
+    tmp.replace(p.out)
+    step("peers: results in %s" % p.out)
+
+
+if __name__ == "__main__":
+    main()
