@@ -80,10 +80,25 @@ end
 -- Arguments: checked here so that messages name the method the caller
 -- used, with the core's wording.
 
--- Like the C module's luaL_argerror, without a position: nginx logs the
--- traceback of an uncaught error anyway.
+-- Errors point at the caller's line, as the C module's do in plain Lua:
+-- at the first stack level outside this file (none when that is a C
+-- function, pcall say).
+local THIS = debug.getinfo(1, "S").source
+
+local function raise(msg)
+    local level = 2
+    while true do
+        local info = debug.getinfo(level, "S")
+        if not info or info.source ~= THIS then
+            break
+        end
+        level = level + 1
+    end
+    error(msg, level)
+end
+
 local function arg_error(fname, n, msg)
-    error(format("bad argument #%d to '%s' (%s)", n, fname, msg), 0)
+    raise(format("bad argument #%d to '%s' (%s)", n, fname, msg))
 end
 
 -- A number as the C module shows it in messages: whole numbers in full,
@@ -136,9 +151,9 @@ end
 local function check_phase(fname)
     local phase = get_phase()
     if not COSOCKET_PHASES[phase] then
-        error(format("hirate: %s cannot reach Redis in the '%s' phase, where nginx has no "
+        raise(format("hirate: %s cannot reach Redis in the '%s' phase, where nginx has no "
             .. "cosockets; call it from rewrite, access or content (or a timer: ngx.timer.at)",
-            fname, phase), 0)
+            fname, phase))
     end
 end
 
@@ -352,6 +367,13 @@ local function check_seconds(opts, name, default, lo, hi)
     return v
 end
 
+-- core.new from a Lua frame, so that its argument errors name 'new' (under
+-- pcall directly they would say '?'); not a tail call, which would lose it.
+local function make_core(opts)
+    local lim = core.new(opts)
+    return lim
+end
+
 --- hirate.new{...} inside OpenResty. The options are those of the C limiter
 --- plus keepalive_timeout (seconds an idle pooled connection is kept, default
 --- 60; 0 keeps it for ever) and backlog (see above).
@@ -372,7 +394,11 @@ function _M.new(opts)
             copy[k] = v
         end
     end
-    local lim = core.new(copy)
+    local made, lim = pcall(make_core, copy)
+    if not made then
+        -- The core's message, at the caller's line rather than this one's.
+        raise((gsub(tostring(lim), "^[^\n]-:%d+: ", "", 1)))
+    end
     local self = setmetatable({
         lim = lim,
         capacity = opts.capacity,
@@ -566,7 +592,7 @@ local LIMIT_OPTIONS = {
 local compiled = setmetatable({}, { __mode = "k" })
 
 local function limit_error(msg)
-    error("hirate.resty.limit: " .. msg, 0)
+    raise("hirate.resty.limit: " .. msg)
 end
 
 local function compile(opts)
@@ -734,8 +760,8 @@ local function key_of(c)
         if type(v) == "number" and v == floor(v) then
             v = headers.int(v)
         elseif type(v) ~= "string" then
-            error("hirate.resty.limit: a key function must return a string, a whole number "
-                .. "or nil, got " .. type(v), 0)
+            raise("hirate.resty.limit: a key function must return a string, a whole number "
+                .. "or nil, got " .. type(v))
         end
         ident = "k:" .. v
     end
