@@ -74,6 +74,7 @@ def build_conf(prefix, ports, lua_path, lua_cpath, vectors):
         "worker_shutdown_timeout 1s;",
         "env HIRATE_TEST_REDIS_PORT;",
         "env HIRATE_TEST_REDIS_UNIX;",
+        "env HIRATE_TEST_DEAD_PORT;",
     ]
     if os.geteuid() == 0:
         main.append("user root;")   # workers read the checkout and the temp prefix

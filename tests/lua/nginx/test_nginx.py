@@ -24,8 +24,8 @@ from collections import Counter, defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import (ROOT, Nginx, RedisServer, build_conf, get, get_many, join,  # noqa: E402
-                     redis_commands)
+from harness import (ROOT, Nginx, RedisServer, build_conf, free_port, get,  # noqa: E402
+                     get_many, join, redis_commands)
 
 VECTORS = ROOT / "tests" / "vectors" / "token_bucket.json"
 S = None   # the running servers, set up once for the module
@@ -58,7 +58,8 @@ class Servers:
             lua_cpath = os.path.join(cpath, "?.so") + ";;"
             env = dict(os.environ, REDIS_URL=self.redis.url,
                        HIRATE_TEST_REDIS_PORT=str(self.redis.port),
-                       HIRATE_TEST_REDIS_UNIX=self.unix)
+                       HIRATE_TEST_REDIS_UNIX=self.unix,
+                       HIRATE_TEST_DEAD_PORT=str(free_port()))
             self.nginx = Nginx(lambda prefix, ports: build_conf(prefix, ports, lua_path,
                                                                 lua_cpath, str(VECTORS)), env)
             self.doc = self.nginx.ports["doc"]
@@ -326,15 +327,19 @@ class Api(unittest.TestCase):
         d = decision(call("many", op="peek", k=k)["value"])
         self.assertEqual((d["allowed"], d["remaining"], d["reset_after"]), (True, 5, 0.0))
 
-    def test_argument_errors_raise_and_name_the_method(self):
-        self.assertEqual(call("many", op="many", k=fresh("bad"), bad=1),
-                         {"raised": "bad argument #1 to 'allow_many' (item 2: key is empty)"})
-        self.assertEqual(call("plain", op="badcost"),
-                         {"raised": "bad argument #2 to 'allow' (cost must be an integer, "
-                                    "got 1.5)"})
-        self.assertEqual(call("plain", op="badkey"),
-                         {"raised": "bad argument #1 to 'peek' (key is 513 bytes; "
-                                    "the most is 512)"})
+    def test_argument_errors_raise_at_the_callers_line_and_name_the_method(self):
+        # As the C module's errors do in plain Lua: "<caller>:<line>: bad argument ..."
+        handler = re.escape(str(ROOT / "tests/lua/nginx/lua/hirate_nginx_test.lua")) + r":\d+: "
+        cases = [
+            (call("many", op="many", k=fresh("bad"), bad=1),
+             "bad argument #1 to 'allow_many' (item 2: key is empty)"),
+            (call("plain", op="badcost"),
+             "bad argument #2 to 'allow' (cost must be an integer, got 1.5)"),
+            (call("plain", op="badkey"),
+             "bad argument #1 to 'peek' (key is 513 bytes; the most is 512)"),
+        ]
+        for got, message in cases:
+            self.assertRegex(got["raised"], "^" + handler + re.escape(message) + "$")
 
     def test_a_closed_limiter_answers_eclosed(self):
         self.assertEqual(call("plain", op="closed"),
@@ -394,6 +399,35 @@ class Api(unittest.TestCase):
     def db3_clients():
         clients = redis_commands(S.redis.port, ("CLIENT", "LIST"))[0]
         return len(re.findall(r" db=3 ", clients))
+
+    def test_while_the_breaker_is_open_there_is_no_io(self):
+        before = S.nginx.error_log().count(": connect: connection refused")
+        first, second = (decision(d) for d in call("dead", op="twice", k=fresh("dead"))["value"])
+        after = S.nginx.error_log().count(": connect: connection refused")
+        for d in (first, second):
+            self.assertEqual((d["allowed"], d["source"], d["error"]),
+                             (False, "fail_closed", "ECONNECT"))
+        self.assertEqual(after - before, 1, "only the first call may try to connect")
+
+    def test_bad_options_raise_naming_the_option(self):
+        self.assertEqual(call("plain", op="badopts")["value"], [
+            'hirate.resty.limit: unknown option "keyy"',
+            "hirate.resty.limit: limiter must be a limiter from hirate.new, got table",
+            'hirate.resty.limit: key must be "remote_addr", "header:<name>", '
+            '"var:<nginx variable>" or a function, got "cookie:x"',
+            "hirate.resty.limit: cost must be a whole number from 0 to 2^53-1 or a function, "
+            "got -1",
+            "hirate.resty.limit: status must be an HTTP error status from 400 to 599, got 200",
+            "hirate.resty.limit: name must be 1 or more printable ASCII characters (it is sent "
+            'in the RateLimit headers), got "café"',
+            "hirate.resty.limit: trusted_proxies: \"10.0.0.0/33\" is not an address or network "
+            "(e.g. '10.0.0.0/8', '::1', 'unix')",
+            "hirate.resty.limit: proxy_hops must be a whole number from 0 to 64, got 65",
+            "bad argument #1 to 'new' (keepalive_timeout must be a number of seconds from 0 to "
+            "86400, got -1)",
+            "bad argument #1 to 'new' (backlog must be a whole number from 1 to 65535, got 0)",
+            "bad argument #1 to 'new' (unknown option 'pool_sise')",
+        ])
 
     def test_a_unix_socket_url(self):
         d = decision(call("unix", k=fresh("unix"))["value"])

@@ -14,6 +14,7 @@ local json = require "dkjson"
 local url = os.getenv("REDIS_URL")
 local port = os.getenv("HIRATE_TEST_REDIS_PORT")
 local unix = os.getenv("HIRATE_TEST_REDIS_UNIX")
+local dead = os.getenv("HIRATE_TEST_DEAD_PORT") -- nothing listens there
 
 local M = {}
 
@@ -81,6 +82,8 @@ local direct = {
     readonly = redis { url = "redis://127.0.0.1:" .. port .. "/3", capacity = 5, rate = 0.001,
         prefix = "t-ro:", on_error = "open" },
     memory = limits.memory.limiter,
+    dead = redis { url = "redis://127.0.0.1:" .. dead, capacity = 5, rate = 1,
+        prefix = "t-dead:", on_error = "closed" },
 }
 
 -- Every test limit but "memory" leaves its decision in ngx.ctx, for mark().
@@ -176,10 +179,35 @@ function M.call(name)
             l:close()
             local d, err, code = l:allow(key)
             return d, err, code
-        elseif op == "badcost" then
-            return lim:allow(key, 1.5)
+        elseif op == "twice" then
+            -- The second call meets the breaker the first one opened.
+            local first, second = lim:allow(key), lim:allow(key)
+            return { plain_decision(first), plain_decision(second) }
+        elseif op == "badopts" then
+            local out = {}
+            local function try(f, ...)
+                local ok, err = pcall(f, ...)
+                out[#out + 1] = ok and "no error" or tostring(err)
+            end
+            local l = limits.exact.limiter
+            try(resty.limit, { limiter = l, keyy = "remote_addr" })
+            try(resty.limit, { limiter = {} })
+            try(resty.limit, { limiter = l, key = "cookie:x" })
+            try(resty.limit, { limiter = l, cost = -1 })
+            try(resty.limit, { limiter = l, status = 200 })
+            try(resty.limit, { limiter = l, name = "caf\195\169" })
+            try(resty.limit, { limiter = l, trusted_proxies = { "10.0.0.0/33" } })
+            try(resty.limit, { limiter = l, proxy_hops = 65 })
+            try(hirate.new, { capacity = 1, rate = 1, keepalive_timeout = -1 })
+            try(hirate.new, { capacity = 1, rate = 1, backlog = 0 })
+            try(hirate.new, { capacity = 1, rate = 1, pool_sise = 4 })
+            return out
+        elseif op == "badcost" then -- (not tail calls, which would hide this line)
+            local d = lim:allow(key, 1.5)
+            return d
         elseif op == "badkey" then
-            return lim:peek(("x"):rep(513))
+            local d = lim:peek(("x"):rep(513))
+            return d
         end
         error("unknown op " .. op)
     end)
