@@ -121,7 +121,8 @@ http {
 
 def conf(prefix, ports, redis_port, lua_dir, lua_cpath, master="on"):
     text = CONF
-    for k, v in {"@MASTER@": master, "@DIR@": prefix, "@PORT@": ports["http"], "@REDIS_PORT@": redis_port,
+    for k, v in {"@MASTER@": master, "@DIR@": prefix, "@PORT@": ports["http"],
+                 "@REDIS_PORT@": redis_port,
                  "@LUA_DIR@": lua_dir, "@LUA_CPATH@": lua_cpath, "@HERE@": HERE,
                  "@SCRIPT@": ROOT / "lua" / "token_bucket.lua",
                  "@USER@": "user root;" if os.geteuid() == 0 else ""}.items():

@@ -52,32 +52,33 @@ describe("hirate.headers", function()
 
     describe("build", function()
         local q = headers.quote("10-per-5s")
+        local P = '"10-per-5s";q=10;w=5'
         -- decision, legacy, the headers
         local cases = {
             { "an allowed request: t until full",
               decision(true, 9, 0, 0.5), false,
-              { ["RateLimit-Policy"] = '"10-per-5s";q=10;w=5', RateLimit = '"10-per-5s";r=9;t=1' } },
+              { ["RateLimit-Policy"] = P, RateLimit = '"10-per-5s";r=9;t=1' } },
             { "a whole number of seconds stays as it is",
               decision(true, 6, 0, 2), false,
-              { ["RateLimit-Policy"] = '"10-per-5s";q=10;w=5', RateLimit = '"10-per-5s";r=6;t=2' } },
+              { ["RateLimit-Policy"] = P, RateLimit = '"10-per-5s";r=6;t=2' } },
             { "a microsecond more is a second more",
               decision(true, 6, 0, 2.000001), false,
-              { ["RateLimit-Policy"] = '"10-per-5s";q=10;w=5', RateLimit = '"10-per-5s";r=6;t=3' } },
+              { ["RateLimit-Policy"] = P, RateLimit = '"10-per-5s";r=6;t=3' } },
             { "a refusal: t and Retry-After until it could pass",
               decision(false, 0, 0.25, 4.75), false,
-              { ["RateLimit-Policy"] = '"10-per-5s";q=10;w=5', RateLimit = '"10-per-5s";r=0;t=1',
+              { ["RateLimit-Policy"] = P, RateLimit = '"10-per-5s";r=0;t=1',
                 ["Retry-After"] = "1" } },
             { "a request that can never pass: no t, no Retry-After",
               decision(false, 10, NEVER, 0), false,
-              { ["RateLimit-Policy"] = '"10-per-5s";q=10;w=5', RateLimit = '"10-per-5s";r=10' } },
+              { ["RateLimit-Policy"] = P, RateLimit = '"10-per-5s";r=10' } },
             { "legacy headers carry the same t",
               decision(false, 0, 2.5, 5), true,
-              { ["RateLimit-Policy"] = '"10-per-5s";q=10;w=5', RateLimit = '"10-per-5s";r=0;t=3',
+              { ["RateLimit-Policy"] = P, RateLimit = '"10-per-5s";r=0;t=3',
                 ["Retry-After"] = "3", ["X-RateLimit-Limit"] = "10",
                 ["X-RateLimit-Remaining"] = "0", ["X-RateLimit-Reset"] = "3" } },
             { "legacy without a time: no X-RateLimit-Reset",
               decision(false, 10, NEVER, 0), true,
-              { ["RateLimit-Policy"] = '"10-per-5s";q=10;w=5', RateLimit = '"10-per-5s";r=10',
+              { ["RateLimit-Policy"] = P, RateLimit = '"10-per-5s";r=10',
                 ["X-RateLimit-Limit"] = "10", ["X-RateLimit-Remaining"] = "10" } },
         }
         for _, c in ipairs(cases) do

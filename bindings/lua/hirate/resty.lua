@@ -424,7 +424,9 @@ function _M.new(opts)
     end
     if hs ~= "" then
         self.handshake, self.handshake_n = hs, n
-        self.has_auth = sub(hs, 1, 14) == "*2\r\n$4\r\nAUTH\r\n" or sub(hs, 1, 14) == "*3\r\n$4\r\nAUTH\r\n"
+        -- AUTH [user] password comes first when the URL has a password.
+        local head = sub(hs, 1, 14)
+        self.has_auth = head == "*2\r\n$4\r\nAUTH\r\n" or head == "*3\r\n$4\r\nAUTH\r\n"
     end
     self.pool_size = opts.pool_size or 16
     self.keepalive_ms = floor(keepalive * 1000 + 0.5)
@@ -621,8 +623,9 @@ local function compile(opts)
     elseif type(key) == "string" and match(key, "^var:.") then
         c.key_kind, c.key_var = "var", sub(key, 5)
     else
-        limit_error(format("key must be \"remote_addr\", \"header:<name>\", \"var:<nginx variable>\" "
-            .. "or a function, got %s", type(key) == "string" and format("%q", key) or type(key)))
+        limit_error(format("key must be \"remote_addr\", \"header:<name>\", "
+            .. "\"var:<nginx variable>\" or a function, got %s",
+            type(key) == "string" and format("%q", key) or type(key)))
     end
 
     local cost = opts.cost

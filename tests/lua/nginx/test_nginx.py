@@ -388,7 +388,8 @@ class Api(unittest.TestCase):
         self.assertEqual(len({r.header("X-Worker") for r in rs}), 2)
         for r in rs:
             d = json.loads(r.body)["value"]
-            self.assertEqual((d["allowed"], d["source"], d["error"]), (True, "fail_open", "ESERVER"))
+            self.assertEqual((d["allowed"], d["source"], d["error"]),
+                             (True, "fail_open", "ESERVER"))
         # Every connection that carried a READONLY is closed, pooled or not.
         deadline = time.monotonic() + 3
         while self.db3_clients() and time.monotonic() < deadline:

@@ -35,7 +35,8 @@ end
 local limits = {
     exact = { limiter = redis { capacity = 20, rate = 0.001, prefix = "t-exact:" },
         key = "var:arg_k" },
-    deny = { limiter = redis { capacity = 2, rate = 0.001, prefix = "t-deny:" }, key = "var:arg_k" },
+    deny = { limiter = redis { capacity = 2, rate = 0.001, prefix = "t-deny:" },
+        key = "var:arg_k" },
     headers = { limiter = redis { capacity = 2, rate = 0.5, prefix = "t-hdr:" }, key = "var:arg_k",
         cost = arg_cost },
     legacy = { limiter = redis { capacity = 2, rate = 0.5, prefix = "t-legacy:" },
