@@ -19,7 +19,7 @@ PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: all demo test test-plain test-asan test-tsan test-python test-lua test-fuzz fuzz \
-	bench install clean
+	test-python-asan test-integration bench install clean
 
 all: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
@@ -32,7 +32,8 @@ $(BUILD)/Makefile:
 demo: all
 	./$(BUILD)/hirate_demo
 
-test: test-plain test-asan test-tsan test-python test-lua test-fuzz
+test: test-plain test-asan test-tsan test-python test-lua test-fuzz \
+	test-python-asan test-integration
 
 test-plain:
 	@tools/deps.sh test
@@ -66,6 +67,18 @@ test-python:
 test-lua:
 	@tools/deps.sh lua
 	tests/lua/run.sh
+
+# The Python tests again, the extension built with ASan and UBSan.
+test-python-asan:
+	@tools/deps.sh python
+	tests/integration/python_asan.sh
+
+# C, Python and Lua together: the bad-input sweeps of C and the CLI, and the
+# invariants of one Redis key under load from all of them at once.
+test-integration:
+	@tools/deps.sh python
+	@tools/deps.sh lua
+	tests/integration/run.sh
 
 test-fuzz:
 	@tools/deps.sh fuzz
