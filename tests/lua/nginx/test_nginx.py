@@ -329,7 +329,8 @@ class Api(unittest.TestCase):
 
     def test_argument_errors_raise_at_the_callers_line_and_name_the_method(self):
         # As the C module's errors do in plain Lua: "<caller>:<line>: bad argument ..."
-        handler = re.escape(str(ROOT / "tests/lua/nginx/lua/hirate_nginx_test.lua")) + r":\d+: "
+        # (LuaJIT shortens a long chunk name to "...<its end>").
+        handler = r"(\.\.\.)?[^:]*/lua/hirate_nginx_test\.lua:\d+: "
         cases = [
             (call("many", op="many", k=fresh("bad"), bad=1),
              "bad argument #1 to 'allow_many' (item 2: key is empty)"),
