@@ -75,6 +75,7 @@ def build_conf(prefix, ports, lua_path, lua_cpath, vectors):
         "env HIRATE_TEST_REDIS_PORT;",
         "env HIRATE_TEST_REDIS_UNIX;",
         "env HIRATE_TEST_DEAD_PORT;",
+        "env HIRATE_TEST_TRICKLE_PORT;",
     ]
     if os.geteuid() == 0:
         main.append("user root;")   # workers read the checkout and the temp prefix
@@ -238,6 +239,65 @@ def join(threads, out):
     return out
 
 
+class TrickleProxy:
+    """A TCP proxy in front of a real server that passes requests on at once
+    and hands each reply byte to the client `delay` seconds after the last:
+    a trickling reply, which a real server does not send on its own."""
+
+    def __init__(self, target_port, delay):
+        self.target_port = target_port
+        self.delay = delay
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            threading.Thread(target=self._pipe, args=(client, server, 0), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, self.delay),
+                             daemon=True).start()
+
+    def _pipe(self, src, dst, delay):
+        try:
+            src.settimeout(None)
+            while not self.closed.is_set():
+                data = src.recv(65536)
+                if not data:
+                    break
+                if not delay:
+                    dst.sendall(data)
+                    continue
+                for i in range(len(data)):
+                    time.sleep(delay)
+                    dst.sendall(data[i:i + 1])
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def close(self):
+        self.closed.set()
+        self.listener.close()
+
+
 def redis_commands(port, *commands, timeout=2.0):
     """Sends commands on one connection (so SELECT holds for those after it)
     and returns their replies, decoded as redis_server.py decodes them."""
@@ -254,5 +314,5 @@ def redis_commands(port, *commands, timeout=2.0):
         return [_read_reply(f) for _ in commands]
 
 
-__all__ = ["RedisServer", "Nginx", "build_conf", "doc_snippet", "get", "get_many", "join",
-           "redis_commands", "free_port", "ROOT"]
+__all__ = ["RedisServer", "Nginx", "TrickleProxy", "build_conf", "doc_snippet", "get",
+           "get_many", "join", "redis_commands", "free_port", "ROOT"]

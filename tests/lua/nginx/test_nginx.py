@@ -25,8 +25,8 @@ from collections import Counter, defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import (ROOT, Nginx, RedisServer, build_conf, free_port, get,  # noqa: E402
-                     get_many, join, redis_commands)
+from harness import (ROOT, Nginx, RedisServer, TrickleProxy, build_conf,  # noqa: E402
+                     free_port, get, get_many, join, redis_commands)
 
 VECTORS = ROOT / "tests" / "vectors" / "token_bucket.json"
 S = None   # the running servers, set up once for the module
@@ -41,11 +41,14 @@ class Servers:
         self.redis = None
         self.nginx = None
         self.sockdir = None
+        self.trickle = None
         try:
             # A second way in, for the unix:// URL.
             self.sockdir = tempfile.mkdtemp(prefix="hirate-sock-")
             self.unix = os.path.join(self.sockdir, "redis.sock")
             self.redis = RedisServer(["--unixsocket", self.unix, "--unixsocketperm", "700"])
+            # Replies one byte every 0.75 s.
+            self.trickle = TrickleProxy(self.redis.port, 0.75)
             # A user with a password, for AUTH + SELECT.
             assert redis_commands(self.redis.port,
                                   ("ACL", "SETUSER", "hirate", "on", ">s3cr3t-good-canary",
@@ -60,7 +63,8 @@ class Servers:
             env = dict(os.environ, REDIS_URL=self.redis.url,
                        HIRATE_TEST_REDIS_PORT=str(self.redis.port),
                        HIRATE_TEST_REDIS_UNIX=self.unix,
-                       HIRATE_TEST_DEAD_PORT=str(free_port()))
+                       HIRATE_TEST_DEAD_PORT=str(free_port()),
+                       HIRATE_TEST_TRICKLE_PORT=str(self.trickle.port))
             self.nginx = Nginx(lambda prefix, ports: build_conf(prefix, ports, lua_path,
                                                                 lua_cpath, str(VECTORS)), env)
             self.doc = self.nginx.ports["doc"]
@@ -79,6 +83,8 @@ class Servers:
             self.redis.close()
         if self.sockdir:
             shutil.rmtree(self.sockdir, ignore_errors=True)
+        if self.trickle:
+            self.trickle.close()
 
 
 def setUpModule():
@@ -417,6 +423,16 @@ class Api(unittest.TestCase):
             self.assertEqual((d["allowed"], d["source"], d["error"]),
                              (False, "fail_closed", "ECONNECT"))
         self.assertEqual(after - before, 1, "only the first call may try to connect")
+
+    def test_a_reply_that_trickles_in_still_has_one_timeout(self):
+        # The first byte comes at 0.75 s, within the 1 s timeout; the next
+        # would come at 1.5 s. The reply's deadline ends the call at 1 s,
+        # not a fresh second for each read.
+        r = get(S.port, f"/call/trickle?k={fresh('trickle')}")
+        d = decision(json.loads(r.body)["value"])
+        self.assertEqual((d["allowed"], d["source"], d["error"]), (True, "fail_open", "ETIMEDOUT"))
+        self.assertLess(r.elapsed, 1.3, "the deadline should be the reply's, not each read's")
+        self.assertGreater(r.elapsed, 0.9)
 
     def test_bad_options_raise_naming_the_option(self):
         self.assertEqual(call("plain", op="badopts")["value"], [

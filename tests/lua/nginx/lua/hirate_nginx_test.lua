@@ -15,6 +15,7 @@ local url = os.getenv("REDIS_URL")
 local port = os.getenv("HIRATE_TEST_REDIS_PORT")
 local unix = os.getenv("HIRATE_TEST_REDIS_UNIX")
 local dead = os.getenv("HIRATE_TEST_DEAD_PORT") -- nothing listens there
+local trickle = os.getenv("HIRATE_TEST_TRICKLE_PORT") -- replies a byte at a time
 
 local M = {}
 
@@ -85,6 +86,8 @@ local direct = {
     memory = limits.memory.limiter,
     dead = redis { url = "redis://127.0.0.1:" .. dead, capacity = 5, rate = 1,
         prefix = "t-dead:", on_error = "closed" },
+    trickle = redis { url = "redis://127.0.0.1:" .. trickle, capacity = 5, rate = 1,
+        prefix = "t-trickle:", on_error = "open", timeout = 1 },
 }
 
 -- Every test limit but "memory" leaves its decision in ngx.ctx, for mark().
