@@ -585,7 +585,8 @@ end
 
 local LIMIT_OPTIONS = {
     limiter = true, key = true, cost = true, trusted_proxies = true, proxy_hops = true,
-    forwarded_header = true, ipv6_subnet = true, status = true, headers = true,
+    forwarded_header = true, ipv6_subnet = true, status = true, unavailable_status = true,
+    headers = true,
     legacy_headers = true, name = true, body = true, ctx = true,
 }
 
@@ -651,6 +652,15 @@ local function compile(opts)
         limit_error("status must be an HTTP error status from 400 to 599, got " .. describe(status))
     end
     c.status = status
+    -- Refused because Redis is down (on_error = "closed"): the client did
+    -- nothing wrong, so 503, as the Python package answers.
+    local unavailable = opts.unavailable_status == nil and 503 or opts.unavailable_status
+    if type(unavailable) ~= "number" or unavailable ~= floor(unavailable) or unavailable < 400
+        or unavailable > 599 then
+        limit_error("unavailable_status must be an HTTP error status from 400 to 599, got "
+            .. describe(unavailable))
+    end
+    c.unavailable = unavailable
     c.headers = opts.headers ~= false
     c.legacy = opts.legacy_headers == true
     -- ngx.ctx costs its first user in a request a table and a registry
@@ -775,7 +785,8 @@ local function key_of(c)
 end
 
 --- limit(opts): applies the limit to the current request. Allowed: returns
---- the decision (and sets the headers). Refused: answers `status` (429) with
+--- the decision (and sets the headers). Refused: answers `status` (429), or
+--- `unavailable_status` (503) when Redis is down under on_error "closed", with
 --- the headers, Retry-After and a short text body, and ends the request. A
 --- key function that returns nil exempts the request (returns nil). A
 --- configuration error (a wrong password...) is logged and answered 500.
@@ -822,7 +833,7 @@ function _M.limit(opts)
     elseif body == nil then
         body = headers.refusal_text(d)
     end
-    ngx.status = c.status
+    ngx.status = d.source == "fail_closed" and c.unavailable or c.status
     ngx_header["Content-Type"] = "text/plain; charset=utf-8"
     ngx.print(body)
     return ngx.exit(ngx.HTTP_OK)

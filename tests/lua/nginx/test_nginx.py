@@ -572,7 +572,7 @@ class RedisStopped(unittest.TestCase):
             self.assertEqual(r.header("RateLimit"), '"4-per-4000s";r=3;t=0')
         for r in closed:
             self.assertEqual((r.status, r.header("X-Hirate-Source"), r.header("X-Hirate-Error")),
-                             (429, "fail_closed", "ETIMEDOUT"))
+                             (503, "fail_closed", "ETIMEDOUT"))
             self.assertEqual(r.header("RateLimit-Policy"), '"4-per-4000s";q=4;w=4000')
             retry = int(r.header("Retry-After"))
             self.assertEqual(r.header("RateLimit"), f'"4-per-4000s";r=0;t={retry}')
