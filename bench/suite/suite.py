@@ -242,8 +242,11 @@ class Redis:
             port = random.randint(*span)
             if self._answers(port):
                 continue
+            # setpriv: the kernel stops the server should this process die
+            # without its cleanup.
+            guard = ["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
             self.proc = subprocess.Popen(
-                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                guard + ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", "--dir", self.dir, "--logfile",
                  os.path.join(self.dir, "redis.log")],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -353,14 +356,26 @@ class RunError(Exception):
 def harness(c, mode, args, timeout):
     """Runs c's harness in mode; its JSON object, or RunError."""
     argv = c.argv + [mode, "--impl", c.impl] + [str(a) for a in args]
+    p = subprocess.Popen(argv, env=c.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True)
     try:
-        p = subprocess.run(argv, env=c.env, stdin=subprocess.DEVNULL, capture_output=True,
-                           text=True, timeout=timeout, cwd=ROOT)
+        stdout, stderr = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        # SIGTERM first: the nginx harness stops its nginx on it.
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
         raise RunError("no answer within %d s" % timeout)
-    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    except BaseException:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise
+    lines = [l for l in stdout.splitlines() if l.startswith("{")]
     if p.returncode != 0 or not lines:
-        tail = [l for l in p.stderr.strip().splitlines() if l.strip()][-2:]
+        tail = [l for l in stderr.strip().splitlines() if l.strip()][-2:]
         raise RunError("exit %d: %s" % (p.returncode, " / ".join(tail) or "no output"))
     return json.loads(lines[-1])
 

@@ -28,6 +28,7 @@ import argparse
 import http.client
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -295,6 +296,9 @@ def run_fill(c):
 
 
 def main():
+    # A driver that gives up on this run sends SIGTERM: leave through the
+    # finally clauses, which stop nginx.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     p = argparse.ArgumentParser(description="an OpenResty contender of hirate's benchmark "
                                 "suite (bench/peers/README.md)")
     p.add_argument("mode", choices=("speed", "atomic", "outage", "fill"))
