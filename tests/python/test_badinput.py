@@ -1,4 +1,5 @@
-"""The bad-input sweep through the Python API (Limiter, AsyncLimiter):
+"""The bad-input sweep through the Python API (Limiter, AsyncLimiter, and
+the Limit of the Flask and ASGI integrations):
 
 - every number option (capacity, rate, timeout, connect_timeout) and every
   cost at NaN, +-inf, negative, zero, 1e308 and 2^53, and of wrong types:
@@ -122,6 +123,50 @@ def test_the_largest_capacity_is_valid_with_a_rate_that_refills_it_in_time():
         hirate.Limiter(capacity=2 ** 53 - 1, rate=1)
     assert info.value.name == "ERANGE"
     assert str(info.value).startswith("capacity 9007199254740991 at rate 1 takes over 2^53 us")
+
+
+# The limits of the web integrations (hirate.flask.Limit is hirate.asgi.Limit)
+# are checked when they are made, by the same rules, as ValueError and
+# TypeError.
+WEB_LIMITS = [
+    (dict(capacity=NAN), TypeError, "capacity must be an int, got float"),
+    (dict(capacity=INF), TypeError, "capacity must be an int, got float"),
+    (dict(capacity=1e308), TypeError, "capacity must be an int, got float"),
+    (dict(capacity=-1), ValueError, CAP + "-1"),
+    (dict(capacity=0), ValueError, CAP + "0"),
+    (dict(capacity=2 ** 53), ValueError, CAP + "9007199254740992"),
+    (dict(capacity="5"), TypeError, "capacity must be an int, got str"),
+    (dict(capacity=True), TypeError, "capacity must be an int, got bool"),
+    (dict(rate=NAN), ValueError, RATE + "nan"),
+    (dict(rate=INF), ValueError, RATE + "inf"),
+    (dict(rate=-INF), ValueError, RATE + "-inf"),
+    (dict(rate=-1), ValueError, RATE + "-1.0"),
+    (dict(rate=0), ValueError, RATE + "0.0"),
+    (dict(rate=1e-308), ValueError,
+     "capacity 5 at rate 1e-308 takes over 2^53 us to refill; raise the rate or lower the "
+     "capacity"),
+    (dict(rate="1"), TypeError, "rate must be a number of tokens per second, got str"),
+    (dict(cost=NAN), TypeError, "cost must be an int or a callable, got float"),
+    (dict(cost=INF), TypeError, "cost must be an int or a callable, got float"),
+    (dict(cost=-1), ValueError, COST + "-1"),
+    (dict(cost=2 ** 53), ValueError, COST + "9007199254740992"),
+    (dict(cost="1"), TypeError, "cost must be an int or a callable, got str"),
+]
+
+
+@pytest.mark.parametrize("kw,cls,message", WEB_LIMITS, ids=lambda v: repr(v)[:24])
+def test_a_bad_web_limit_raises_naming_the_problem(kw, cls, message):
+    pytest.importorskip("flask")
+    from hirate.asgi import Limit as AsgiLimit
+    from hirate.flask import Limit
+    assert Limit is AsgiLimit
+    args = dict(capacity=5, rate=1.0)
+    args.update(kw)
+    cost = args.pop("cost", 1)
+    with pytest.raises(cls) as info:
+        Limit(args["capacity"], args["rate"], cost=cost)
+    assert type(info.value) is cls
+    assert str(info.value) == message
 
 
 # -------------------------------------------------------------------- calls
