@@ -14,7 +14,10 @@
 -- Plain Lua has no wall clock finer than a second, so a call the policy
 -- answered is logged with the Redis times around it: the last one seen
 -- before the call and the first one after it (0 and "inf" when there is
--- none), which bound its interval as the other workers' clocks do.
+-- none), which bound its interval as the other workers' clocks do. The calls
+-- between the same two Redis times share that interval, so they are logged
+-- as one line with their costs added up: while the breaker keeps Redis alone
+-- the policy answers at once, and there are many.
 
 local name, url, prefix, key, capacity, rate, seconds, threads, drain, timeout_ms, log_path =
     table.unpack(arg, 1, 11)
@@ -48,7 +51,8 @@ do
     math.randomseed(string.unpack("<I4", b))
 end
 
-local events, pending = {}, {}
+local events = {}
+local pending = nil   -- { since, cost, error } of the policy's calls since the last Redis time
 local n = { decisions = 0, admitted = 0, admitted_cost = 0, refused = 0, redis = 0, cache = 0,
     policy = 0 }
 local started_os = os.time()
@@ -64,14 +68,15 @@ while os.time() - started_os <= seconds + 2 do
     n.decisions = n.decisions + 1
     if d.error then
         n.policy = n.policy + 1
-        pending[#pending + 1] = { last_redis, cost, d.error }
+        pending = pending or { last_redis, 0, d.error }
+        pending[2] = pending[2] + cost
     else
         n[d.source] = n[d.source] + 1
         local t = us(d.time)
-        for _, p in ipairs(pending) do
-            events[#events + 1] = ("P %s %s %d %s"):format(p[1], t, p[2], p[3])
+        if pending then
+            events[#events + 1] = ("P %s %s %d %s"):format(pending[1], t, pending[2], pending[3])
+            pending = nil
         end
-        pending = {}
         last_redis = t
         first = first or d.time
         if d.allowed then
@@ -89,8 +94,8 @@ while os.time() - started_os <= seconds + 2 do
         end
     end
 end
-for _, p in ipairs(pending) do
-    events[#events + 1] = ("P %s inf %d %s"):format(p[1], p[2], p[3])
+if pending then
+    events[#events + 1] = ("P %s inf %d %s"):format(pending[1], pending[2], pending[3])
 end
 lim:close()
 

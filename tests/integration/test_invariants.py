@@ -12,8 +12,10 @@ decision is logged with the Redis time it was made at and its cost; a call
 the policy answered (a timeout, say) is logged as possibly admitted over its
 interval. check_invariants.py then verifies that every window [t1, t2] of
 admitted decisions holds at most capacity + rate * (t2 - t1), plus the
-possibly admitted. A second phase with a rate too small to refill anything
-must admit exactly the capacity.
+possibly admitted. The same must hold when Redis hangs for half a second in
+the middle of a run (calls time out, the breaker opens, the policy answers,
+Redis decides again). A phase with a rate too small to refill anything must
+admit exactly the capacity.
 
     HIRATE_INTEGRATION_BUILD=<build dir of tests/integration> \\
         python3 tests/integration/test_invariants.py
@@ -60,13 +62,13 @@ def build_dir():
 class Phase:
     """The four workers on one key, started together; their logs in tmp."""
 
-    def __init__(self, url, tmp, key, rate, seconds, drain):
+    def __init__(self, url, tmp, key, rate, seconds, drain, timeout_ms=TIMEOUT_MS):
         build = build_dir()
         env = dict(os.environ, PYTHONPATH=str(build / "py"),
                    LUA_PATH=f"{ROOT}/bindings/lua/?.lua;;",
                    LUA_CPATH=f"{build}/lua-5.4/?.so;;")
         common = [url, "inv:", key, str(CAPACITY), repr(rate), str(seconds)]
-        tail = [str(int(drain)), str(TIMEOUT_MS)]
+        tail = [str(int(drain)), str(timeout_ms)]
         self.logs = {name: str(Path(tmp) / f"{key}.{name}.log")
                      for name in ("c", "python", "python-fork", "lua")}
         self.expect_ready = set(self.logs)
@@ -87,9 +89,10 @@ class Phase:
             self.kill()
             raise
 
-    def run(self, timeout):
-        """Waits until every worker is ready, starts them together, and waits
-        for them to finish; returns {process: exit status}."""
+    def run(self, timeout, during=None):
+        """Waits until every worker is ready, starts them together, calls
+        during() if given, and waits for the workers to finish; returns
+        {process: exit status}."""
         ready, pending = set(), {p.stdout.fileno(): (name, p) for name, p in self.procs.items()}
         buffers = dict.fromkeys(pending, b"")
         deadline = time.monotonic() + 60
@@ -112,6 +115,8 @@ class Phase:
             # The Python process and its child read three bytes each.
             p.stdin.write(b"go\ngo\n" if name == "python" else b"go\n")
             p.stdin.close()
+        if during:
+            during()
         status = {}
         end = time.monotonic() + timeout
         for name, p in self.procs.items():
@@ -151,10 +156,10 @@ class InvariantsUnderLoad(unittest.TestCase):
         cls.redis.close()
         cls.tmp.cleanup()
 
-    def run_phase(self, key, rate, seconds, drain):
-        phase = Phase(self.redis.url, self.tmp.name, key, rate, seconds, drain)
+    def run_phase(self, key, rate, seconds, drain, timeout_ms=TIMEOUT_MS, during=None):
+        phase = Phase(self.redis.url, self.tmp.name, key, rate, seconds, drain, timeout_ms)
         try:
-            status = phase.run(timeout=seconds + 90)
+            status = phase.run(timeout=seconds + 90, during=during)
         finally:
             phase.kill()
         self.assertEqual(status, dict.fromkeys(status, 0), "a worker failed (see stderr)")
@@ -178,6 +183,35 @@ class InvariantsUnderLoad(unittest.TestCase):
         # of room for a machine that stalls the workers).
         self.assertGreaterEqual(v.admitted_cost, CAPACITY + RATE * SECONDS / 2)
         self.assertGreater(v.windows, CAPACITY)
+
+    def test_a_hang_mid_run_leaves_every_window_within_the_bound(self):
+        # Redis stops for half a second while the workers run, with a 100 ms
+        # timeout: calls time out, the breaker opens, each worker's policy
+        # answers (logged as possibly admitted), and Redis decides again
+        # after SIGCONT. Some timed-out calls ran when Redis woke up, unseen
+        # by anyone: the bound must hold all the same.
+        resumed = []
+
+        def hang():
+            time.sleep(1.5)
+            self.redis.stop()
+            try:
+                time.sleep(0.5)
+            finally:
+                self.redis.cont()
+                resumed.append(time.time_ns() // 1000)
+
+        logs = self.run_phase("hang", RATE, 4.0, drain=False, timeout_ms=100, during=hang)
+        v = check_invariants.check_windows(logs.admitted, logs.possible, CAPACITY, RATE)
+        report(f"Redis stopped for 0.5 s, capacity {CAPACITY}, {RATE:g} tokens/s", logs,
+               ("ok: " if v.ok else "VIOLATED: ") + v.message
+               + f"; {len(logs.possible)} logged calls of unknown outcome")
+        self.assertTrue(v.ok, v.message)
+        # Every process met the outage and logged it; Redis admitted again after.
+        for name, s in logs.summaries.items():
+            self.assertGreater(s["policy"], 0, f"{name} never met the hang: {s}")
+        self.assertTrue(logs.possible)
+        self.assertGreater(max(t for t, _ in logs.admitted), resumed[0])
 
     def test_without_refill_exactly_the_capacity_is_admitted(self):
         logs = self.run_phase("drain", NO_REFILL, min(SECONDS, 5.0), drain=True)
