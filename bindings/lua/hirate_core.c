@@ -449,12 +449,13 @@ static int opt_seconds(lua_State *L, const char *name, int dflt_ms)
         return dflt_ms;
     if (t != LUA_TNUMBER)
         arg_errorf(L, 1, "%s must be a number of seconds, got %s", name, luaL_typename(L, -1));
-    double s = (double)lua_tonumber(L, -1);
-    double ms = floor(s * 1000.0 + 0.5);
-    if (!(ms >= 1 && ms <= 60000))
+    /* The range is checked before rounding, as the Python package does:
+     * 60.0004 s is over 60 s, not 60 s. */
+    double ms = (double)lua_tonumber(L, -1) * 1000.0;
+    if (!(ms >= 0.5 && ms <= 60000.0))
         arg_errorf(L, 1, "%s must be from 0.001 to 60 seconds, got %s", name,
                    describe(L, -1, buf, sizeof buf));
-    return (int)ms;
+    return (int)floor(ms + 0.5);
 }
 
 /* hirate.new{url = ..., capacity = ..., rate = ..., ...} */

@@ -66,6 +66,8 @@ local new_cases = {
     { "fractional instances", with { instances = 2.5 }, "instances must be an integer, got 2.5" },
     { "a timeout of 0", with { timeout = 0 }, "timeout must be from 0.001 to 60 seconds, got 0" },
     { "a timeout of 61 s", with { timeout = 61 }, "timeout must be from 0.001 to 60 seconds, got 61" },
+    { "a timeout just over 60 s", with { timeout = 60.0004 },
+        "timeout must be from 0.001 to 60 seconds, got 60.0004" },
     { "a timeout of NaN", with { timeout = 0 / 0 },
         "timeout must be from 0.001 to 60 seconds, got -nan" },
     { "a timeout that is a string", with { timeout = "0.1" },

@@ -206,19 +206,21 @@ def test_limit_default_name_and_window():
     lim = Limit(10, 0.5)
     assert (lim.name, lim.window, lim.capacity, lim.rate) == ("10-per-20s", 20, 10, 0.5)
     assert repr(lim) == "Limit(10, 0.5, name='10-per-20s')"
+    # a whole float is a capacity, as hirate.Limiter takes it
+    assert (Limit(2.0, 1).capacity, type(Limit(2.0, 1).capacity)) == (2, int)
 
 
 @pytest.mark.parametrize("args,kwargs,error,message", [
-    ((0, 1), {}, ValueError, "capacity must be a whole number from 1 to 2^53-1, got 0"),
-    ((2**53, 1), {}, ValueError, "capacity must be a whole number from 1 to 2^53-1"),
+    ((0, 1), {}, hirate.ConfigError, "capacity must be a whole number from 1 to 2^53-1, got 0"),
+    ((2**53, 1), {}, hirate.ConfigError, "capacity must be a whole number from 1 to 2^53-1"),
     ((True, 1), {}, TypeError, "capacity must be an int, got bool"),
-    ((1.5, 1), {}, TypeError, "capacity must be an int, got float"),
-    ((5, 0), {}, ValueError, "rate must be a finite number of tokens per second above 0"),
-    ((5, float("nan")), {}, ValueError, "rate must be a finite number"),
-    ((5, float("inf")), {}, ValueError, "rate must be a finite number"),
+    ((1.5, 1), {}, hirate.ConfigError, "capacity must be a whole number from 1 to 2^53-1, got 1.5"),
+    ((5, 0), {}, hirate.ConfigError, "rate must be a finite number of tokens per second above 0"),
+    ((5, float("nan")), {}, hirate.ConfigError, "rate must be a finite number"),
+    ((5, float("inf")), {}, hirate.ConfigError, "rate must be a finite number"),
     ((5, "2"), {}, TypeError, "rate must be a number of tokens per second, got str"),
-    ((2**52, 1e-6), {}, ValueError, "takes over 2^53 us to refill"),
-    ((5, 1), dict(cost=-1), ValueError, "cost must be a whole number from 0 to 2^53-1"),
+    ((2**52, 1e-6), {}, hirate.ConfigError, "takes over 2^53 us to refill"),
+    ((5, 1), dict(cost=-1), hirate.ConfigError, "cost must be a whole number from 0 to 2^53-1"),
     ((5, 1), dict(cost=True), TypeError, "cost must be an int or a callable, got bool"),
     ((5, 1), dict(scope=""), ValueError, "scope must not be empty"),
     ((5, 1), dict(scope="a|b"), ValueError, "scope 'a|b' contains '|'"),

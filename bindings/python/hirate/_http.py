@@ -12,12 +12,14 @@ import math
 import numbers
 import re
 
+from . import _hirate
+
 __all__ = ["Limit", "Result", "ClientIP", "key_header", "refill_seconds"]
 
 # From hirate.h: a key is at most HIRATE_KEY_MAX bytes; capacity, cost and
 # every time in µs stay at most HIRATE_EXACT_MAX.
-KEY_MAX = 512
-EXACT_MAX = 2**53 - 1
+KEY_MAX = _hirate.KEY_MAX
+EXACT_MAX = _hirate.EXACT_MAX
 # A scope is written into every key, before the client's identity; keeping it
 # short leaves the identity room enough not to need hashing.
 SCOPE_MAX = 200
@@ -52,12 +54,18 @@ def refill_seconds(capacity, rate):
     return -(-r // 1000000)
 
 
+# A Limit checks its numbers as hirate.Limiter does (same rules, classes and
+# messages), so that a bad limit fails where it is declared, not at its first
+# request.
 def _check_capacity(capacity):
-    if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral):
+    if isinstance(capacity, bool) or not isinstance(capacity, (numbers.Integral, float)):
         raise TypeError("capacity must be an int, got %s" % type(capacity).__name__)
-    if not 1 <= capacity <= EXACT_MAX:
-        raise ValueError("capacity must be a whole number from 1 to 2^53-1, got %d"
-                         % capacity)
+    whole = isinstance(capacity, numbers.Integral) or (math.isfinite(capacity)
+                                                       and capacity == int(capacity))
+    if not (whole and 1 <= capacity <= EXACT_MAX):
+        raise _hirate._error(_hirate.ECAPACITY,
+                             "capacity must be a whole number from 1 to 2^53-1, got %r"
+                             % capacity)
     return int(capacity)
 
 
@@ -67,13 +75,14 @@ def _check_rate(rate, capacity):
                         % type(rate).__name__)
     rate = float(rate)
     if not (rate > 0 and math.isfinite(rate)):
-        raise ValueError("rate must be a finite number of tokens per second above 0, "
-                         "got %r" % rate)
-    # The core's range rule (hirate_bucket_cfg_init), checked here so that a
-    # bad limit fails where it is declared, not at its first request.
+        raise _hirate._error(_hirate.ERATE,
+                             "rate must be a finite number of tokens per second above 0, "
+                             "got %r" % rate)
+    # The core's range rule (hirate_bucket_cfg_init).
     if float(capacity) * 1000000.0 / rate > float(EXACT_MAX):
-        raise ValueError("capacity %d at rate %r takes over 2^53 us to refill; "
-                         "raise the rate or lower the capacity" % (capacity, rate))
+        raise _hirate._error(_hirate.ERANGE,
+                             "capacity %d at rate %r takes over 2^53 us to refill; "
+                             "raise the rate or lower the capacity" % (capacity, rate))
     return rate
 
 
@@ -83,7 +92,8 @@ def _check_cost(cost):
     if isinstance(cost, bool) or not isinstance(cost, numbers.Integral):
         raise TypeError("cost must be an int or a callable, got %s" % type(cost).__name__)
     if not 0 <= cost <= EXACT_MAX:
-        raise ValueError("cost must be a whole number from 0 to 2^53-1, got %d" % cost)
+        raise _hirate._error(_hirate.ECOST,
+                             "cost must be a whole number from 0 to 2^53-1, got %d" % cost)
     return int(cost)
 
 
