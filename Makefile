@@ -2,8 +2,9 @@
 #   make demo     build and run the in-memory demo
 #   make test     build with warnings as errors and run every test: the C tests
 #                 (plain, then under ASan+UBSan, then the stress test under
-#                 TSan), the Python tests, the Lua and nginx tests, and a short
-#                 run of every fuzz target
+#                 TSan), the Python tests (plain, then with the extension under
+#                 ASan+UBSan), the Lua and nginx tests, a short run of every
+#                 fuzz target, and the cross-language integration tests
 #   make fuzz     run every fuzz target longer (FUZZ_SECONDS each, default 60)
 #   make bench    run the benchmark suite (hirate next to its peers, the C
 #                 benchmarks) and rewrite docs/benchmarks.md and its charts;
@@ -99,4 +100,5 @@ install: all
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_BENCH) $(BUILD_TSAN) build-py build-lua build-fuzz
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_BENCH) $(BUILD_TSAN) build-py build-py-asan \
+		build-lua build-fuzz build-integration
