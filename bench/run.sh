@@ -23,10 +23,12 @@
 #    bindings' own benchmarks (bench/python, bench/lua, bench/nginx).
 # 4. bench/suite/report.py: the page and the charts, from one results file.
 #
-# Progress goes to stderr. About 18 minutes in full; QUICK=1 (one short
-# round of everything, under two minutes once the contenders are installed)
-# checks that the suite works and writes to bench/out/quick/ instead, so
-# that the committed page keeps the figures of the last full run.
+# Progress goes to stderr. About 17 minutes in full on 2 cores; QUICK=1
+# (one short round of everything but the bindings' own benchmarks, under two
+# minutes) checks that the suite works and writes to bench/out/quick/
+# instead, so that the committed page keeps the figures of the last full
+# run. The first run installs the contenders (3 to 4 minutes more); later
+# runs reinstall only what changed.
 #
 # Knobs (environment): QUICK (unset); BENCH_OUT (docs/benchmarks.md, in
 # quick mode bench/out/quick/benchmarks.md), BENCH_JSON (next to it,
