@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "test_time.h"
 #include "hirate.h"
 
 #ifndef HIRATE_FAKETIME_LIB
@@ -50,12 +51,6 @@ static double clock_s(clockid_t id)
     struct timespec ts;
     clock_gettime(id, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
 }
 
 /* Sets libfaketime's offset; a rename, so that it never reads half a file. */

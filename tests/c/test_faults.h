@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "test_time.h"
 #include "hirate.h"
 #include "hirate_internal.h"
 
@@ -23,19 +24,6 @@
 /* Scheduling slack on top of a timeout: the machine is shared, and the ASan
  * build is several times slower. A hang would exceed it by seconds. */
 enum { SLACK_MS = 250 };
-
-static inline int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * SECOND + ts.tv_nsec / 1000;
-}
-
-static inline void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
-}
 
 typedef struct fcfg {
     const char *url;

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "test_time.h"
 #include "hirate.h"
 #include "hirate_internal.h"
 #include "redis_harness.h"
@@ -53,19 +54,6 @@ enum { SLACK_MS = 150 };
 static rh_server S;   /* the shared server; (a) and (c) kill, stop and starve it */
 
 /* ---- helpers ----------------------------------------------------------------- */
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * SECOND + ts.tv_nsec / 1000;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
-}
 
 typedef struct cfg {
     int64_t capacity;

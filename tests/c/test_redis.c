@@ -18,6 +18,7 @@
 #include <arpa/inet.h>
 
 #include "check.h"
+#include "test_time.h"
 #include "hirate.h"
 #include "hirate_internal.h"
 #include "redis_harness.h"
@@ -33,12 +34,6 @@ static double now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
 }
 
 typedef struct cfg {

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "test_time.h"
 #include "hirate_internal.h"
 #include "redis_harness.h"
 
@@ -39,19 +40,6 @@
 
 static rh_server S;
 static pthread_barrier_t start_line;
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * SECOND + ts.tv_nsec / 1000;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
-}
 
 typedef struct opts {
     const char *url;
