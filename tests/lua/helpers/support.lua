@@ -52,4 +52,13 @@ function M.pack(...)
     return { n = select("#", ...), ... }
 end
 
+--- The number of live C limiters once every unreachable one has been
+-- collected, so that a collection in the middle of a test cannot change the
+-- count the test compares with.
+function M.settled_live()
+    collectgarbage()
+    collectgarbage()
+    return require("hirate.core")._live()
+end
+
 return M
