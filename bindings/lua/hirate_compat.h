@@ -18,18 +18,23 @@
 
 #if LUA_VERSION_NUM >= 502
 
-#define hl_setfuncs(L, l) luaL_setfuncs((L), (l), 0)
+#define hl_setfuncs(L, l, nup) luaL_setfuncs((L), (l), (nup))
 #define hl_rawlen(L, i) lua_rawlen((L), (i))
 #define hl_testudata(L, i, t) luaL_testudata((L), (i), (t))
 
 #else /* Lua 5.1, LuaJIT */
 
-static inline void hl_setfuncs(lua_State *L, const luaL_Reg *l)
+/* As luaL_setfuncs: the table below nup values gets every function as a
+ * closure over copies of those values, which are then popped. */
+static inline void hl_setfuncs(lua_State *L, const luaL_Reg *l, int nup)
 {
     for (; l->name; l++) {
-        lua_pushcfunction(L, l->func);
-        lua_setfield(L, -2, l->name);
+        for (int i = 0; i < nup; i++)
+            lua_pushvalue(L, -nup);
+        lua_pushcclosure(L, l->func, nup);
+        lua_setfield(L, -(nup + 2), l->name);
     }
+    lua_pop(L, nup);
 }
 
 #define hl_rawlen(L, i) lua_objlen((L), (i))

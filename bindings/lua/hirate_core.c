@@ -293,33 +293,72 @@ static void fill_items(lua_State *L, int arg, hirate_item *items, size_t n, char
 
 /* ---- decisions ------------------------------------------------------------------- */
 
+/* The strings a decision table is built from, made once at load time and
+ * kept as upvalues of every method that builds one (luaopen_hirate_core):
+ * setting a field through a string already on hand skips interning its name
+ * on every call, which lua_setfield would do. The sources follow the
+ * field names in the order of HIRATE_SOURCE_* (1..5). */
+static const char *const decision_strings[] = {
+    "allowed", "remaining", "limit", "retry_after", "reset_after", "source", "time", "error",
+    "redis", "local", "cache", "fail_open", "fail_closed"};
+enum {
+    UV_ALLOWED = 1, UV_REMAINING, UV_LIMIT, UV_RETRY_AFTER, UV_RESET_AFTER, UV_SOURCE, UV_TIME,
+    UV_ERROR,
+    UV_SOURCES = UV_ERROR,   /* + HIRATE_SOURCE_*: the source's name */
+    UV_COUNT = (int)(sizeof decision_strings / sizeof *decision_strings),
+    UV_CLASS,                /* the class's own metatable (check_class) */
+    UV_ALL = UV_CLASS
+};
+
+_Static_assert(UV_SOURCES + HIRATE_SOURCE_FAIL_CLOSED == UV_COUNT,
+               "a decision string for every source");
+
+/* Pushes decision string k (a UV_* index). */
+static inline void push_string(lua_State *L, int k)
+{
+    lua_pushvalue(L, lua_upvalueindex(k));
+}
+
+/* Pushes a decision as a table. Only for the functions of a class
+ * (new_class gives them the decision strings as upvalues). */
 static void push_decision(lua_State *L, const hirate_decision *d)
 {
     lua_createtable(L, 0, 8);
+    push_string(L, UV_ALLOWED);
     lua_pushboolean(L, d->allowed);
-    lua_setfield(L, -2, "allowed");
+    lua_rawset(L, -3);
+    push_string(L, UV_REMAINING);
     hl_pushint64(L, d->remaining);
-    lua_setfield(L, -2, "remaining");
+    lua_rawset(L, -3);
+    push_string(L, UV_LIMIT);
     hl_pushint64(L, d->limit);
-    lua_setfield(L, -2, "limit");
+    lua_rawset(L, -3);
     /* Seconds as us / 1e6, one correctly rounded division, so that Lua code
      * computing the same quotient gets the same double. */
+    push_string(L, UV_RETRY_AFTER);
     lua_pushnumber(L, d->retry_after_us == HIRATE_NEVER ? (lua_Number)HUGE_VAL
                                                          : (lua_Number)d->retry_after_us / 1e6);
-    lua_setfield(L, -2, "retry_after");
+    lua_rawset(L, -3);
+    push_string(L, UV_RESET_AFTER);
     lua_pushnumber(L, (lua_Number)d->reset_after_us / 1e6);
-    lua_setfield(L, -2, "reset_after");
-    lua_pushstring(L, hirate_source_name(d->source));
-    lua_setfield(L, -2, "source");
+    lua_rawset(L, -3);
+    push_string(L, UV_SOURCE);
+    if (d->source >= HIRATE_SOURCE_REDIS && d->source <= HIRATE_SOURCE_FAIL_CLOSED)
+        push_string(L, UV_SOURCES + d->source);
+    else
+        lua_pushstring(L, hirate_source_name(d->source));
+    lua_rawset(L, -3);
     /* When it was decided, in seconds: Redis' clock (since the epoch) for
      * Redis' own answers, this process' monotonic clock otherwise (or the
      * injected time). A double holds today's epoch microseconds to a quarter
      * of a microsecond, so the exact value is one rounding away. */
+    push_string(L, UV_TIME);
     lua_pushnumber(L, (lua_Number)d->time_us / 1e6);
-    lua_setfield(L, -2, "time");
+    lua_rawset(L, -3);
     if (d->error) {
+        push_string(L, UV_ERROR);
         lua_pushstring(L, code_name(d->error));
-        lua_setfield(L, -2, "error");
+        lua_rawset(L, -3);
     }
 }
 
@@ -339,9 +378,25 @@ static int push_items(lua_State *L, const hirate_item *items, size_t n, int rc, 
 
 /* ---- the limiter ------------------------------------------------------------------ */
 
+/* The userdata at 1 when its metatable is the calling function's class,
+ * compared with the upvalue instead of looked up in the registry by name;
+ * anything else gets luaL_checkudata's own error. Only for the functions
+ * of a class (new_class). */
+static void *check_class(lua_State *L, const char *name)
+{
+    void *p = lua_touserdata(L, 1);
+    if (p && lua_getmetatable(L, 1)) {
+        int same = lua_rawequal(L, -1, lua_upvalueindex(UV_CLASS));
+        lua_pop(L, 1);
+        if (same)
+            return p;
+    }
+    return luaL_checkudata(L, 1, name);
+}
+
 static limiter_ud *check_limiter(lua_State *L)
 {
-    return (limiter_ud *)luaL_checkudata(L, 1, LIMITER_MT);
+    return (limiter_ud *)check_class(L, LIMITER_MT);
 }
 
 /* Frees the C limiter once it is closed and no op waits on it. */
@@ -715,7 +770,7 @@ static int l_tostring(lua_State *L)
 
 static op_ud *check_op(lua_State *L)
 {
-    return (op_ud *)luaL_checkudata(L, 1, OP_MT);
+    return (op_ud *)check_class(L, OP_MT);
 }
 
 /* The op is answered: keep what results() and drop() need, give back the
@@ -917,13 +972,27 @@ static int l_live(lua_State *L)
     return 1;
 }
 
+/* Pushes the upvalues of a class's functions (UV_*): the decision strings,
+ * then the metatable at (absolute) index mt. */
+static void push_class_upvalues(lua_State *L, int mt)
+{
+    for (int i = 0; i < UV_COUNT; i++)
+        lua_pushstring(L, decision_strings[i]);
+    lua_pushvalue(L, mt);
+}
+
+/* A metatable with its metamethods, and its methods as __index; every one
+ * of them a closure over the class's upvalues. */
 static void new_class(lua_State *L, const char *name, const luaL_Reg *meta,
                       const luaL_Reg *methods)
 {
     luaL_newmetatable(L, name);
-    hl_setfuncs(L, meta);
+    int mt = lua_gettop(L);
+    push_class_upvalues(L, mt);
+    hl_setfuncs(L, meta, UV_ALL);
     lua_newtable(L);
-    hl_setfuncs(L, methods);
+    push_class_upvalues(L, mt);
+    hl_setfuncs(L, methods, UV_ALL);
     lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
 }
@@ -968,7 +1037,7 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
     new_class(L, LIMITER_MT, limiter_meta, limiter_methods);
     new_class(L, OP_MT, op_meta, op_methods);
     lua_newtable(L);
-    hl_setfuncs(L, functions);
+    hl_setfuncs(L, functions, 0);
     lua_pushstring(L, HIRATE_VERSION_STRING);
     lua_setfield(L, -2, "_VERSION");
     lua_pushstring(L, "hirate.core");

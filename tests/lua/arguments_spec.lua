@@ -140,6 +140,14 @@ describe("limiter methods", function()
     local cases = {
         { function() local _ = lim.allow("k") end,
             "bad argument #1 to 'allow' (hirate.limiter expected, got string)" },
+        -- Another library's userdata: its type is named by its __name from
+        -- 5.3 on, as "userdata" before.
+        { function() local _ = lim.allow(io.stdout, "k") end,
+            "bad argument #1 to 'allow' (hirate.limiter expected, got "
+            .. (lua54 and "FILE*" or "userdata") .. ")" },
+        { function() local _ = lim.close(io.stdout) end,
+            "bad argument #1 to 'close' (hirate.limiter expected, got "
+            .. (lua54 and "FILE*" or "userdata") .. ")" },
         { function() local _ = lim:allow() end,
             "bad argument #1 to 'allow' (key must be a string, got no value)" },
         { function() local _ = lim:allow(42) end,
@@ -278,6 +286,13 @@ describe("the hooks for the OpenResty path", function()
             .. 'got "ETIMEOUT")', function() op:fail("ETIMEOUT") end)
         raises('bad argument #1 to \'fail\' (code must be an error name such as "ETIMEDOUT", '
             .. "got nil)", function() op:fail(nil) end)
+        -- A limiter where an op belongs, and an op where a limiter does.
+        raises("bad argument #1 to 'request' (hirate.op expected, got "
+            .. (lua54 and "hirate.limiter" or "userdata") .. ")",
+            function() local _ = op.request(lim) end)
+        raises("bad argument #1 to '_endpoint' (hirate.limiter expected, got "
+            .. (lua54 and "hirate.op" or "userdata") .. ")",
+            function() local _ = lim._endpoint(op) end)
         op:fail("ECONNECT")
         assert.equal("hirate.op(done, 1 items)", tostring(op))
         raises("feed: the op is done (it has its results)", function() local _ = op:feed("+OK\r\n") end)
