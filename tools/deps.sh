@@ -3,7 +3,7 @@
 #   tools/deps.sh build      compiler, CMake, pkg-config, hiredis
 #   tools/deps.sh test       build + redis-server, cJSON, jsonschema, faketime
 #   tools/deps.sh python     test + Python headers and venv (the Python tests)
-#   tools/deps.sh lua        test + Lua 5.4, 5.3 and 5.1, LuaJIT (as nginx uses it), luarocks,
+#   tools/deps.sh lua        test + Lua 5.4, 5.3, 5.2 and 5.1, LuaJIT (as nginx uses it), luarocks,
 #                            busted, nginx, valgrind
 #   tools/deps.sh fuzz       test + clang, libFuzzer and its sanitizer runtimes
 #   tools/deps.sh bench      python + valgrind, nginx with lua-nginx-module, LuaJIT, Lua 5.4, wrk
@@ -12,7 +12,7 @@ set -eu
 build="gcc make cmake pkg-config libhiredis-dev"
 test="$build redis-server redis-tools libcjson-dev python3 python3-jsonschema faketime"
 python="$test python3-dev python3-venv python3-pip"
-lua="$test lua5.4 liblua5.4-dev lua5.3 liblua5.3-dev lua5.1 liblua5.1-0-dev luajit2
+lua="$test lua5.4 liblua5.4-dev lua5.3 liblua5.3-dev lua5.2 liblua5.2-dev lua5.1 liblua5.1-0-dev luajit2
      libluajit2-5.1-dev luarocks lua-busted lua-dkjson nginx libnginx-mod-http-lua valgrind"
 fuzz="$test clang libfuzzer-14-dev libclang-rt-14-dev"
 bench="$python valgrind nginx libnginx-mod-http-lua luajit2 libluajit2-5.1-dev lua5.4 liblua5.4-dev wrk"

@@ -4,12 +4,12 @@
 #   1. copies the checkout (without .git and build directories) to $out/src,
 #      as a clean checkout, and runs `luarocks make` there for Lua 5.4 into
 #      $out/tree-5.4, for LuaJIT (luarocks' Lua 5.1 with LuaJIT's headers, as
-#      OpenResty loads it) into $out/tree-luajit, and for PUC Lua 5.3 and 5.1
-#      into $out/tree-5.3 and $out/tree-5.1;
+#      OpenResty loads it) into $out/tree-luajit, and for PUC Lua 5.3, 5.2 and
+#      5.1 into $out/tree-5.3, $out/tree-5.2 and $out/tree-5.1;
 #   2. runs tests/lua/alloc_fail.lua with Lua's allocator failing at each
 #      allocation in turn (tests/lua/alloc_fail.c, under AddressSanitizer);
 #   3. runs the busted specs (tests/lua/*_spec.lua, the module's) under lua5.4,
-#      luajit, lua5.3 and lua5.1, each with its own tree;
+#      luajit, lua5.3, lua5.2 and lua5.1, each with its own tree;
 #   4. runs them once more under valgrind on Lua 5.4: no memory error and no
 #      definite leak, or the run fails;
 #   5. then the OpenResty steps at the end of this file.
@@ -53,7 +53,7 @@ step "luarocks make for Lua 5.4"
 step "luarocks make for LuaJIT"
 (cd "$out/src" && luarocks --lua-version 5.1 --lua-dir /usr make --tree "$HIRATE_LUA_TREE_JIT" \
     "$rockspec" LUA_INCDIR=/usr/include/luajit-2.1)
-for v in 5.3 5.1; do
+for v in 5.3 5.2 5.1; do
     step "luarocks make for Lua $v"
     rm -rf "$out/tree-$v"
     (cd "$out/src" && luarocks --lua-version $v --lua-dir /usr make --tree "$out/tree-$v" \
@@ -99,7 +99,7 @@ step "busted under Lua 5.4"
 run_specs lua5.4 "$HIRATE_LUA_TREE_54" 5.4 "$@"
 step "busted under LuaJIT"
 run_specs luajit "$HIRATE_LUA_TREE_JIT" 5.1 "$@"
-for v in 5.3 5.1; do
+for v in 5.3 5.2 5.1; do
     step "busted under Lua $v"
     run_specs lua$v "$out/tree-$v" $v "$@"
 done
