@@ -294,10 +294,10 @@ static void fill_items(lua_State *L, int arg, hirate_item *items, size_t n, char
 /* ---- decisions ------------------------------------------------------------------- */
 
 /* The strings a decision table is built from, made once at load time and
- * kept as upvalues of every method that builds one (luaopen_hirate_core):
- * setting a field through a string already on hand skips interning its name
- * on every call, which lua_setfield would do. The sources follow the
- * field names in the order of HIRATE_SOURCE_* (1..5). */
+ * kept as upvalues of every function of a class (new_class): setting a
+ * field through a string already on hand skips interning its name on every
+ * call, which lua_setfield would do. The sources follow the field names in
+ * the order of HIRATE_SOURCE_* (1..5). */
 static const char *const decision_strings[] = {
     "allowed", "remaining", "limit", "retry_after", "reset_after", "source", "time", "error",
     "redis", "local", "cache", "fail_open", "fail_closed"};
