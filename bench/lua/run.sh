@@ -10,10 +10,13 @@
 # (-DHIRATE_BUILD_LUA=ON) and built there when missing. It starts its own
 # redis-server on a free loopback port and stops it. Each of the four cells is
 # measured BENCH_LUA_ROUNDS times (default 3), interleaved, for
-# BENCH_LUA_SECONDS each (default 1); the table shows the median.
+# BENCH_LUA_SECONDS each (default 1); the table shows the median. Then each
+# cell's instructions per call under callgrind (BENCH_LUA_CALLS calls,
+# default 20,000), which do not depend on how busy the machine is.
 #
-# Needs (Debian): lua5.4, luajit, redis-server, redis-tools; to build: cmake,
-# gcc, pkg-config, libhiredis-dev, liblua5.4-dev, libluajit2-5.1-dev.
+# Needs (Debian): lua5.4, luajit, redis-server, redis-tools, valgrind; to
+# build: cmake, gcc, pkg-config, libhiredis-dev, liblua5.4-dev,
+# libluajit2-5.1-dev.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -85,6 +88,40 @@ for r in $(seq "$ROUNDS"); do
 done
 
 median() { tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+thousands() { sed ':a; s/\([0-9]\)\([0-9]\{3\}\)\($\|,\)/\1,\2\3/; ta'; }   # 12345 -> 12,345
+
+# Instructions per call under callgrind: a run of CALLS calls less a run of
+# none, so that start-up and warm-up cancel out; the median of ROUNDS such
+# pairs, since the hash seeds (Lua's strings, hirate's table) move the count
+# by a percent or two from run to run. Unlike the rates above, it does not
+# depend on how busy the machine is. "–" without valgrind.
+CALLS=${BENCH_LUA_CALLS:-20000}
+callgrind_total() {   # <lua> <flavor> <calls> <url or "">
+    LUA_PATH="$ROOT/bindings/lua/?.lua;;" LUA_CPATH="$BUILD/lua-$2/?.so;;" \
+        valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        "$1" "$ROOT/bench/lua/calls.lua" "$3" $4 2>&1 |
+        sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+}
+instructions() {   # <lua> <flavor> <url or "">
+    command -v valgrind >/dev/null || { echo "–"; return; }
+    local r none all per=""
+    for r in $(seq "$ROUNDS"); do
+        none=$(callgrind_total "$1" "$2" 0 "$3")
+        all=$(callgrind_total "$1" "$2" "$CALLS" "$3")
+        [ -n "$none" ] && [ -n "$all" ] || { echo "–"; return; }
+        per="$per $(( (all - none + CALLS / 2) / CALLS ))"
+    done
+    echo "$per" | median | thousands
+}
+declare -A instr
+for c in "${cells[@]}"; do
+    read -r lua flavor backend <<<"$c"
+    step "instructions per call (callgrind): $lua, $backend"
+    url=""
+    [ "$backend" = redis ] && url=$URL
+    instr[$c]=$(instructions "$lua" "$flavor" "$url")
+done
+
 fmt() {   # calls/s -> "1.23 M/s (813 ns)"
     awk -v x="$1" 'BEGIN { if (x >= 1e6) printf "%.2f M/s (%.0f ns)", x / 1e6, 1e9 / x;
                             else printf "%.1f k/s (%.1f us)", x / 1e3, 1e6 / x }'
@@ -100,7 +137,12 @@ cat <<TABLE
 |---|---|---|
 | memory, 10,000 keys | $(fmt "$(echo "${runs[lua5.4 5.4 memory]}" | median)") | $(fmt "$(echo "${runs[luajit luajit memory]}" | median)") |
 | Redis $redis on loopback, 1 connection | $(fmt "$(echo "${runs[lua5.4 5.4 redis]}" | median)") | $(fmt "$(echo "${runs[luajit luajit redis]}" | median)") |
+| instructions per call, memory (callgrind) | ${instr[lua5.4 5.4 memory]} | ${instr[luajit luajit memory]} |
+| instructions per call, Redis (callgrind, user space only) | ${instr[lua5.4 5.4 redis]} | ${instr[luajit luajit redis]} |
 
 One Lua state, one call at a time, each a real decision (allowed, never from
-the deny cache), over 10,000 keys in turn. Command: \`$COMMAND\`.
+the deny cache), over 10,000 keys in turn. Instructions: \`valgrind
+--tool=callgrind\` of \`bench/lua/calls.lua\` making $(echo "$CALLS" | thousands) calls over
+1,000 keys, less the same with none, divided by their number (median of $ROUNDS); the kernel's side of each
+Redis round trip is not counted. Command: \`$COMMAND\`.
 TABLE
