@@ -3,30 +3,19 @@
 --
 --     <lua> calls.lua <calls> [redis url]
 --
--- Makes the limiter bench_allow.lua makes, warms it up (every one of 1,000
--- keys has its bucket; on Redis the script is cached and the connection
--- open), then calls lim:allow <calls> times over those keys, round robin.
--- run.sh subtracts the count of a run with 0 calls, which leaves the
--- instructions of the calls alone.
-local hirate = require "hirate"
-
+-- Makes the limiter of common.lua over 1,000 keys (warmed up: every bucket
+-- exists; on Redis the script is cached and the connection open), then calls
+-- lim:allow <calls> times over those keys, round robin. run.sh subtracts the
+-- count of a run with 0 calls, which leaves the instructions of the calls
+-- alone.
 local calls = assert(tonumber(arg[1]), "usage: calls.lua <calls> [url]")
 local url = arg[2]
 
-local lim = hirate.new { url = url, capacity = 1000000000, rate = 1000000000,
-    prefix = "bench:lua-calls:", timeout = 1, connect_timeout = 1 }
-local keys = {}
-for i = 1, 1000 do
-    keys[i] = "user:" .. i
-end
-for i = 1, 1000 do
-    local d = assert(lim:allow(keys[i]))
-    assert(d.allowed and d.source == (url and "redis" or "local"), d.source)
-end
-
-local i = 0
+local lim, keys = dofile(arg[0]:match("^(.*)/") .. "/common.lua")(url, 1000,
+    "bench:lua-calls:")
+local n, i = #keys, 0
 for _ = 1, calls do
-    i = i < 1000 and i + 1 or 1
+    i = i < n and i + 1 or 1
     lim:allow(keys[i])
 end
 lim:close()
