@@ -48,6 +48,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench" / "peers"))
+from protocol import rate_arg  # noqa: E402  (the same digits the harnesses send)
+
 T0 = time.monotonic()
 
 CAPACITY, RATE = 100, 10.0
@@ -414,14 +417,6 @@ def redis_benchmark(c, redis, sc, seconds, calib):
             "p50_us": float(row["p50_latency_ms"]) * 1e3,
             "p99_us": float(row["p99_latency_ms"]) * 1e3,
             "cpu_s": cpu, "wall_s": n / rps, "process_wall_s": wall, "error": None}
-
-
-def rate_arg(rate):
-    for prec in range(1, 18):
-        s = "%.*g" % (prec, rate)
-        if float(s) == rate:
-            return s
-    return repr(rate)
 
 
 # ---- statistics ------------------------------------------------------------------------------

@@ -37,6 +37,8 @@ from urllib.parse import urlparse
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
+sys.path.insert(0, str(ROOT / "bench" / "peers"))
+from protocol import die, emit, rate_arg  # noqa: E402
 HANDWRITTEN = ROOT / "bench" / "nginx" / "handwritten.lua"
 NGINX_HARNESS = ROOT / "tests" / "lua" / "nginx" / "harness.py"
 MODULES = "/usr/lib/nginx/modules"
@@ -95,25 +97,6 @@ http {
     }
 }
 """
-
-
-def die(msg):
-    sys.stderr.write("peer_nginx.py: %s\n" % msg)
-    sys.exit(2)
-
-
-def emit(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def rate_arg(rate):
-    """The rate in the fewest digits that read back exactly."""
-    for prec in range(1, 18):
-        s = "%.*g" % (prec, rate)
-        if float(s) == rate:
-            return s
-    return repr(rate)
 
 
 def start_nginx(c, workers):

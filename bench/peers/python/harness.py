@@ -21,7 +21,6 @@ a --timeout-ms command timeout; everything else is its library's default.
 import argparse
 import array
 import asyncio
-import json
 import os
 import random
 import sys
@@ -29,6 +28,8 @@ import threading
 import time
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench", "peers"))
+from protocol import die, emit, rate_arg  # noqa: E402
 # Samples a worker keeps before it starts keeping every 2nd, 4th, ... call.
 LAT_CAP = 1 << 18
 # Key draws are precomputed (a random draw costs more than some decisions)
@@ -39,16 +40,6 @@ ASYNC = {"redis-py-async", "hirate-async"}
 IMPLS = ("redis-py", "redis-py-async", "limits-moving", "limits-sliding", "hirate", "hirate-async")
 
 
-def die(msg):
-    sys.stderr.write("harness.py: %s\n" % msg)
-    sys.exit(2)
-
-
-def emit(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
 def key_name(i):
     return "user:%06d" % i
 
@@ -56,15 +47,6 @@ def key_name(i):
 def script_source():
     with open(os.path.join(ROOT, "lua", "token_bucket.lua"), encoding="utf-8") as f:
         return f.read()
-
-
-def rate_arg(rate):
-    """The rate in the fewest digits that read back exactly, as hirate sends it."""
-    for prec in range(1, 18):
-        s = "%.*g" % (prec, rate)
-        if float(s) == rate:
-            return s
-    return repr(rate)
 
 
 def make_decider(c, capacity, rate, sources=False):
