@@ -117,16 +117,7 @@ describe("with a wrong password", function()
 end)
 
 -- The mock server as our own child, killed with the test process.
--- The system's Python where there is one (a version manager's shim is slow
--- to start), as helpers/redis_server.lua does.
-local python = "python3"
-do
-    local f = io.open("/usr/bin/python3")
-    if f then
-        f:close()
-        python = "/usr/bin/python3"
-    end
-end
+local python = support.python
 
 local function mock(script)
     local path = support.root .. "/tests/integration/mock_resp.py"

@@ -22,16 +22,8 @@ M.__index = M
 
 local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
 
--- The system's Python where there is one: a version manager's shim (pyenv)
--- costs a third of a second a start, and the relay starts once a request.
-local python = "python3"
-do
-    local f = io.open("/usr/bin/python3")
-    if f then
-        f:close()
-        python = "/usr/bin/python3"
-    end
-end
+-- The relay starts once a request: support.python starts fast.
+local python = require("helpers.support").python
 
 local function quote(s)
     return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
