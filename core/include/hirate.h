@@ -83,7 +83,10 @@ extern "C" {
     X(EAUTH,     -15, "Redis authentication failed")                            \
     X(ENOPERM,   -16, "Redis user lacks a permission")                          \
     X(EREPLY,    -17, "Redis answered with an error")                           \
-    X(ECLOSED,   -18, "limiter is closed")
+    X(ECLOSED,   -18, "limiter is closed")                                      \
+    X(ETLS,      -19, "TLS handshake or certificate check failed")              \
+    X(EREFUSED,  -20, "Redis refused the connection")                           \
+    X(ENOTREDIS, -21, "the server does not speak the Redis protocol")
 
 enum hirate_errno {
 #define HIRATE_ERRNO_ENUM_(name, code, msg) HIRATE_##name = (code),
@@ -125,7 +128,9 @@ typedef struct hirate_decision {
 /* What a limiter does when Redis fails (cannot connect, times out, breaks the
  * connection, sends garbage, or answers OOM, BUSY, READONLY, LOADING,
  * MASTERDOWN, CLUSTERDOWN, TRYAGAIN, MISCONF, NOREPLICAS). Configuration errors (a wrong password,
- * a missing ACL permission, a rejected script) are returned, never hidden. */
+ * a missing ACL permission, a rejected script, a failed TLS check or a TLS/plain
+ * mismatch, a server that is not Redis, maxclients or protected mode) are
+ * returned, never hidden, and never open the breaker. */
 typedef enum hirate_on_error {
     HIRATE_ON_ERROR_LOCAL = 0, /* decide from an in-memory bucket (default) */
     HIRATE_ON_ERROR_OPEN,      /* allow */
@@ -137,8 +142,9 @@ HIRATE_EXPORT const char *hirate_on_error_name(int on_error);
 HIRATE_EXPORT int hirate_on_error_from_name(const char *name);
 
 typedef struct hirate_options {
-    const char *url;        /* redis://[user:password@]host[:port][/db] or
-                               unix:///path[?db=N]; NULL: in-memory (default) */
+    const char *url;        /* redis://[user:password@]host[:port][/db],
+                               rediss://... (TLS) or unix:///path[?db=N];
+                               NULL: in-memory (default) */
     int64_t capacity;       /* bucket size, 1..2^53-1 (required) */
     double rate;            /* tokens added per second, > 0 (required) */
     const char *prefix;     /* prepended to every key; default "rl:" */
@@ -153,6 +159,15 @@ typedef struct hirate_options {
     int backoff_max_ms;     /* doubling up to this; defaults 100 and 5000 */
     int deny_cache;         /* 1: remember refusals (default); 0: off */
     size_t deny_cache_keys; /* refusals remembered at most; default 65,536 */
+    /* TLS, for rediss:// URLs (each string is copied; NULL: not set). */
+    const char *tls_ca_file;     /* PEM file of trusted CAs; default: the system's */
+    const char *tls_ca_dir;      /* directory of trusted CAs (c_rehash layout) */
+    const char *tls_cert_file;   /* client certificate, PEM (mutual TLS) */
+    const char *tls_key_file;    /* its private key, PEM */
+    const char *tls_server_name; /* SNI and the name checked; default the URL's host */
+    int tls_verify;              /* 1: verify chain and name (default); 0: do not
+                                    (anyone on the path can then read and change
+                                    every call) */
 } hirate_options;
 
 /* Fills *opts with the defaults; capacity and rate stay 0 (must be set). */

@@ -1,0 +1,188 @@
+/*
+ * hirate_io.h: the limiter without I/O, for code that moves the bytes itself
+ * (an event loop, nginx cosockets, a program with its own sockets).
+ *
+ * The core keeps every rule about talking to Redis: where to connect and with
+ * which timeouts and TLS settings, which bytes open a connection and what its
+ * replies mean, when a new connection may be tried (the reconnect backoff),
+ * the bytes of every call and what each reply means, the circuit breaker, the
+ * deny cache and the failure policy. The caller only connects, writes the
+ * bytes it is given and feeds back the bytes it reads, and says when its I/O
+ * failed. hirate's own blocking client (hirate_allow) is built on the same
+ * functions, so every front end decides alike.
+ *
+ * A connection's life:
+ *
+ *   hirate_endpoint ep;  hirate_endpoint_get(lim, &ep);    where, timeouts, TLS
+ *
+ *   hirate_handshake *hs;
+ *   if (hirate_handshake_start(lim, &hs, err, sizeof err) < 0)
+ *       ... no new connection now (the backoff after a failure): fail the
+ *           calls that needed one with hirate_op_fail(op, rc, err)
+ *   connect to ep (TLS when ep.tls), within ep.connect_timeout_ms;
+ *       on failure: state = hirate_handshake_fail(hs, HIRATE_ECONNECT, why)
+ *   send hirate_handshake_request(hs); read; state = hirate_handshake_feed(...)
+ *       (a timeout or a broken connection: hirate_handshake_fail(hs, code, why))
+ *   state HIRATE_IO_PROBE: the first connection failed in a way that a TLS
+ *       mismatch explains. Open a second connection to the same address with
+ *       the other transport (TLS without verification when
+ *       hirate_handshake_probe_tls(hs), else plain) within
+ *       ep.probe_timeout_ms, send hirate_handshake_request(hs) on it and feed
+ *       its reply as before; then close it.
+ *   state HIRATE_IO_DONE: rc = hirate_handshake_result(hs, err, sizeof err):
+ *       0, the first connection is ready for calls; else close it, and rc is
+ *       the reason (an outage code, or a misconfiguration such as
+ *       HIRATE_EAUTH or HIRATE_ETLS, which no policy hides)
+ *   hirate_handshake_free(hs)
+ *
+ * A decision's (or a batch's) round trip:
+ *
+ *   hirate_op *op;
+ *   if (hirate_op_start(lim, items, n, 1, -1, &op) == 1) {    0: all decided
+ *       send hirate_op_request(op) on a ready connection
+ *       loop: read; switch (hirate_op_feed(op, bytes, len, &used)):
+ *             HIRATE_IO_MORE: keep the unused bytes, read more;
+ *             HIRATE_IO_SEND: send hirate_op_request(op) (EVAL after NOSCRIPT);
+ *             HIRATE_IO_DONE: every item has its rc and decision
+ *       on a timeout or a broken connection: hirate_op_fail(op, code, why)
+ *       close the connection if hirate_op_drop(op), or if bytes are left over
+ *   }
+ *   hirate_op_free(op);
+ *
+ * Codes given to _fail: HIRATE_ECONNECT (could not connect), HIRATE_ETIMEDOUT,
+ * HIRATE_EIO (closed, reset, any other I/O error), HIRATE_ETLS (the TLS
+ * library refused the peer: a certificate, a name, a protocol), or
+ * HIRATE_ECLOSED (the caller gave up, e.g. a cancelled task: nothing is
+ * learnt about Redis). `why` is the I/O library's words, or NULL.
+ *
+ * Every function here is safe to call from any thread for different objects;
+ * one handshake or op is used by one thread at a time.
+ */
+#ifndef HIRATE_IO_H
+#define HIRATE_IO_H
+
+#include "hirate.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The states of a handshake or an op. */
+enum { HIRATE_IO_MORE = 1, HIRATE_IO_SEND, HIRATE_IO_DONE, HIRATE_IO_PROBE };
+
+/* The longest reply that a call or a handshake accepts, in bytes: a reader
+ * never needs to buffer more than this for one reply. */
+#define HIRATE_IO_REPLY_MAX 4096
+
+/* ---- where to connect -------------------------------------------------------- */
+
+typedef struct hirate_endpoint {
+    int is_unix;                /* 1: path is a unix socket (never TLS) */
+    char host[256];             /* TCP host name or address, IPv6 without brackets */
+    int port;
+    char path[108];
+    char where[300];            /* "host:port", "[v6]:port" or the path, for messages */
+    int connect_timeout_ms;     /* TCP connect and TLS handshake together */
+    int timeout_ms;             /* each reply, from the moment its request is sent */
+    int probe_timeout_ms;       /* the mismatch probe of HIRATE_IO_PROBE */
+    int tls;                    /* 1: TLS (rediss://) */
+    int tls_verify;             /* 1: verify the certificate chain and the name */
+    /* TLS settings (NULL when not set); they point into the limiter and
+     * stay valid while it lives. */
+    const char *tls_ca_file;    /* PEM bundle; NULL: the system's trust store */
+    const char *tls_ca_dir;     /* hashed directory of CAs */
+    const char *tls_cert_file;  /* client certificate (mutual TLS) */
+    const char *tls_key_file;   /* and its key */
+    const char *tls_server_name;/* SNI and the name verified; never NULL with
+                                   tls: the option, or the URL's host */
+} hirate_endpoint;
+
+/* Fills *out. HIRATE_EINVAL for a limiter without a URL. */
+HIRATE_EXPORT int hirate_endpoint_get(hirate_limiter *lim, hirate_endpoint *out);
+
+/* ---- opening a connection ------------------------------------------------------ */
+
+typedef struct hirate_handshake hirate_handshake;
+
+/* May a new connection be opened now? 0 with *out: yes, go on as above. A
+ * negative code: not now; err says why ("not reconnecting for 40 ms after:
+ * connect to 127.0.0.1:6379: Connection refused"), and the code is the
+ * failure's own, so a wrong password stays HIRATE_EAUTH during the backoff.
+ * Only one caller at a time is let through after a failure. */
+HIRATE_EXPORT int hirate_handshake_start(hirate_limiter *lim, hirate_handshake **out, char *err,
+                                         size_t errlen);
+/* The bytes to send now (AUTH, SELECT and a PING that proves the server is
+ * Redis; during a probe, the probe's bytes). */
+HIRATE_EXPORT const char *hirate_handshake_request(const hirate_handshake *hs, size_t *len);
+/* Reads replies from buf: HIRATE_IO_MORE (read more; *used bytes were
+ * taken), or HIRATE_IO_DONE. */
+HIRATE_EXPORT int hirate_handshake_feed(hirate_handshake *hs, const char *buf, size_t len,
+                                        size_t *used);
+/* The I/O failed (see above): HIRATE_IO_PROBE or HIRATE_IO_DONE. */
+HIRATE_EXPORT int hirate_handshake_fail(hirate_handshake *hs, int code, const char *why);
+/* During HIRATE_IO_PROBE: 1 when the probe connection is TLS (without
+ * verification), 0 when it is plain. */
+HIRATE_EXPORT int hirate_handshake_probe_tls(const hirate_handshake *hs);
+/* After HIRATE_IO_DONE: 0, or the code with its message in err. */
+HIRATE_EXPORT int hirate_handshake_result(hirate_handshake *hs, char *err, size_t errlen);
+/* Frees hs; one freed before its result teaches the backoff nothing. */
+HIRATE_EXPORT void hirate_handshake_free(hirate_handshake *hs);
+
+/* ---- calls --------------------------------------------------------------------- */
+
+typedef struct hirate_op hirate_op;
+
+/* Decides what needs no Redis (bad items, the deny cache, the policy while
+ * the breaker is open). Returns 0 when every item is decided (*op is NULL),
+ * 1 when *op has a request to send, or HIRATE_EINVAL (no URL, NULL items)
+ * or HIRATE_ECLOSED. */
+HIRATE_EXPORT int hirate_op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
+                                  int64_t now_us, hirate_op **op);
+/* hirate_reset() as an op: one DEL. hirate_op_result() gives its outcome. */
+HIRATE_EXPORT int hirate_op_start_reset(hirate_limiter *lim, const void *key, size_t keylen,
+                                        hirate_op **op);
+HIRATE_EXPORT const char *hirate_op_request(const hirate_op *op, size_t *len);
+/* Reads replies from buf; *used is how many bytes they took. */
+HIRATE_EXPORT int hirate_op_feed(hirate_op *op, const char *buf, size_t len, size_t *used);
+/* The I/O failed with code (see above); why may be NULL. The policy decides
+ * every outage; HIRATE_ECLOSED settles the op without blaming Redis. */
+HIRATE_EXPORT void hirate_op_fail(hirate_op *op, int code, const char *why);
+/* True when the connection must be closed, not reused. */
+HIRATE_EXPORT int hirate_op_drop(const hirate_op *op);
+/* After DONE or a failure: item i's message when its rc is negative (else
+ * NULL). For a reset op, i is 0. */
+HIRATE_EXPORT const char *hirate_op_errmsg(const hirate_op *op, size_t i);
+/* A reset op's outcome: 0 or its code. A batch's: 0. */
+HIRATE_EXPORT int hirate_op_result(const hirate_op *op);
+HIRATE_EXPORT void hirate_op_free(hirate_op *op);
+
+/* ---- for tests and benchmarks -------------------------------------------------- */
+
+/* hirate_allow (spend 1) or hirate_peek (spend 0) at an injected time in
+ * microseconds: the memory backend's clock, or the script's time in Redis.
+ * The shared test vectors state time explicitly; production never does. */
+HIRATE_EXPORT int hirate_decide_at(hirate_limiter *lim, const void *key, size_t keylen,
+                                   int64_t cost, int spend, int64_t now_us,
+                                   hirate_decision *out);
+
+/* Counters since the limiter was made. */
+typedef struct hirate_counters {
+    uint64_t connects;        /* connection attempts (the blocking client and
+                                 handshakes started through this header) */
+    uint64_t evalsha;         /* EVALSHA calls sent by the blocking client */
+    uint64_t eval;            /* EVAL calls sent (after NOSCRIPT) */
+    uint64_t conns_dropped;   /* its connections closed after an error */
+    uint64_t cache_hits;      /* refusals answered by the deny cache */
+    uint64_t policy;          /* decisions made by the failure policy */
+    uint64_t breaker_opens;   /* times a failure opened the breaker */
+    size_t memory_keys;       /* buckets held by the memory backend */
+    size_t local_keys;        /* buckets held by the local fallback */
+    size_t cache_keys;        /* refusals held by the deny cache */
+} hirate_counters;
+
+HIRATE_EXPORT void hirate_counters_get(hirate_limiter *lim, hirate_counters *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HIRATE_IO_H */
