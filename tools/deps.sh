@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs the Debian/Ubuntu packages a task needs, when they are missing.
-#   tools/deps.sh build      compiler, CMake, pkg-config, hiredis
+#   tools/deps.sh build      compiler, CMake, pkg-config, hiredis, OpenSSL
 #   tools/deps.sh test       build + redis-server, cJSON, jsonschema, faketime
 #   tools/deps.sh python     test + Python headers and venv (the Python tests)
 #   tools/deps.sh lua        test + Lua 5.4, 5.3, 5.2 and 5.1, LuaJIT (as nginx uses it), luarocks,
@@ -9,7 +9,7 @@
 #   tools/deps.sh bench      python + valgrind, nginx with lua-nginx-module, LuaJIT, Lua 5.4, wrk
 set -eu
 
-build="gcc make cmake pkg-config libhiredis-dev"
+build="gcc make cmake pkg-config libhiredis-dev libssl-dev openssl"
 test="$build redis-server redis-tools libcjson-dev python3 python3-jsonschema faketime"
 python="$test python3-dev python3-venv python3-pip"
 lua="$test lua5.4 liblua5.4-dev lua5.3 liblua5.3-dev lua5.2 liblua5.2-dev lua5.1 liblua5.1-0-dev luajit2
