@@ -23,6 +23,11 @@ protocol of bench/peers/README.md:
   memory   one decision on each of 10,000 keys (2,000 in quick mode),
            capacity 100, rate 0.01/s: used_memory growth per key and
            MEMORY USAGE of keys written.
+  tls      hirate_allow, hirate.Limiter, redis-py and go-redis (the seed
+           article) over TLS, on a second redis-server that speaks only TLS
+           (certificates from tests/support/make_certs.sh), and each over
+           plain TCP on the first, interleaved in the same rounds: the
+           100,000-key workloads, 1 client and 8 concurrent.
   pieces   bench/python, bench/lua and bench/nginx, the bindings' own
            benchmarks, run as they are and kept as the markdown they print.
 
@@ -226,12 +231,19 @@ def resp(*args):
 
 class Redis:
     """redis-server on a free loopback port in a temporary directory, and a
-    minimal RESP client for the driver's own commands."""
+    minimal RESP client for the driver's own commands. With tls (a directory
+    of tests/support/make_certs.sh's certificates) the server speaks only TLS
+    (--port 0 --tls-port P, no client certificates asked), and so does the
+    driver's client."""
 
-    def __init__(self, work):
+    def __init__(self, work, tls=None):
         self.dir = tempfile.mkdtemp(prefix="redis-", dir=work)
         self.proc = None
         self.sock = None
+        self.tls = None
+        if tls:
+            import ssl
+            self.tls = ssl.create_default_context(cafile=os.path.join(tls, "ca.crt"))
         # A port outside the ephemeral range, so that no client's own
         # connection can take it.
         lo, hi = 32768, 60999
@@ -243,13 +255,20 @@ class Redis:
         import random
         for _ in range(20):
             port = random.randint(*span)
-            if self._answers(port):
+            if self._taken(port):
                 continue
+            listen = ["--port", str(port)]
+            if tls:
+                listen = ["--port", "0", "--tls-port", str(port),
+                          "--tls-cert-file", os.path.join(tls, "server.crt"),
+                          "--tls-key-file", os.path.join(tls, "server.key"),
+                          "--tls-ca-cert-file", os.path.join(tls, "ca.crt"),
+                          "--tls-auth-clients", "no"]
             # setpriv: the kernel stops the server should this process die
             # without its cleanup.
             guard = ["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
             self.proc = subprocess.Popen(
-                guard + ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                guard + ["redis-server"] + listen + ["--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", "--dir", self.dir, "--logfile",
                  os.path.join(self.dir, "redis.log")],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -258,24 +277,39 @@ class Redis:
             while time.monotonic() < deadline and self.proc.poll() is None:
                 if self._answers(port):
                     self.port = port
-                    self.url = "redis://127.0.0.1:%d" % port
+                    # The certificate names localhost (and 127.0.0.1): the
+                    # name a client checks is the URL's host.
+                    self.url = ("rediss://localhost:%d" if tls else "redis://127.0.0.1:%d") % port
                     return
                 time.sleep(0.05)
             self.close()
         raise RuntimeError("could not start redis-server (see %s/redis.log)" % self.dir)
 
     @staticmethod
-    def _answers(port):
+    def _taken(port):
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            return False
+
+    def _connect(self, port, timeout):
+        s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        if self.tls:
+            s = self.tls.wrap_socket(s, server_hostname="localhost")
+        return s
+
+    def _answers(self, port):
+        try:
+            with self._connect(port, 0.5) as s:
                 s.sendall(resp("PING"))
                 return s.recv(16).startswith(b"+PONG")
-        except OSError:
+        except OSError:   # ssl.SSLError too
             return False
 
     def cmd(self, *args):
         if self.sock is None:
-            self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+            self.sock = self._connect(self.port, 30)
             self.file = self.sock.makefile("rb")
         self.sock.sendall(resp(*args))
         return self._read()
@@ -451,54 +485,77 @@ def summarize(runs):
 
 # ---- the phases --------------------------------------------------------------------------------
 
-def phase_speed(cs, redis, p, results):
-    runnable = [c for c in cs if not c.reason and "speed" in c.phases]
-    total = len(runnable) * len(SCENARIOS) * p.rounds
+def interleaved(runs, scenarios, p, what, run_one):
+    """Every run (objects with an id) once per scenario in each of p.rounds
+    rounds, in an order reversed every other round; run_one(run, sc, rnd)
+    gives one harness result (or raises RunError). The summaries by run id
+    and scenario id."""
+    total = len(runs) * len(scenarios) * p.rounds
     done = 0
-    calib = {}
-    raw = {c.id: {sc["id"]: [] for sc in SCENARIOS} for c in runnable}
-    step("peers: %d rounds x %d scenarios x %d contenders, %.2g s each after %.2g s of "
-         "warm-up (%s)" % (p.rounds, len(SCENARIOS), len(runnable), p.seconds, p.warmup,
-                           redis.url))
+    raw = {r.id: {sc["id"]: [] for sc in scenarios} for r in runs}
     t_start = time.monotonic()
     for rnd in range(p.rounds):
-        order = runnable if rnd % 2 == 0 else runnable[::-1]
-        for sc in SCENARIOS:
-            for c in order:
+        order = runs if rnd % 2 == 0 else runs[::-1]
+        for sc in scenarios:
+            for run in order:
                 done += 1
                 eta = ""
                 if done > 1:
                     left = (time.monotonic() - t_start) / (done - 1) * (total - done + 1)
                     eta = ", about %dm%02ds left" % (left // 60, left % 60)
-                progress("peers: round %d/%d, %s: %s (%d/%d%s)" % (
-                    rnd + 1, p.rounds, sc["label"], c.id, done, total, eta))
-                redis.fresh()
+                progress("%s: round %d/%d, %s: %s (%d/%d%s)" % (
+                    what, rnd + 1, p.rounds, sc["label"], run.id, done, total, eta))
                 try:
-                    if c.runtime == "redis-benchmark":
-                        r = redis_benchmark(c, redis, sc, p.seconds, calib)
-                    else:
-                        r = harness(c, "speed", [
-                            "--url", redis.url, "--keys", sc["keys"],
-                            "--concurrency", sc["concurrency"], "--seconds", p.seconds,
-                            "--warmup", p.warmup, "--capacity", CAPACITY, "--rate",
-                            rate_arg(RATE), "--seed", rnd + 1, "--timeout-ms", TIMEOUT_MS],
-                            timeout=p.seconds + p.warmup + 60)
-                    calls, usec = redis.script_stats()
-                    if calls:
-                        r["server_us_per_call"] = usec / calls
-                    r["redis_calls"] = calls
+                    r = run_one(run, sc, rnd)
                     r["round"] = rnd + 1
                 except RunError as e:
                     r = {"error_run": str(e), "round": rnd + 1}
-                raw[c.id][sc["id"]].append(r)
+                raw[run.id][sc["id"]].append(r)
     progress_done()
-    for c in runnable:
-        results["speed"][c.id] = {}
-        for sc in SCENARIOS:
-            runs = raw[c.id][sc["id"]]
-            s = summarize(runs)
-            s["raw"] = runs
-            results["speed"][c.id][sc["id"]] = s
+    out = {}
+    for run in runs:
+        out[run.id] = {}
+        for sc in scenarios:
+            s = summarize(raw[run.id][sc["id"]])
+            s["raw"] = raw[run.id][sc["id"]]
+            out[run.id][sc["id"]] = s
+    return out
+
+
+def speed_run(c, redis, sc, rnd, p, extra=()):
+    """One speed run of harness c against redis, with its server-side figures."""
+    redis.fresh()
+    r = harness(c, "speed", [
+        "--url", redis.url, "--keys", sc["keys"], "--concurrency", sc["concurrency"],
+        "--seconds", p.seconds, "--warmup", p.warmup, "--capacity", CAPACITY, "--rate",
+        rate_arg(RATE), "--seed", rnd + 1, "--timeout-ms", TIMEOUT_MS] + list(extra),
+        timeout=p.seconds + p.warmup + 60)
+    calls, usec = redis.script_stats()
+    if calls:
+        r["server_us_per_call"] = usec / calls
+    r["redis_calls"] = calls
+    return r
+
+
+def phase_speed(cs, redis, p, results):
+    runnable = [c for c in cs if not c.reason and "speed" in c.phases]
+    calib = {}
+    step("peers: %d rounds x %d scenarios x %d contenders, %.2g s each after %.2g s of "
+         "warm-up (%s)" % (p.rounds, len(SCENARIOS), len(runnable), p.seconds, p.warmup,
+                           redis.url))
+
+    def one(c, sc, rnd):
+        if c.runtime != "redis-benchmark":
+            return speed_run(c, redis, sc, rnd, p)
+        redis.fresh()
+        r = redis_benchmark(c, redis, sc, p.seconds, calib)
+        calls, usec = redis.script_stats()
+        if calls:
+            r["server_us_per_call"] = usec / calls
+        r["redis_calls"] = calls
+        return r
+
+    results["speed"].update(interleaved(runnable, SCENARIOS, p, "peers", one))
 
 
 def phase_atomic(cs, redis, p, results):
@@ -661,6 +718,94 @@ def phase_memory(cs, redis, p, results):
     progress_done()
 
 
+# ---- over TLS --------------------------------------------------------------------------------
+
+# The TLS comparison: each of these contenders over TLS, on a redis-server
+# that speaks only TLS, and over plain TCP, on the plain server of the other
+# phases, in the same interleaved rounds. Only the workloads where every
+# decision is a round trip: on the hot key hirate's deny cache answers most
+# decisions without one, which would hide what TLS costs.
+TLS_SCENARIOS = [sc for sc in SCENARIOS if sc["keys"] > 1]
+TLS_LABELS = {
+    "c/hirate": "`hirate_allow`, `tls_ca_file`",
+    "py/hirate": "`hirate.Limiter(..., tls_ca_file=...)`, threads",
+    "py/redis-py": "redis-py `register_script`, `ssl=True` (a rediss:// URL) with "
+                   "`ssl_ca_certs`, threads",
+    "go/article": "seed article: go-redis v9 `Script.Run`, `TLSConfig` with the CA in "
+                  "`RootCAs`",
+}
+
+
+class TlsRun:
+    def __init__(self, c, transport):
+        self.c, self.transport = c, transport
+        self.id = "%s@%s" % (c.id, transport)
+
+    def to_json(self):
+        c = self.c
+        return {"id": self.id, "base": c.id, "transport": self.transport, "lang": c.lang,
+                "hirate": c.hirate, "short": c.short,
+                "label": TLS_LABELS[c.id] if self.transport == "tls" else c.label,
+                "status": "missing" if c.reason else "ok", "reason": c.reason}
+
+
+def make_certs(work):
+    """tests/support/make_certs.sh's certificates in a directory of work: its
+    path, or RunError."""
+    script = ROOT / "tests" / "support" / "make_certs.sh"
+    if not script.exists():
+        raise RunError("tests/support/make_certs.sh is not in this checkout")
+    d = os.path.join(work, "certs")
+    try:
+        pr = subprocess.run(["sh", str(script), d], stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise RunError("make_certs.sh ran for more than 120 s")
+    if pr.returncode != 0:
+        raise RunError("make_certs.sh: exit %d: %s" % (pr.returncode, pr.stderr.strip()[-200:]))
+    return d
+
+
+def phase_tls(cs, redis, p, results, work):
+    runs = [TlsRun(c, t) for cid in TLS_LABELS for c in cs if c.id == cid
+            for t in ("tls", "tcp")]
+    out = results["tls"]
+    out.update(scenarios=TLS_SCENARIOS, runs=[r.to_json() for r in runs], speed={},
+               plain_url=redis.url)
+    runnable = [r for r in runs if not r.c.reason]
+    if not runnable:
+        out["reason"] = "none of %s was run" % ", ".join(TLS_LABELS)
+        return
+    try:
+        certs = make_certs(work)
+        tls = Redis(work, tls=certs)
+    except (RunError, RuntimeError) as e:
+        out["reason"] = str(e)
+        step("tls: not run: %s" % e)
+        return
+    try:
+        tls.cmd("SCRIPT", "LOAD", (ROOT / "lua" / "token_bucket.lua").read_bytes())
+        cipher = tls.sock.cipher()
+        out["server"] = {"url": tls.url, "version": tls.info("server").get("redis_version"),
+                         "driver_cipher": {"name": cipher[0], "protocol": cipher[1]}
+                         if cipher else None,
+                         "certificates": "tests/support/make_certs.sh (RSA 2048)",
+                         "options": "--port 0 --tls-port %d --tls-auth-clients no" % tls.port}
+        ca = os.path.join(certs, "ca.crt")
+        step("tls: %d rounds x %d scenarios x %d runs (%d contenders over TLS on %s and over "
+             "TCP on %s), %.2g s each" % (p.rounds, len(TLS_SCENARIOS), len(runnable),
+                                          len(runnable) // 2, tls.url, redis.url, p.seconds))
+
+        def one(run, sc, rnd):
+            if run.transport == "tls":
+                return speed_run(run.c, tls, sc, rnd, p, ["--tls-ca-file", ca])
+            return speed_run(run.c, redis, sc, rnd, p)
+
+        out["speed"] = interleaved(runnable, TLS_SCENARIOS, p, "tls", one)
+    finally:
+        tls.close()
+
+
 # ---- the pieces: the bindings' own benchmarks ----------------------------------------------
 
 def pieces(build, setup, quick):
@@ -735,7 +880,7 @@ def main():
     ap.add_argument("--warmup", type=float)
     ap.add_argument("--memory-keys", type=int)
     ap.add_argument("--only", help="contender ids to run, comma-separated (default: all)")
-    ap.add_argument("--phases", default="speed,atomic,outage,memory,pieces")
+    ap.add_argument("--phases", default="speed,atomic,outage,memory,tls,pieces")
     ap.add_argument("--pieces", action="store_true",
                     help="run the bindings' own benchmarks in quick mode too")
     p = ap.parse_args()
@@ -773,7 +918,7 @@ def main():
         "versions": setup.get("versions", {}),
         "runtimes": {k: {"ok": v.get("ok"), "reason": v.get("reason")}
                      for k, v in setup.get("runtimes", {}).items()},
-        "speed": {}, "atomic": {}, "outage": {}, "memory": {}, "pieces": {},
+        "speed": {}, "atomic": {}, "outage": {}, "memory": {}, "tls": {}, "pieces": {},
     }
     work = tempfile.mkdtemp(prefix="hirate-suite-")
     redis = None
@@ -791,6 +936,8 @@ def main():
             phase_outage(cs, redis, p, results)
         if "memory" in phases:
             phase_memory(cs, redis, p, results)
+        if "tls" in phases:
+            phase_tls(cs, redis, p, results, work)
     finally:
         if redis:
             redis.close()

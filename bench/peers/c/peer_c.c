@@ -3,6 +3,7 @@
  * of bench/peers/README.md (bench/suite/suite.py drives them):
  *
  *   peer_c speed|atomic|outage|fill --impl IMPL --url redis://HOST:PORT [...]
+ *   peer_c ... --impl hirate --url rediss://HOST:PORT --tls-ca-file ca.crt   (TLS)
  *
  *   hiredis         the floor for any client: plain hiredis, one connection
  *                   per thread, redisCommandArgv of EVALSHA with hirate's own
@@ -15,7 +16,9 @@
  *                   round trip, as for the other clients
  *
  * Every client has a 250 ms connect timeout and a --timeout-ms command
- * timeout (100 by default), hirate's defaults.
+ * timeout (100 by default), hirate's defaults. Over TLS (rediss://, the
+ * hirate clients only: Debian's hiredis 0.14 has no TLS) --tls-ca-file is the
+ * CA the server's certificate is verified against, hirate's tls_ca_file.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -44,6 +47,7 @@ enum impl { IMPL_HIREDIS, IMPL_HIRATE, IMPL_BATCH, IMPL_NOCACHE };
 
 typedef struct config {
     const char *mode, *url, *key;
+    const char *tls_ca_file;    /* NULL: plain TCP */
     enum impl impl;
     char host[256];
     int port;
@@ -160,6 +164,7 @@ static hirate_limiter *make_limiter(const config *c, int64_t capacity, double ra
     o.rate = rate;
     o.timeout_ms = c->timeout_ms;
     o.deny_cache = c->impl != IMPL_NOCACHE;
+    o.tls_ca_file = c->tls_ca_file;
     hirate_limiter *lim;
     char why[HIRATE_ERRMSG_SIZE];
     if (hirate_limiter_new(&lim, &o, why, sizeof why) < 0)
@@ -583,7 +588,8 @@ static void usage(void)
             "usage: peer_c speed|atomic|outage|fill --impl hiredis|hirate|hirate-batch|"
             "hirate-nocache --url redis://HOST:PORT [--keys N] [--concurrency C] [--seconds S] "
             "[--warmup W] [--capacity C] [--rate R] [--seed X] [--key K] [--requests N] "
-            "[--calls N] [--timeout-ms MS]\n(see bench/peers/README.md)\n");
+            "[--calls N] [--timeout-ms MS] [--tls-ca-file FILE (with rediss://)]\n"
+            "(see bench/peers/README.md)\n");
     exit(2);
 }
 
@@ -606,8 +612,15 @@ int main(int argc, char **argv)
         c.impl = IMPL_NOCACHE;
     else
         die("--impl: unknown client \"%s\" (hiredis, hirate, hirate-batch, hirate-nocache)", impl);
-    if (sscanf(c.url, "redis://%255[^:/]:%d", c.host, &c.port) != 2)
-        die("--url: expected redis://HOST:PORT, got \"%s\"", c.url);
+    int tls = strncmp(c.url, "rediss://", 9) == 0;
+    if (sscanf(c.url, tls ? "rediss://%255[^:/]:%d" : "redis://%255[^:/]:%d", c.host,
+               &c.port) != 2)
+        die("--url: expected redis://HOST:PORT or rediss://HOST:PORT, got \"%s\"", c.url);
+    c.tls_ca_file = bench_opt(argc, argv, "--tls-ca-file", NULL);
+    if (c.tls_ca_file && !tls)
+        die("--tls-ca-file needs a rediss:// URL");
+    if (tls && c.impl == IMPL_HIREDIS)
+        die("--impl hiredis: this hiredis has no TLS (hiredis_ssl); use redis://");
     c.keys = (long)num(argc, argv, "--keys", 100000, 1, 10000000);
     c.concurrency = (int)num(argc, argv, "--concurrency", 1, 1, 1024);
     c.seconds = num(argc, argv, "--seconds", 2, 0.01, 3600);

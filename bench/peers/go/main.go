@@ -2,6 +2,7 @@
 // protocol of bench/peers/README.md (bench/suite/suite.py drives them):
 //
 //	peer_go speed|atomic|outage|fill --impl article|redis_rate --url redis://HOST:PORT [...]
+//	peer_go ... --url rediss://HOST:PORT --tls-ca-file ca.crt    (TLS)
 //
 //	article     the seed article's limiter: go-redis v9, redis.NewScript(src).Run
 //	            of the article's own token-bucket script (token_bucket.lua, as
@@ -11,17 +12,23 @@
 //	            Limit{Rate: capacity, Burst: capacity, Period: capacity/rate s}
 //
 // Concurrency is goroutines sharing one client (go-redis' own pool, default
-// size), as a Go service would use it.
+// size), as a Go service would use it. Over TLS (rediss://) the client gets
+// the tls.Config a Go service would give it: the CA of --tls-ca-file as
+// RootCAs, the URL's host as ServerName, TLS 1.2 at least (crypto/tls'
+// default otherwise).
 package main
 
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	_ "embed"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"os"
 	"sort"
@@ -42,6 +49,7 @@ const latCap = 1 << 18
 
 type config struct {
 	mode, impl, url, key  string
+	tlsCAFile             string
 	keys                  int
 	concurrency, requests int
 	calls, timeoutMs      int
@@ -55,16 +63,22 @@ type decider func(ctx context.Context, key string) (bool, error)
 
 func newDecider(c *config, capacity int, rate float64) (decider, *redis.Client) {
 	u, err := url.Parse(c.url)
-	if err != nil || u.Scheme != "redis" || u.Host == "" {
-		die("--url: expected redis://HOST:PORT, got %q", c.url)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+		die("--url: expected redis://HOST:PORT or rediss://HOST:PORT, got %q", c.url)
 	}
 	timeout := time.Duration(c.timeoutMs) * time.Millisecond
-	rdb := redis.NewClient(&redis.Options{
+	opts := &redis.Options{
 		Addr:         u.Host,
 		DialTimeout:  250 * time.Millisecond,
 		ReadTimeout:  timeout,
 		WriteTimeout: timeout,
-	})
+	}
+	if u.Scheme == "rediss" {
+		opts.TLSConfig = tlsConfig(c, u)
+	} else if c.tlsCAFile != "" {
+		die("--tls-ca-file needs a rediss:// URL")
+	}
+	rdb := redis.NewClient(opts)
 	switch c.impl {
 	case "article":
 		script := redis.NewScript(tokenBucketSrc)
@@ -92,6 +106,26 @@ func newDecider(c *config, capacity int, rate float64) (decider, *redis.Client) 
 	}
 	die("--impl: unknown client %q (article, redis_rate)", c.impl)
 	return nil, nil
+}
+
+func tlsConfig(c *config, u *url.URL) *tls.Config {
+	host, _, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		die("--url: expected rediss://HOST:PORT, got %q", c.url)
+	}
+	cfg := &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
+	if c.tlsCAFile != "" {
+		pem, err := os.ReadFile(c.tlsCAFile)
+		if err != nil {
+			die("--tls-ca-file: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			die("--tls-ca-file: no PEM certificate in %s", c.tlsCAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg
 }
 
 func die(format string, args ...any) {
@@ -358,7 +392,8 @@ func main() {
 	c := &config{mode: os.Args[1]}
 	fs := flag.NewFlagSet("peer_go", flag.ExitOnError)
 	fs.StringVar(&c.impl, "impl", "", "article or redis_rate")
-	fs.StringVar(&c.url, "url", "", "redis://HOST:PORT")
+	fs.StringVar(&c.url, "url", "", "redis://HOST:PORT or rediss://HOST:PORT (TLS)")
+	fs.StringVar(&c.tlsCAFile, "tls-ca-file", "", "the CA that signed the server's certificate (rediss://)")
 	fs.StringVar(&c.key, "key", "fresh", "the key of atomic and outage")
 	fs.IntVar(&c.keys, "keys", 100000, "key space of speed and fill")
 	fs.IntVar(&c.concurrency, "concurrency", 1, "goroutines of speed")

@@ -2,6 +2,7 @@
 protocol of bench/peers/README.md (bench/suite/suite.py drives them):
 
     python harness.py speed|atomic|outage|fill --impl IMPL --url redis://HOST:PORT [...]
+    python harness.py ... --url rediss://HOST:PORT --tls-ca-file ca.crt   (TLS)
 
     redis-py        redis-py's register_script of hirate's own script
                     (lua/token_bucket.lua), key "rl:" + key, threads sharing
@@ -16,6 +17,9 @@ protocol of bench/peers/README.md (bench/suite/suite.py drives them):
 Threads for the synchronous clients and tasks for the asyncio ones: what a
 service using each would run. Every client gets a 250 ms connect timeout and
 a --timeout-ms command timeout; everything else is its library's default.
+Over TLS (rediss://; redis-py and hirate) --tls-ca-file is the CA the
+server's certificate is checked against: redis-py's ssl_ca_certs (a rediss://
+URL is its ssl=True), hirate's tls_ca_file.
 """
 
 import argparse
@@ -59,7 +63,8 @@ def make_decider(c, capacity, rate, sources=False):
         import redis.asyncio
 
         cls = redis.asyncio.Redis if c.impl == "redis-py-async" else redis.Redis
-        client = cls.from_url(c.url, socket_timeout=timeout, socket_connect_timeout=0.25)
+        tls = {"ssl_ca_certs": c.tls_ca_file} if c.tls_ca_file else {}
+        client = cls.from_url(c.url, socket_timeout=timeout, socket_connect_timeout=0.25, **tls)
         script = client.register_script(script_source())
         args = [capacity, rate_arg(rate), 1, 1]
         if c.impl == "redis-py":
@@ -72,6 +77,9 @@ def make_decider(c, capacity, rate, sources=False):
         return adecide, client.aclose
     if c.impl in ("limits-moving", "limits-sliding"):
         from limits import RateLimitItemPerSecond, storage, strategies
+
+        if c.tls_ca_file:
+            die("--tls-ca-file: the limits contenders run over plain TCP only")
 
         st = storage.RedisStorage(c.url, socket_timeout=timeout, socket_connect_timeout=0.25)
         if c.impl == "limits-moving":
@@ -88,7 +96,9 @@ def make_decider(c, capacity, rate, sources=False):
         import hirate
 
         cls = hirate.AsyncLimiter if c.impl == "hirate-async" else hirate.Limiter
-        lim = cls(c.url, capacity=capacity, rate=rate, timeout=timeout, connect_timeout=0.25)
+        tls = {"tls_ca_file": c.tls_ca_file} if c.tls_ca_file else {}
+        lim = cls(c.url, capacity=capacity, rate=rate, timeout=timeout, connect_timeout=0.25,
+                  **tls)
         allow = lim.allow
         if c.impl == "hirate":
             def decide(key):
@@ -404,7 +414,10 @@ def main():
     p.add_argument("--rate", type=positive(float), default=10.0)
     p.add_argument("--capacity", type=positive(int), default=100)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--tls-ca-file", help="with a rediss:// URL: the CA of the server's certificate")
     c = p.parse_args()
+    if c.tls_ca_file and not c.url.startswith("rediss://"):
+        die("--tls-ca-file needs a rediss:// URL")
     if c.impl in ASYNC:
         run = {"speed": arun_speed, "atomic": arun_atomic, "outage": arun_outage,
                "fill": arun_fill}[c.mode]
