@@ -364,6 +364,89 @@ class Doc:
                 for cid, k in keys.items() if cid in self.cs) + ".")
             self.w()
 
+    def tls(self):
+        t = self.res.get("tls") or {}
+        if not t.get("runs"):
+            return
+        p = self.res["params"]
+        self.w("## Over TLS")
+        self.w()
+        if t.get("reason"):
+            self.w("Not run in this run: %s." % t["reason"])
+            self.w()
+            return
+        srv = t.get("server", {})
+        cipher = srv.get("driver_cipher") or {}
+        self.w("The same work (capacity %d, %g per second, cost 1) on the workloads where every "
+               "decision is a round trip, %s keys drawn uniformly, from one client and from 8 "
+               "concurrent (on the hot key hirate's deny cache answers most decisions without "
+               "one, which would hide what TLS costs). Each contender runs over **TLS**, "
+               "against a second redis-server %s that speaks only TLS (`redis-server %s`, "
+               "certificates from %s, the chain and the name `localhost` verified by every "
+               "client against the test CA), and over plain **TCP** against the plain "
+               "redis-server of the sections above, in the same %s (%.2g s measured after "
+               "%.2g s of warm-up, each server emptied before every run). The driver's own "
+               "connection negotiated %s. hirate and redis-py use OpenSSL (hirate the "
+               "system's libssl, redis-py Python's `ssl`); go-redis uses Go's `crypto/tls`. "
+               "The ratio columns are TLS over TCP for the same contender: what TLS costs it "
+               "per decision."
+               % (p["capacity"], p["rate"], grp(p["cold_keys"]), srv.get("version", ""),
+                  srv.get("options", "--tls-port P"), srv.get("certificates", "?"),
+                  plural(p["rounds"], "interleaved round"), p["seconds"], p["warmup"],
+                  "%s, %s" % (cipher.get("protocol"), cipher.get("name")) if cipher
+                  else "an unknown cipher"))
+        self.w()
+        if "bench-tls.png" in self.res.get("charts", {}).get("files", []):
+            self.w("![Over TLS and over TCP](img/bench-tls.png)")
+            self.w()
+        runs = t["runs"]
+        for sc in t["scenarios"]:
+            self.w("#### %s" % sc["label"])
+            self.w()
+            self.w("| | contender | over | decisions/s | spread | p50 µs | p99 µs | client CPU "
+                   "µs per decision | server µs per call | TLS/TCP decisions/s | TLS/TCP CPU "
+                   "per decision |")
+            self.w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+            for r in runs:
+                name = "**%s**" % r["label"] if r["hirate"] else r["label"]
+                over = "TLS" if r["transport"] == "tls" else "TCP"
+                if r["status"] != "ok":
+                    self.w("| %s | %s | %s | missing (%s) | | | | | | | |"
+                           % (r["lang"], name, over, r["reason"]))
+                    continue
+                s = t["speed"].get(r["id"], {}).get(sc["id"])
+                if not s or "rate" not in s:
+                    why = (s or {}).get("failures", ["not run"])[0]
+                    self.w("| %s | %s | %s | failed (%s) | | | | | | | |"
+                           % (r["lang"], name, over, why.replace("|", "/")))
+                    continue
+                rate = rate_s(med(s, "rate"))
+                if r["hirate"]:
+                    rate = "**%s**" % rate
+                errs = ""
+                if s.get("errors"):
+                    errs = " (%s errors: %s)" % (grp(s["errors"]), s.get("error"))
+                ratio_r = ratio_c = ""
+                if r["transport"] == "tls":
+                    plain = t["speed"].get(r["base"] + "@tcp", {}).get(sc["id"]) or {}
+                    if med(plain, "rate"):
+                        ratio_r = "%.2f" % (med(s, "rate") / med(plain, "rate"))
+                    if med(plain, "cpu_us"):
+                        ratio_c = "%.2f" % (med(s, "cpu_us") / med(plain, "cpu_us"))
+                self.w("| %s | %s | %s | %s%s | %s | %s | %s | %s | %s | %s | %s |" % (
+                    r["lang"], name, over, rate, errs, spread(s, "rate", rate_s),
+                    us_s(med(s, "p50_us")), us_s(med(s, "p99_us")), us_s(med(s, "cpu_us")),
+                    us_s(med(s, "server_us_per_call")), ratio_r, ratio_c))
+            self.w()
+        summary = self.res.get("c_benchmarks", {}).get("summary", {})
+        plain, tls = summary.get("calls_ir_hirate"), summary.get("calls_ir_hirate_tls")
+        if plain and tls:
+            self.w("Client instructions per `hirate_allow` under callgrind (`bench_calls`, "
+                   "below): %s over TCP, %s over TLS (%s more: encrypting the call and "
+                   "decrypting the reply, and the TLS record layer, in libssl and libcrypto)."
+                   % (grp(plain), grp(tls), grp(tls - plain)))
+            self.w()
+
     def pieces(self):
         r = self.res
         self.w("## The bindings' own benchmarks")
@@ -417,6 +500,7 @@ class Doc:
             self.method()
             self.speed_tables()
             self.beyond()
+        self.tls()
         self.pieces()
         self.c_sections()
         self.targets()
@@ -626,6 +710,120 @@ def goal_lines(res):
     else:
         out.append("- **Not met**: %s: %s. hirate: %s. The contenders: %s." % (
             goal, "; ".join(bad), "; ".join(mine), "; ".join(theirs)))
+    out += tls_goal_lines(res)
+    return out
+
+
+def tls_goal_lines(res):
+    """The TLS comparison's two goals, each Met or Not met with its figures."""
+    t = res.get("tls") or {}
+    if not t.get("runs"):
+        return []
+    runs = {r["id"]: r for r in t["runs"]}
+    sp = t.get("speed", {})
+    goal_cost = ("`hirate_allow` over TLS keeps at least 75% of its decisions/s over plain TCP "
+                 "(TLS costs it under 25%), 1 client and 8 concurrent, on 100,000 keys")
+    goal_peers = ("over TLS, hirate (`hirate_allow` and `hirate.Limiter`) ahead of redis-py "
+                  "(`ssl=True`) and go-redis (`TLSConfig`) on decisions/s and on client CPU per "
+                  "decision, 1 client and 8 concurrent, on 100,000 keys")
+    if t.get("reason"):
+        return ["- **Not measured**: %s: %s." % (g, t["reason"]) for g in (goal_cost, goal_peers)]
+
+    def fig(rid, sc, key):
+        return med(sp.get(rid, {}).get(sc) or {}, key)
+
+    def why_not(rid):
+        r = runs.get(rid)
+        if not r:
+            return "not in this run"
+        if r["status"] != "ok":
+            return r["reason"]
+        for sc in t["scenarios"]:
+            s = sp.get(rid, {}).get(sc["id"]) or {}
+            if "rate" not in s:
+                return (s.get("failures") or ["no results"])[0]
+        return None
+
+    out = []
+    # The cost of TLS to hirate's C client.
+    missing = [(rid, why_not(rid)) for rid in ("c/hirate@tls", "c/hirate@tcp") if why_not(rid)]
+    if missing:
+        out.append("- **Not measured**: %s: %s." % (goal_cost, "; ".join(
+            "%s: %s" % ("over TLS" if rid.endswith("@tls") else "over TCP", why)
+            for rid, why in missing)))
+    else:
+        parts, short, why = [], [], []
+        for sc in t["scenarios"]:
+            a, b = fig("c/hirate@tls", sc["id"], "rate"), fig("c/hirate@tcp", sc["id"], "rate")
+            ca, cb = fig("c/hirate@tls", sc["id"], "cpu_us"), fig("c/hirate@tcp", sc["id"],
+                                                                  "cpu_us")
+            parts.append("%s: %s/s over TLS against %s/s over TCP, %.2f×; client CPU %s µs "
+                         "per decision against %s (%+.2f µs)" % (
+                             sc["label"], rate_s(a), rate_s(b), a / b, us_s(ca), us_s(cb),
+                             ca - cb))
+            if a / b < 0.75:
+                short.append("%s (%.2f×)" % (sc["label"], a / b))
+                why.append("%s: p50 %s µs over TLS against %s over TCP, Redis %s µs per call "
+                           "against %s" % (
+                               sc["label"], us_s(fig("c/hirate@tls", sc["id"], "p50_us")),
+                               us_s(fig("c/hirate@tcp", sc["id"], "p50_us")),
+                               us_s(fig("c/hirate@tls", sc["id"], "server_us_per_call")),
+                               us_s(fig("c/hirate@tcp", sc["id"], "server_us_per_call"))))
+        py = []
+        if not why_not("py/hirate@tls") and not why_not("py/hirate@tcp"):
+            for sc in t["scenarios"]:
+                a, b = fig("py/hirate@tls", sc["id"], "rate"), fig("py/hirate@tcp", sc["id"],
+                                                                    "rate")
+                py.append("%s %.2f×" % (sc["label"], a / b))
+        pynote = " `hirate.Limiter`, the same client under Python: %s." % ", ".join(py) \
+            if py else ""
+        if not short:
+            out.append("- **Met**: %s: %s.%s" % (goal_cost, "; ".join(parts), pynote))
+        else:
+            out.append("- **Not met**: %s: %s. Short in: %s. What was measured next to it: %s; "
+                       "the client and both servers share %s cores, and the server encrypts "
+                       "and decrypts too.%s" % (
+                           goal_cost, "; ".join(parts), ", ".join(short), "; ".join(why),
+                           res.get("facts", {}).get("ncpu", "the machine's"), pynote))
+
+    # hirate against the peers, all over TLS.
+    mine = [rid for rid in ("c/hirate@tls", "py/hirate@tls")]
+    peers = [rid for rid in ("py/redis-py@tls", "go/article@tls")]
+    absent = [(rid, why_not(rid)) for rid in mine + peers if why_not(rid)]
+    lost, detail = [], []
+    for m in mine:
+        if why_not(m):
+            continue
+        for sc in t["scenarios"]:
+            r0, c0 = fig(m, sc["id"], "rate"), fig(m, sc["id"], "cpu_us")
+            theirs = []
+            for o in peers:
+                if why_not(o):
+                    continue
+                r1, c1 = fig(o, sc["id"], "rate"), fig(o, sc["id"], "cpu_us")
+                theirs.append("%s %s/s, %s µs" % (runs[o]["short"], rate_s(r1), us_s(c1)))
+                if r0 <= r1:
+                    lost.append("%s, %s: fewer decisions/s than %s" % (
+                        runs[m]["short"], sc["label"], runs[o]["short"]))
+                if c0 >= c1:
+                    lost.append("%s, %s: more CPU per decision than %s" % (
+                        runs[m]["short"], sc["label"], runs[o]["short"]))
+            detail.append("%s, %s: %s/s and %s µs CPU per decision, against %s" % (
+                runs[m]["short"], sc["label"], rate_s(r0), us_s(c0), "; ".join(theirs) or "–"))
+    text = "; ".join(detail)
+    if absent:
+        text += "%snot measured: %s" % ("; " if text else "", "; ".join(
+            "%s over TLS: %s" % (runs[rid]["short"] if rid in runs else rid, why)
+            for rid, why in absent))
+    if absent and (not detail or len(absent) == len(mine) + len(peers) or
+                   all(why_not(m) for m in mine) or all(why_not(o) for o in peers)):
+        out.append("- **Not measured**: %s: %s." % (goal_peers, text))
+    elif not lost and not absent:
+        out.append("- **Met**: %s (medians): %s." % (goal_peers, text))
+    else:
+        out.append("- **Not met**: %s.%s The figures: %s." % (
+            goal_peers, " Where not: %s." % "; ".join(lost) if lost else
+            " Not every contender was measured.", text))
     return out
 
 
@@ -803,6 +1001,64 @@ def charts(res, img):
         fig.tight_layout(rect=(0, 0.03, 1, 0.92))
         save(fig, os.path.join(img, "bench-outage.png"))
         files.append("bench-outage.png")
+
+    # Over TLS and over TCP, each contender's pair of bars side by side.
+    t = res.get("tls") or {}
+    bases = []
+    for r in t.get("runs", []):
+        if r["status"] == "ok" and r["base"] not in [b["base"] for b in bases] and \
+                any(sp.get("rate") for sp in t.get("speed", {}).get(r["id"], {}).values()):
+            bases.append(r)
+    if bases:
+        from matplotlib.patches import Patch
+        fig, axes = plt.subplots(2, len(t["scenarios"]), figsize=(13, 0.55 * len(bases) * 2 + 3),
+                                 sharey=True, squeeze=False)
+        for row, (key, xlabel, fmt) in enumerate((
+                ("rate", "decisions per second (log scale)", rate_s),
+                ("cpu_us", "client CPU µs per decision (log scale; less is better)", us_s))):
+            every = []
+            for col, sc in enumerate(t["scenarios"]):
+                ax = axes[row][col]
+                for i, b in enumerate(bases):
+                    for k, (tr, dy) in enumerate((("tls", -0.2), ("tcp", 0.2))):
+                        v = (t["speed"].get("%s@%s" % (b["base"], tr), {}).get(sc["id"]) or
+                             {}).get(key)
+                        c = {"hirate": b["hirate"], "lang": b["lang"], "limiter": True}
+                        if not v:
+                            ax.text(0.02, i + dy, "%s: failed" % tr.upper(), va="center",
+                                    fontsize=7, color="#c00", transform=ax.get_yaxis_transform())
+                            continue
+                        m = v["median"]
+                        ax.barh(i + dy, m, height=0.38, color=colour(c),
+                                alpha=1.0 if tr == "tls" else 0.45,
+                                hatch=None if tr == "tls" else "//",
+                                xerr=[[m - v["min"]], [v["max"] - m]],
+                                error_kw={"elinewidth": 0.8, "capsize": 2})
+                        ax.text(v["max"] * 1.1, i + dy, "%s %s" % (tr.upper(), fmt(m)),
+                                va="center", fontsize=7)
+                        every += [m, v["max"]]
+                ax.set_xscale("log")
+                ax.set_title(sc["label"])
+                ax.set_xlabel(xlabel)
+                ax.grid(axis="x", which="both", alpha=0.25)
+            common_xlim(axes[row], every, 4)
+        axes[0][0].set_yticks(range(len(bases)))
+        axes[0][0].set_yticklabels([b["short"] for b in bases])
+        axes[0][0].invert_yaxis()
+        handles = [Patch(color=HIRATE_COLOUR, label="hirate")]
+        handles += [Patch(color=LANG_COLOUR[l], label=l) for l in LANG_ORDER
+                    if any(b["lang"] == l and not b["hirate"] for b in bases)]
+        handles += [Patch(facecolor="#888", label="over TLS"),
+                    Patch(facecolor="#888", alpha=0.45, hatch="//", label="over TCP")]
+        fig.legend(handles=handles, loc="upper center", ncol=len(handles), frameon=False,
+                   bbox_to_anchor=(0.5, 0.955))
+        fig.suptitle("Over TLS and over plain TCP: capacity %d, rate %g/s (median of %s, "
+                     "min–max)" % (p["capacity"], p["rate"], plural(p["rounds"], "round")),
+                     fontsize=12)
+        stamp(fig)
+        fig.tight_layout(rect=(0, 0.02, 1, 0.93))
+        save(fig, os.path.join(img, "bench-tls.png"))
+        files.append("bench-tls.png")
 
     me = res.get("memory", {})
     rows = [c for c in cs if c["id"] in me and "bytes_per_key" in me[c["id"]]]

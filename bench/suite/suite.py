@@ -412,7 +412,8 @@ def harness(c, mode, args, timeout):
         raise
     lines = [l for l in stdout.splitlines() if l.startswith("{")]
     if p.returncode != 0 or not lines:
-        tail = [l for l in stderr.strip().splitlines() if l.strip()][-2:]
+        # Not the carets under a traceback's line: they say nothing alone.
+        tail = [l for l in stderr.strip().splitlines() if l.strip(" ^~")][-2:]
         raise RunError("exit %d: %s" % (p.returncode, " / ".join(tail) or "no output"))
     return json.loads(lines[-1])
 
