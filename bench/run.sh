@@ -11,6 +11,8 @@
 #    redis-server on a free loopback port (and stops it), runs bench_memory,
 #    then against that server bench_redis, bench_denycache, bench_batch (next
 #    to redis-benchmark) and bench_calls under valgrind --tool=callgrind; then
+#    bench_calls again over TLS, against a redis-server of its own that
+#    speaks only TLS (certificates from tests/support/make_certs.sh); then
 #    a second redis-server of its own for bench_outage, which stops it
 #    (SIGSTOP), resumes it and kills it. Whatever happens, the exit trap sends
 #    SIGCONT before it stops a server, so that none is left stopped.
@@ -19,8 +21,10 @@
 #    bench/peers/node; go mod download and go build of bench/peers/go;
 #    hirate's Lua module): whatever cannot be installed is reported missing.
 # 3. bench/suite/suite.py: hirate next to its peers (C, Go, Node, Python,
-#    OpenResty) on one redis-server of its own, interleaved rounds; then the
-#    bindings' own benchmarks (bench/python, bench/lua, bench/nginx).
+#    OpenResty) on one redis-server of its own, interleaved rounds; then
+#    hirate, redis-py and go-redis over TLS on a second, TLS-only server,
+#    next to the same clients over TCP; then the bindings' own benchmarks
+#    (bench/python, bench/lua, bench/nginx).
 # 4. bench/suite/report.py: the page and the charts, from one results file.
 #
 # Progress goes to stderr. About 17 minutes in full on 2 cores; QUICK=1
@@ -136,18 +140,28 @@ step() { printf '[bench %3ds] %s\n' "$SECONDS" "$*" >&2; }
 # Ports are drawn from PORT_LO .. PORT_LO + PORT_SPAN - 1.
 PORT_LO=20000
 PORT_SPAN=40000
+# start_redis tls: the server speaks only TLS (--port 0 --tls-port P), with
+# the certificates of tests/support/make_certs.sh in $CERTS; PORT is its port.
 start_redis() {
-    local try port
+    local try port listen ping
     for try in 1 2 3 4 5 6 7 8; do
         port=$((PORT_LO + RANDOM % PORT_SPAN))
         # Something already answers there: pick another.
         if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
-        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+        listen=(--port "$port")
+        ping=(redis-cli -p "$port")
+        if [ "${1:-}" = tls ]; then
+            listen=(--port 0 --tls-port "$port" --tls-cert-file "$CERTS/server.crt"
+                    --tls-key-file "$CERTS/server.key" --tls-ca-cert-file "$CERTS/ca.crt"
+                    --tls-auth-clients no)
+            ping=(redis-cli --tls --cacert "$CERTS/ca.crt" -h localhost -p "$port")
+        fi
+        redis-server "${listen[@]}" --bind 127.0.0.1 --save '' --appendonly no \
             --dir "$WORK" --logfile "$WORK/redis.log" --daemonize no &
         REDIS_PID=$!
         for _ in $(seq 100); do
             if ! kill -0 "$REDIS_PID" 2>/dev/null; then break; fi   # lost the port: retry
-            if [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ]; then
+            if [ "$("${ping[@]}" ping 2>/dev/null)" = PONG ]; then
                 PORT=$port
                 return 0
             fi
@@ -160,6 +174,7 @@ start_redis() {
     echo "$0: could not start redis-server; see $WORK/redis.log" >&2
     return 1
 }
+CERTS="$WORK/certs"
 
 # ---- facts about the machine and the build ----------------------------------------
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
@@ -232,14 +247,17 @@ step "batches: $BATCH_ROUNDS rounds x 6 configurations x ${BATCH_SECONDS}s (redi
     --redis-benchmark "$(command -v redis-benchmark)" --summary "$SUMMARY" >"$WORK/batch.md"
 
 # ---- 4. instructions per decision under callgrind ---------------------------------------
-# Prints "Ir_total" of one mode; the callgrind output stays in $WORK/cg.MODE.
+# count_mode NAME MODE N W [ARGS]: prints "Ir_total" of one bench_calls run
+# (ARGS default: --url $URL); the callgrind output stays in $WORK/cg.NAME.
 count_mode() {
-    local mode=$1 n=$2 w=$3
+    local name=$1 mode=$2 n=$3 w=$4
+    shift 4
+    [ $# -gt 0 ] || set -- --url "$URL"
     valgrind --tool=callgrind --collect-atstart=no --toggle-collect=bench_measured \
-        --callgrind-out-file="$WORK/cg.$mode" \
-        "$BIN/bench_calls" --mode "$mode" --n "$n" --warmup "$w" --url "$URL" >"$WORK/calls.$mode.log" 2>&1 ||
-        { cat "$WORK/calls.$mode.log" >&2; return 1; }
-    awk '/^totals:/ {print $2}' "$WORK/cg.$mode"
+        --callgrind-out-file="$WORK/cg.$name" \
+        "$BIN/bench_calls" --mode "$mode" --n "$n" --warmup "$w" "$@" >"$WORK/calls.$name.log" 2>&1 ||
+        { cat "$WORK/calls.$name.log" >&2; return 1; }
+    awk '/^totals:/ {print $2}' "$WORK/cg.$name"
 }
 
 # The function table of one profile (self cost, every function), without the
@@ -283,13 +301,35 @@ if [ $HAVE_VALGRIND = 1 ]; then
         n=$NCALLS w=200
         [ $mode = memory ] && n=$MEM_CALLS w=$MEM_WARMUP
         step "callgrind: $mode ($n measured decisions)"
-        total=$(count_mode $mode $n $w)
+        total=$(count_mode $mode $mode $n $w)
         echo "calls_ir_$mode $(awk -v t="$total" -v n="$n" 'BEGIN {printf "%.1f", t / n}')" >>"$SUMMARY"
         echo "calls_clock_$mode $(clock_reads $mode $((n + w)))" >>"$SUMMARY"
     done
 fi
 
 stop_redis
+
+# ---- 4b. the same count over TLS, on a redis-server that speaks only TLS ----------------
+# Not fatal: a build without TLS leaves the reason in the report instead.
+TLS_CALLS_WHY=
+if [ $HAVE_VALGRIND = 1 ]; then
+    if ! sh "$ROOT/tests/support/make_certs.sh" "$CERTS" 2>"$WORK/certs.log"; then
+        TLS_CALLS_WHY="tests/support/make_certs.sh failed: $(tail -1 "$WORK/certs.log")"
+    elif ! start_redis tls; then
+        TLS_CALLS_WHY="the TLS redis-server did not start"
+    else
+        step "callgrind: hirate over TLS ($NCALLS measured decisions, rediss://localhost:$PORT)"
+        if total=$(count_mode hirate_tls hirate "$NCALLS" 200 --url "rediss://localhost:$PORT" \
+                       --tls-ca-file "$CERTS/ca.crt" 2>/dev/null); then
+            echo "calls_ir_hirate_tls $(awk -v t="$total" -v n="$NCALLS" 'BEGIN {printf "%.1f", t / n}')" >>"$SUMMARY"
+            echo "calls_clock_hirate_tls $(clock_reads hirate_tls $((NCALLS + 200)))" >>"$SUMMARY"
+        else
+            TLS_CALLS_WHY="bench_calls over TLS failed: $(grep -v '^==' "$WORK/calls.hirate_tls.log" | tail -1)"
+            step "callgrind over TLS: not counted ($TLS_CALLS_WHY)"
+        fi
+        stop_redis
+    fi
+fi
 
 # ---- 5. outages, against a redis-server of their own -------------------------------------
 # bench_outage stops this server (SIGSTOP), resumes it, then kills it; the
@@ -328,6 +368,7 @@ bpk=$(val mem_bytes_per_key); rss=$(val mem_rss_per_key); klen=$(val mem_key_len
 rh=$(val redis_ratio_hot); rk=$(val redis_ratio_keys)
 ir_h=$(val calls_ir_hirate); ir_p=$(val calls_ir_plain); ir_a=$(val calls_ir_argv)
 ir_m=$(val calls_ir_memory)
+ir_t=$(val calls_ir_hirate_tls)
 
 {
 cat <<EOF
@@ -366,6 +407,11 @@ $(val calls_clock_hirate), in memory $(val calls_clock_memory), the plain hiredi
 | plain hiredis \`redisCommand(c, "EVALSHA %s 1 %s %s %s %s %s", ...)\` | $(grp "$ir_p") | 1.00 |
 | hiredis \`redisCommandArgv\` (arguments already split) | $(grp "$ir_a") | $(awk -v a="$ir_a" -v p="$ir_p" 'BEGIN {printf "%.2f", a / p}') |
 | \`hirate_allow\` (Redis) | **$(grp "$ir_h")** | $(awk -v a="$ir_h" -v p="$ir_p" 'BEGIN {printf "%.2f", a / p}') |
+$(if [ -z "$TLS_CALLS_WHY" ]; then
+    echo "| \`hirate_allow\` (Redis over TLS, \`rediss://localhost\`, \`tls_ca_file\`) | $(grp "$ir_t") | $(awk -v a="$ir_t" -v p="$ir_p" 'BEGIN {printf "%.2f", a / p}') |"
+else
+    echo "| \`hirate_allow\` (Redis over TLS) | not counted: $(echo "$TLS_CALLS_WHY" | tr '|' '/') | |"
+fi)
 | \`hirate_allow\` (memory backend) | $(grp "$ir_m") | |
 
 Where a Redis-backed \`hirate_allow\` spends them (self cost, top functions):
@@ -374,6 +420,18 @@ Where a Redis-backed \`hirate_allow\` spends them (self cost, top functions):
 |---|---|---:|---:|
 EOF
     profile_rows hirate "$NCALLS" 14
+    if [ -z "$TLS_CALLS_WHY" ]; then
+        cat <<EOF
+
+Where a Redis-backed \`hirate_allow\` over TLS spends them (the same run against a
+redis-server that speaks only TLS, certificates from \`tests/support/make_certs.sh\`; clock
+reads per decision $(val calls_clock_hirate_tls)):
+
+| function | file | instructions per decision | share |
+|---|---|---:|---:|
+EOF
+        profile_rows hirate_tls "$NCALLS" 14
+    fi
     cat <<EOF
 
 Where a memory-backed \`hirate_allow\` spends them:
@@ -489,6 +547,11 @@ if [ $HAVE_VALGRIND = 1 ]; then
                 printf "  - %.0f in the pool (`acquire`/`release`: mutex, condition signal, clock reads);\n", g["pool"] / n
                 printf "  - %.0f everywhere else (`limiter.c`, the rest of `redis.c`, the benchmark loop).\n", g["other"] / n
             }'
+    fi
+    if [ -z "$TLS_CALLS_WHY" ]; then
+        echo "- Over TLS (no target of its own): $(grp "$ir_t") client instructions per Redis-backed decision, $(grp "$(awk -v a="$ir_t" -v b="$ir_h" 'BEGIN {print a - b}')") more than over plain TCP ($(awk -v a="$ir_t" -v b="$ir_h" 'BEGIN {printf "%.2f", a / b}') times)."
+    else
+        echo "- **Not measured**: client instructions per Redis-backed decision over TLS ($TLS_CALLS_WHY)."
     fi
 else
     echo "- **Not measured**: client instructions per Redis-backed decision (valgrind is not installed)."
