@@ -238,7 +238,7 @@ hirate_redis *hirate_redis_new(const hirate_redis_cfg *cfg)
     r->link = cfg->link;
     r->pool_size = cfg->pool_size;
     r->timeout_ms = cfg->link->timeout_ms;
-    r->slots = calloc((size_t)(size_t)cfg->pool_size, sizeof *r->slots);
+    r->slots = calloc((size_t)cfg->pool_size, sizeof *r->slots);
     if (!r->slots) {
         free(r);
         return NULL;
