@@ -12,7 +12,7 @@
  * bucket of capacity N (10) refilling at R tokens per second (100): C/R = 100
  * times its rate. It runs twice, each with a fresh limiter and its own key
  * (reset first): deny_cache 1 (the default) and deny_cache 0. Redis calls are
- * hirate_counters_get' evalsha + eval. Every allowed decision spends a token in
+ * hirate_counters_get()'s evalsha + eval. Every allowed decision spends a token in
  * Redis, so it needs a Redis call of its own: the allowed decisions per
  * 1,000 are the floor no cache can go below. The whole run includes the
  * first moments, when the full bucket lets N calls through in a row; "steady
