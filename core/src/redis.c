@@ -444,7 +444,7 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
         for (size_t i = 0; i < n; i++)
             if (!select || !carried || carried[i])
                 rcs[i] = io;   /* out of step: none of this stream's replies can be trusted */
-    if (carried != smallmap)
+    if (carried && carried != smallmap)
         free(carried);
     if (io < 0 || drop)
         *healthy = 0;
