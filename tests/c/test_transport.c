@@ -722,6 +722,34 @@ static void test_limiter_tls_misconfigured(void)
     hirate_limiter_free(lim);
 }
 
+/* A TLS server stopped before the handshake: an outage (the policy
+ * decides), found within the connect timeout, the plain probe included. */
+static void test_limiter_stopped_tls_server(void)
+{
+    char url[128], want[300];
+    CHECK(serve_cert("server", 0) == 0);
+    snprintf(url, sizeof url, "rediss://localhost:%d", tls_port);
+    hirate_limiter *lim = limiter((lcfg){.url = url, .ca = "ca.crt",
+                                         .on_error = HIRATE_ON_ERROR_CLOSED});
+    if (!lim)
+        return;
+    rh_pause(&tls_srv);
+    hirate_decision d;
+    int64_t t0 = hirate_monotonic_us();
+    CHECK_EQ_I64(hirate_allow(lim, "stopped", 7, 1, &d), 0);
+    int64_t took_ms = (hirate_monotonic_us() - t0) / 1000;
+    rh_resume(&tls_srv);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_FAIL_CLOSED);
+    CHECK_EQ_I64(d.error, HIRATE_ETIMEDOUT);
+    CHECK(took_ms >= CONNECT_MS * 3 / 4 && took_ms < CONNECT_MS + 150);
+    hirate_endpoint ep;
+    CHECK_EQ_I64(hirate_endpoint_get(lim, &ep), 0);
+    snprintf(want, sizeof want, "connect to localhost:%d: TLS handshake: no answer within %d ms",
+             tls_port, ep.connect_timeout_ms);
+    CHECK_EQ_STR(errmsg(lim), want);
+    hirate_limiter_free(lim);
+}
+
 /* fork(): a child never writes on the parent's TLS connections (a
  * close_notify, or a record out of the parent's sequence, would break
  * them). The parent's connection carries on; the child decides on its own. */
@@ -859,6 +887,7 @@ int main(void)
     test_limiter_over_tls();
     test_limiter_reconnects_over_tls();
     test_limiter_tls_misconfigured();
+    test_limiter_stopped_tls_server();
     test_fork_over_tls();
     test_threads_over_tls();
 
