@@ -25,7 +25,7 @@
 
 SSL_CTX *hirate__tls_ssl_ctx(hirate_tls_ctx *ctx);   /* tls.c */
 
-/* TCP keepalive as hiredis set it for us before: probe after 15 s idle,
+/* TCP keepalive as hiredis sets it: probe after 15 s idle,
  * every 5 s, give up after 3, so that a dead peer is noticed in ~30 s. */
 #define KEEPALIVE_IDLE_S 15
 #define KEEPALIVE_INTVL_S 5
