@@ -744,7 +744,7 @@ static void test_limiter_stopped_tls_server(void)
     CHECK(took_ms >= CONNECT_MS * 3 / 4 && took_ms < CONNECT_MS + 150);
     hirate_endpoint ep;
     CHECK_EQ_I64(hirate_endpoint_get(lim, &ep), 0);
-    snprintf(want, sizeof want, "connect to localhost:%d: TLS handshake: no answer within %d ms",
+    snprintf(want, sizeof want, "TLS handshake with localhost:%d: no answer within %d ms",
              tls_port, ep.connect_timeout_ms);
     CHECK_EQ_STR(errmsg(lim), want);
     hirate_limiter_free(lim);
