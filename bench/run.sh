@@ -275,14 +275,35 @@ profile_rows() {
             match($0, /^ *[0-9,]+ \( *[0-9.]+%\) +/) {
                 head = substr($0, 1, RLENGTH); rest = substr($0, RLENGTH + 1)
                 gsub(/,/, "", head); gsub(/[()%]/, " ", head); split(head, h, " "); ir = h[1]; pct = h[2]
+                obj = ""
+                if (match(rest, / \[[^]]*\]$/)) obj = substr(rest, RSTART + 2, RLENGTH - 3)
                 sub(/ \[[^]]*\]$/, "", rest)
                 i = index(rest, ":"); file = substr(rest, 1, i - 1); fn = substr(rest, i + 1)
+                # A library without debug information (libssl, libcrypto):
+                # its name, since the file is unknown.
+                if (file == "???" && obj != "") file = obj
                 sub(/.*\//, "", file)
                 sub(/@@?GLIBC.*/, "", fn)
                 # Read to the end (no early exit: the pipe must not break).
                 if (++rows <= top)
                     printf "| `%s` | %s | %.0f | %.1f%% |\n", fn, file, ir / n, pct
             }'
+}
+
+# Self cost per decision by object (the program, libssl, libcrypto, libc),
+# one "object instructions" line each.
+object_sums() {
+    annotate "$1" |
+        awk -v n="$2" '
+            match($0, /^ *[0-9,]+ \( *[0-9.]+%\) +/) {
+                head = substr($0, 1, RLENGTH); gsub(/[ ,]/, "", head); sub(/\(.*/, "", head)
+                obj = "???"
+                if (match($0, / \[[^]]*\]$/)) obj = substr($0, RSTART + 2, RLENGTH - 3)
+                sub(/.*\//, "", obj); sub(/\.so.*/, "", obj)
+                if (obj == "???") obj = "unnamed by callgrind"
+                ir[obj] += head
+            }
+            END { for (o in ir) printf "%s %.0f\n", o, ir[o] / n }' | sort -k2 -nr
 }
 
 # Calls to clock_gettime per decision. Callgrind counts calls outside the
@@ -431,6 +452,19 @@ reads per decision $(val calls_clock_hirate_tls)):
 |---|---|---:|---:|
 EOF
         profile_rows hirate_tls "$NCALLS" 14
+        cat <<EOF
+
+The same two runs by object (self cost per decision; \`bench_calls\` holds hirate's static
+library):
+
+| object | over TCP | over TLS |
+|---|---:|---:|
+EOF
+        object_sums hirate "$NCALLS" >"$WORK/obj.tcp"
+        object_sums hirate_tls "$NCALLS" >"$WORK/obj.tls"
+        awk 'NR == FNR {tcp[$1] = $2; next} {printf "| %s | %s | %s |\n", $1, ($1 in tcp) ? tcp[$1] : 0, $2; seen[$1] = 1}
+             END {for (o in tcp) if (!(o in seen)) printf "| %s | %s | 0 |\n", o, tcp[o]}' \
+            "$WORK/obj.tcp" "$WORK/obj.tls"
     fi
     cat <<EOF
 
