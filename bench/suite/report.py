@@ -815,15 +815,13 @@ def tls_goal_lines(res):
         text += "%snot measured: %s" % ("; " if text else "", "; ".join(
             "%s over TLS: %s" % (runs[rid]["short"] if rid in runs else rid, why)
             for rid, why in absent))
-    if absent and (not detail or len(absent) == len(mine) + len(peers) or
-                   all(why_not(m) for m in mine) or all(why_not(o) for o in peers)):
-        out.append("- **Not measured**: %s: %s." % (goal_peers, text))
-    elif not lost and not absent:
-        out.append("- **Met**: %s (medians): %s." % (goal_peers, text))
+    if lost:
+        out.append("- **Not met**: %s. Where not: %s. The figures: %s." % (
+            goal_peers, "; ".join(lost), text))
+    elif absent:
+        out.append("- **Not measured**: %s (not every one of them ran): %s." % (goal_peers, text))
     else:
-        out.append("- **Not met**: %s.%s The figures: %s." % (
-            goal_peers, " Where not: %s." % "; ".join(lost) if lost else
-            " Not every contender was measured.", text))
+        out.append("- **Met**: %s (medians): %s." % (goal_peers, text))
     return out
 
 
