@@ -117,6 +117,21 @@ def _probe_context():
     return _probe_ctx
 
 
+def _ms(seconds):
+    return int(round(seconds * 1000))
+
+
+def _lost_failure(exc):
+    """The _Failure of a connection that ended under a call: EIO, or ETLS when
+    the TLS library says the peer refused us (TLS 1.3 finishes the client's
+    handshake before a server that wants a client certificate says so)."""
+    if exc is None or isinstance(exc, ssl.SSLEOFError):
+        return _Failure(_hirate.EIO, "Redis closed the connection")
+    if isinstance(exc, ssl.SSLError):
+        return _Failure(_hirate.ETLS, "receive from Redis: TLS: %s" % _ssl_words(exc))
+    return _Failure(_hirate.EIO, "receive from Redis: %s" % _ssl_words(exc))
+
+
 def _ssl_words(e):
     """What the TLS library said, without Python's decoration."""
     if isinstance(e, ssl.SSLCertVerificationError) and e.verify_message:
@@ -175,8 +190,7 @@ class _Conn(asyncio.Protocol):
         self.pool._lost(self)
         waiter = self.waiter
         if waiter is not None and not waiter.done():
-            why = "the server closed the connection" if exc is None else _ssl_words(exc)
-            waiter.set_exception(_Failure(_hirate.EIO, why))
+            waiter.set_exception(_lost_failure(exc))
 
     # -- the calls
 
@@ -193,7 +207,8 @@ class _Conn(asyncio.Protocol):
                 # would be read as that pass's answer.
                 self.extra = True
                 if state == _hirate.IO_SEND:
-                    raise _Failure(_hirate.EIO, "bytes after a reply, before the next request")
+                    raise _Failure(_hirate.EPROTO, "malformed reply from Redis: bytes after "
+                                   "the reply")
             if state == _hirate.IO_SEND:
                 self.transport.write(op.request)
                 return
@@ -382,7 +397,8 @@ class _Pool:
             except _hirate.Error as e:
                 raise _from_error(e) from None
             if conn is None or conn.extra:   # (a probe always ends in an error)
-                raise _Failure(_hirate.EIO, "bytes after the handshake's replies")
+                raise _Failure(_hirate.EPROTO, "malformed reply from Redis: bytes after the "
+                               "handshake's replies")
         except BaseException:
             if conn is not None:
                 conn.abort()
@@ -409,7 +425,7 @@ class _Pool:
                                               ssl_handshake_timeout=timeout)
             _, conn = await _within(timeout, coro)
         except asyncio.TimeoutError:
-            raise _Failure(_hirate.ETIMEDOUT, "timed out after %g s" % timeout) from None
+            raise _Failure(_hirate.ETIMEDOUT, "no answer within %d ms" % _ms(timeout)) from None
         except (ssl.SSLEOFError, ConnectionResetError) as e:
             raise _Failure(_hirate.EIO, _ssl_words(e)) from None
         except ssl.SSLError as e:   # a certificate, a name, a protocol
@@ -426,7 +442,7 @@ class _Pool:
         try:
             await _wait(self.loop, timeout, fut)
         except asyncio.TimeoutError:
-            return hs.fail(_hirate.ETIMEDOUT, "no reply within %g s" % timeout)
+            return hs.fail(_hirate.ETIMEDOUT, "no reply within %d ms" % _ms(timeout))
         except _Failure as f:
             return hs.fail(f.code, str(f))
         finally:
@@ -444,9 +460,12 @@ class _Pool:
         except _Failure as f:
             return hs.fail(f.code, str(f))
         try:
-            return await self._exchange(conn, hs, max(deadline - self.loop.time(), 0.001))
+            state = await self._exchange(conn, hs, max(deadline - self.loop.time(), 0.001))
         finally:
             conn.abort()
+        if state == _hirate.IO_PROBE:   # one probe answers the question
+            state = hs.fail(_hirate.EIO, "the probe found nothing")
+        return state
 
     # -- one call's round trip
 
@@ -477,7 +496,7 @@ class _Pool:
             # fut first). The call may have run: no retry, the policy
             # decides, and this connection goes, so that its late reply is
             # never read as the answer to another call.
-            op.fail(_hirate.ETIMEDOUT, "no reply within %g s" % timeout)
+            op.fail(_hirate.ETIMEDOUT, "no reply from Redis within %d ms" % _ms(timeout))
         except _Failure as f:
             if not conn.done:
                 # A call cut off by close() gets ClosedError, not the policy.
