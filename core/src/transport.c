@@ -224,7 +224,7 @@ static int connect_unix(const hirate_endpoint *ep, int64_t deadline_us, int *fd,
     int e = 0;
     int rc = connect_one(AF_UNIX, (struct sockaddr *)&sun, sizeof sun, deadline_us, fd, &e);
     if (rc == HIRATE_ETIMEDOUT)
-        return hirate__fail(err, errlen, rc, "connect to %s: no answer within %d ms", ep->where,
+        return hirate__fail(err, errlen, HIRATE_ECONNECT, "connect to %s: no answer within %d ms", ep->where,
                             ep->connect_timeout_ms);
     if (rc < 0)
         return hirate__fail(err, errlen, rc, "connect to %s: %s", ep->where, strerror(e));
@@ -258,7 +258,7 @@ static int connect_tcp(const hirate_endpoint *ep, int64_t deadline_us, int *fd, 
     }
     freeaddrinfo(res);
     if (rc == HIRATE_ETIMEDOUT)
-        return hirate__fail(err, errlen, rc, "connect to %s: no answer within %d ms", ep->where,
+        return hirate__fail(err, errlen, HIRATE_ECONNECT, "connect to %s: no answer within %d ms", ep->where,
                             ep->connect_timeout_ms);
     if (rc < 0)
         return hirate__fail(err, errlen, rc, "connect to %s: %s", ep->where, strerror(e));
