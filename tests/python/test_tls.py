@@ -157,7 +157,7 @@ def test_every_vector_over_tls(kind, deny_cache, tls_redis, certs):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_mutual_tls(kind, mtls_server, certs):
-    lim = make(kind, mtls_server.url, capacity=5, rate=0.001, prefix="mtls:",
+    lim = make(kind, mtls_server.url, capacity=5, rate=0.001, prefix=f"mtls:{kind}:",
                tls_cert_file=certs / "client.crt", tls_key_file=str(certs / "client.key"),
                **ca(certs), **SLOW)
     try:
@@ -183,7 +183,7 @@ def test_the_name_checked_is_tls_server_name_and_verification_can_be_off(kind, b
     wrong = bad_servers["wronghost"]
     for kw in (dict(tls_server_name="wrong.invalid", **ca(certs)),
                dict(tls_verify=False)):
-        lim = make(kind, wrong.url, capacity=5, rate=0.001, prefix="name:", **kw, **SLOW)
+        lim = make(kind, wrong.url, capacity=5, rate=0.001, prefix=f"name:{kind}:", **kw, **SLOW)
         try:
             assert lim.allow("k").source == "redis"
         finally:

@@ -149,8 +149,10 @@ class _Conn(asyncio.Protocol):
     Handshake (the opening). Replies are fed to it as they arrive, in the
     loop's own callback, so a call costs one wake-up of its task."""
 
-    def __init__(self, pool):
+    def __init__(self, pool, first=None, waiter=None):
         self.pool = pool
+        self.first = first    # the Handshake to send as soon as it is connected
+        self.first_waiter = waiter
         self.transport = None
         self.closed = False
         self.buf = b""        # bytes read but not used yet
@@ -158,11 +160,19 @@ class _Conn(asyncio.Protocol):
         self.waiter = None    # the current call's future
         self.done = False     # the op reached IO_DONE
         self.extra = False    # bytes came after the last reply
+        self.lost = None      # the _Failure that ended it, once closed
 
     # -- asyncio.Protocol
 
     def connection_made(self, transport):
         self.transport = transport
+        if self.first is not None:
+            # At once, in this callback: a TLS 1.3 server that refuses the
+            # client's certificate answers the first request with an alert
+            # and closes, and a request sent later (after the server closed)
+            # meets a reset that takes the alert with it.
+            first, self.first = self.first, None
+            self.start(first, self.first_waiter)
 
     def data_received(self, data):
         waiter = self.waiter
@@ -187,10 +197,14 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc):
         self.closed = True
+        # Kept for the next call when none is waiting: a TLS 1.3 server that
+        # refuses the client certificate says so right after the handshake,
+        # before the first request goes out.
+        self.lost = _lost_failure(exc)
         self.pool._lost(self)
         waiter = self.waiter
         if waiter is not None and not waiter.done():
-            waiter.set_exception(_lost_failure(exc))
+            waiter.set_exception(self.lost)
 
     # -- the calls
 
@@ -222,6 +236,9 @@ class _Conn(asyncio.Protocol):
         self.op = op
         self.waiter = waiter
         self.done = False
+        if self.closed:
+            waiter.set_exception(self.lost or _Failure(_hirate.EIO, "the connection is closed"))
+            return
         self.transport.write(op.request)
 
     def finish(self):
@@ -378,13 +395,8 @@ class _Pool:
             raise _from_error(e) from None
         conn = None
         try:
-            try:
-                conn = await self._dial(self.owner._ssl, ep["tls_server_name"],
-                                        ep["connect_timeout"])
-            except _Failure as f:
-                state = hs.fail(f.code, str(f))
-            else:
-                state = await self._exchange(conn, hs, ep["timeout"])
+            state, conn = await self._exchange(hs, self.owner._ssl, ep["tls_server_name"],
+                                               ep["connect_timeout"], ep["timeout"])
             if state == _hirate.IO_PROBE:
                 # The failure looks like a TLS mismatch: the core asks the
                 # same address again over the other transport.
@@ -403,66 +415,70 @@ class _Pool:
             if conn is not None:
                 conn.abort()
             raise
+        conn.finish()
         if ep["path"] is None:
             sock = conn.transport.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         return conn
 
-    async def _dial(self, ctx, server_hostname, timeout):
-        """A new connection (TLS through ctx when it is not None) within
-        timeout, or _Failure with the I/O library's words."""
+    async def _exchange(self, hs, ctx, server_hostname, connect_timeout, timeout,
+                        deadline=None):
+        """Connects (TLS through ctx when it is not None) within
+        connect_timeout, sends the handshake's bytes the moment the
+        connection is made and feeds it the replies within timeout. Returns
+        its state (IO_DONE, or IO_PROBE after a failure) and the connection
+        (None when none was made). Failures go to the handshake in the I/O
+        library's words. With deadline, the replies wait only until then."""
         loop = self.loop
         ep = self.owner._ep
+        fut = loop.create_future()
+        factory = lambda: _Conn(self, hs, fut)   # noqa: E731
         try:
             if ep["path"] is not None:
-                coro = loop.create_unix_connection(lambda: _Conn(self), ep["path"])
+                coro = loop.create_unix_connection(factory, ep["path"])
             elif ctx is None:
-                coro = loop.create_connection(lambda: _Conn(self), ep["host"], ep["port"])
+                coro = loop.create_connection(factory, ep["host"], ep["port"])
             else:
-                coro = loop.create_connection(lambda: _Conn(self), ep["host"], ep["port"],
-                                              ssl=ctx, server_hostname=server_hostname,
-                                              ssl_handshake_timeout=timeout)
-            _, conn = await _within(timeout, coro)
+                coro = loop.create_connection(factory, ep["host"], ep["port"], ssl=ctx,
+                                              server_hostname=server_hostname,
+                                              ssl_handshake_timeout=connect_timeout)
+            _, conn = await _within(connect_timeout, coro)
         except asyncio.TimeoutError:
-            raise _Failure(_hirate.ETIMEDOUT, "no answer within %d ms" % _ms(timeout)) from None
+            why = _Failure(_hirate.ETIMEDOUT, "no answer within %d ms" % _ms(connect_timeout))
         except (ssl.SSLEOFError, ConnectionResetError) as e:
-            raise _Failure(_hirate.EIO, _ssl_words(e)) from None
+            why = _Failure(_hirate.EIO, _ssl_words(e))
         except ssl.SSLError as e:   # a certificate, a name, a protocol
-            raise _Failure(_hirate.ETLS, _ssl_words(e)) from None
+            why = _Failure(_hirate.ETLS, _ssl_words(e))
         except OSError as e:
-            raise _Failure(_hirate.ECONNECT, _ssl_words(e)) from None
-        return conn
-
-    async def _exchange(self, conn, hs, timeout):
-        """Sends the handshake's bytes on conn and feeds it the replies;
-        returns its state (IO_DONE, or IO_PROBE after a failure)."""
-        fut = self.loop.create_future()
-        conn.start(hs, fut)
+            why = _Failure(_hirate.ECONNECT, _ssl_words(e))
+        else:
+            why = None
+        if why is not None:
+            return hs.fail(why.code, str(why)), None
+        if deadline is not None:
+            timeout = max(deadline - loop.time(), 0.001)
         try:
-            await _wait(self.loop, timeout, fut)
+            await _wait(loop, timeout, fut)
         except asyncio.TimeoutError:
-            return hs.fail(_hirate.ETIMEDOUT, "no reply within %d ms" % _ms(timeout))
+            return hs.fail(_hirate.ETIMEDOUT, "no reply within %d ms" % _ms(timeout)), conn
         except _Failure as f:
-            return hs.fail(f.code, str(f))
-        finally:
-            conn.finish()
-        return _hirate.IO_DONE
+            return hs.fail(f.code, str(f)), conn
+        return _hirate.IO_DONE, conn
 
     async def _probe(self, hs, timeout):
         """The mismatch probe: a second connection over the other transport
         (TLS without verification when hs.probe_tls, else plain), the
-        handshake's probe bytes on it, within timeout; then it is closed."""
+        handshake's probe bytes on it, all within timeout; then it is
+        closed."""
         deadline = self.loop.time() + timeout
         ctx = _probe_context() if hs.probe_tls else None
+        conn = None
         try:
-            conn = await self._dial(ctx, None, timeout)
-        except _Failure as f:
-            return hs.fail(f.code, str(f))
-        try:
-            state = await self._exchange(conn, hs, max(deadline - self.loop.time(), 0.001))
+            state, conn = await self._exchange(hs, ctx, None, timeout, timeout, deadline)
         finally:
-            conn.abort()
+            if conn is not None:
+                conn.abort()
         if state == _hirate.IO_PROBE:   # one probe answers the question
             state = hs.fail(_hirate.EIO, "the probe found nothing")
         return state
