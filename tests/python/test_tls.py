@@ -278,3 +278,17 @@ def test_a_ca_file_that_cannot_be_read_is_tls_error_at_once(kind, tmp_path):
         make(kind, "rediss://127.0.0.1:6380", capacity=5, rate=1,
              tls_ca_file=tmp_path / "missing.crt")
     assert str(tmp_path / "missing.crt") in str(info.value)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_ca_directory(kind, tls_redis, certs, tmp_path):
+    import shutil
+    import subprocess
+    shutil.copy(certs / "ca.crt", tmp_path / "ca.pem")
+    subprocess.run(["openssl", "rehash", str(tmp_path)], check=True)
+    lim = make(kind, tls_redis.url, capacity=5, rate=0.001, prefix=f"dir:{kind}:",
+               tls_ca_dir=tmp_path, **SLOW)
+    try:
+        assert lim.allow("k").source == "redis"
+    finally:
+        lim.close()
