@@ -23,7 +23,6 @@
 #include "memory.h"
 #include "transport.h"
 
-SSL_CTX *hirate__tls_ssl_ctx(hirate_tls_ctx *ctx);   /* tls.c */
 
 /* TCP keepalive as hiredis sets it: probe after 15 s idle,
  * every 5 s, give up after 3, so that a dead peer is noticed in ~30 s. */
