@@ -292,3 +292,34 @@ def test_a_ca_directory(kind, tls_redis, certs, tmp_path):
         assert lim.allow("k").source == "redis"
     finally:
         lim.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_tcp_connect_without_an_answer_is_an_outage_not_tls(kind, certs):
+    # A listener that never accepts, with its backlog full: the SYN is
+    # dropped. Nothing about TLS was learnt: the policy decides (ECONNECT).
+    import socket
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(3):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            fillers.append(s)
+        lim = make(kind, f"rediss://127.0.0.1:{port}", capacity=5, rate=1,
+                   connect_timeout=0.3, timeout=5, **ca(certs))
+        try:
+            t0 = time.monotonic()
+            d = lim.allow("k")
+            assert (d.source, d.error) == ("local", "ECONNECT")
+            assert time.monotonic() - t0 < 1.5
+        finally:
+            lim.close()
+    finally:
+        for s in fillers:
+            s.close()
+        listener.close()

@@ -432,24 +432,41 @@ class _Pool:
         library's words. With deadline, the replies wait only until then."""
         loop = self.loop
         ep = self.owner._ep
+        where = ep["where"]
         fut = loop.create_future()
         factory = lambda: _Conn(self, hs, fut)   # noqa: E731
+        conn = None
+        until = loop.time() + connect_timeout
         try:
             if ep["path"] is not None:
-                coro = loop.create_unix_connection(factory, ep["path"])
-            elif ctx is None:
-                coro = loop.create_connection(factory, ep["host"], ep["port"])
+                _, conn = await _within(connect_timeout,
+                                        loop.create_unix_connection(factory, ep["path"]))
             else:
-                coro = loop.create_connection(factory, ep["host"], ep["port"], ssl=ctx,
-                                              server_hostname=server_hostname,
-                                              ssl_handshake_timeout=connect_timeout)
-            _, conn = await _within(connect_timeout, coro)
+                sock = await self._tcp(ep["host"], ep["port"], until, where, connect_timeout)
+                left = max(until - loop.time(), 0.001)
+                kw = {} if ctx is None else dict(ssl=ctx, server_hostname=server_hostname,
+                                                 ssl_handshake_timeout=left)
+                try:
+                    _, conn = await _within(left, loop.create_connection(factory, sock=sock,
+                                                                         **kw))
+                except BaseException:
+                    sock.close()
+                    raise
+        except _Failure as f:
+            why = f
         except asyncio.TimeoutError:
-            why = _Failure(_hirate.ETIMEDOUT, "no answer within %d ms" % _ms(connect_timeout))
+            if ctx is None or ep["path"] is not None:
+                why = _Failure(_hirate.ECONNECT, "connect to %s: no answer within %d ms"
+                               % (where, _ms(connect_timeout)))
+            else:
+                # The TCP connection was made: what got no answer is the TLS
+                # handshake (a plain server waits for a line that never ends).
+                why = _Failure(_hirate.ETIMEDOUT, "TLS handshake with %s: no answer within "
+                               "%d ms" % (where, _ms(connect_timeout)))
         except (ssl.SSLEOFError, ConnectionResetError) as e:
-            why = _Failure(_hirate.EIO, _ssl_words(e))
+            why = _Failure(_hirate.EIO, "TLS handshake with %s: %s" % (where, _ssl_words(e)))
         except ssl.SSLError as e:   # a certificate, a name, a protocol
-            why = _Failure(_hirate.ETLS, _ssl_words(e))
+            why = _Failure(_hirate.ETLS, "TLS handshake with %s: %s" % (where, _ssl_words(e)))
         except OSError as e:
             why = _Failure(_hirate.ECONNECT, _ssl_words(e))
         else:
@@ -466,6 +483,39 @@ class _Pool:
             return hs.fail(f.code, str(f)), conn
         return _hirate.IO_DONE, conn
 
+    async def _tcp(self, host, port, until, where, connect_timeout):
+        """A connected non-blocking TCP socket to host (each of its addresses
+        in turn) by the loop time until, or _Failure ECONNECT. The TLS
+        handshake, if any, is the next step, so that a timeout says which
+        of the two got no answer."""
+        loop = self.loop
+        late = _Failure(_hirate.ECONNECT, "connect to %s: no answer within %d ms"
+                        % (where, _ms(connect_timeout)))
+        try:
+            infos = await _within(max(until - loop.time(), 0.001),
+                                  loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except asyncio.TimeoutError:
+            raise late from None
+        except OSError as e:
+            raise _Failure(_hirate.ECONNECT, _ssl_words(e)) from None
+        failure = None
+        for family, kind, proto, _, addr in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                await _within(max(until - loop.time(), 0.001), loop.sock_connect(sock, addr))
+                return sock
+            except asyncio.TimeoutError:
+                sock.close()
+                raise late from None
+            except OSError as e:
+                sock.close()
+                failure = _Failure(_hirate.ECONNECT, _ssl_words(e))
+            except BaseException:
+                sock.close()
+                raise
+        raise failure or _Failure(_hirate.ECONNECT, "no address for %s" % host)
+
     async def _probe(self, hs, timeout):
         """The mismatch probe: a second connection over the other transport
         (TLS without verification when hs.probe_tls, else plain), the
@@ -475,7 +525,8 @@ class _Pool:
         ctx = _probe_context() if hs.probe_tls else None
         conn = None
         try:
-            state, conn = await self._exchange(hs, ctx, None, timeout, timeout, deadline)
+            state, conn = await self._exchange(hs, ctx, self.owner._ep["host"], timeout, timeout,
+                                               deadline)
         finally:
             if conn is not None:
                 conn.abort()
