@@ -481,6 +481,9 @@ class _Pool:
             return hs.fail(_hirate.ETIMEDOUT, "no reply within %d ms" % _ms(timeout)), conn
         except _Failure as f:
             return hs.fail(f.code, str(f)), conn
+        except BaseException:
+            conn.abort()   # cancelled: the half-opened connection goes
+            raise
         return _hirate.IO_DONE, conn
 
     async def _tcp(self, host, port, until, where, connect_timeout):
