@@ -2,7 +2,6 @@
 _handshake_start and Handshake, _op_start, _op_start_reset and Op, _stats),
 driven here over a plain blocking socket."""
 
-import pathlib
 import socket
 
 import pytest
@@ -219,7 +218,7 @@ def test_ops_after_close(redis):
         lim._handshake_start()
 
 
-def test_the_endpoint():
+def test_the_endpoint(certs):
     lim = hirate.Limiter("redis://rl:s3cr3t@127.0.0.1:6390/2", capacity=5, rate=1,
                          connect_timeout=0.5, timeout=0.3)
     ep = lim._endpoint()
@@ -230,13 +229,13 @@ def test_the_endpoint():
     v6 = hirate.Limiter("redis://:pw@[::1]", capacity=5, rate=1)._endpoint()
     assert (v6["host"], v6["port"], v6["where"]) == ("::1", 6379, "[::1]:6379")
     tls = hirate.Limiter("rediss://localhost:6380", capacity=5, rate=1, tls_verify=False,
-                         tls_server_name="redis.example", tls_ca_file=pathlib.Path("/etc/hosts"),
-                         tls_ca_dir="/etc")._endpoint()
+                         tls_server_name="redis.example", tls_ca_file=certs / "ca.crt",
+                         tls_ca_dir=str(certs))._endpoint()
     # With TLS the probe's time comes out of the connect timeout: a mismatch
     # (a TLS handshake that gets no answer, then the probe) stays within it.
     assert tls["connect_timeout"] + tls["probe_timeout"] == pytest.approx(0.25)
     assert {k: v for k, v in tls.items() if k.startswith("tls")} == dict(
-        tls=True, tls_verify=False, tls_ca_file="/etc/hosts", tls_ca_dir="/etc",
+        tls=True, tls_verify=False, tls_ca_file=str(certs / "ca.crt"), tls_ca_dir=str(certs),
         tls_cert_file=None, tls_key_file=None, tls_server_name="redis.example")
     assert hirate.Limiter("rediss://localhost", capacity=5,
                           rate=1)._endpoint()["tls_server_name"] == "localhost"
