@@ -8,7 +8,7 @@
  * of those paths fails the run. A limiter that is never freed would not show
  * as a leak (the core keeps every live limiter on its fork list), so the
  * program is linked with -Wl,--wrap for hirate_limiter_new/_free and
- * hirate__op_start/_free, counts what the module makes and frees, and after
+ * hirate_op_start/_free, counts what the module makes and frees, and after
  * each lua_close() every count must be back to 0.
  *
  *     alloc_fail <path/to/alloc_fail.lua>
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hirate_internal.h"
+#include "hirate_io.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -50,15 +50,15 @@ static long live_limiters, live_ops;
 int __real_hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
                               size_t len);
 void __real_hirate_limiter_free(hirate_limiter *lim);
-int __real_hirate__op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
+int __real_hirate_op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
                             int64_t now_us, hirate_op **op);
-void __real_hirate__op_free(hirate_op *op);
+void __real_hirate_op_free(hirate_op *op);
 int __wrap_hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
                               size_t len);
 void __wrap_hirate_limiter_free(hirate_limiter *lim);
-int __wrap_hirate__op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
+int __wrap_hirate_op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
                             int64_t now_us, hirate_op **op);
-void __wrap_hirate__op_free(hirate_op *op);
+void __wrap_hirate_op_free(hirate_op *op);
 
 int __wrap_hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
                               size_t len)
@@ -74,18 +74,18 @@ void __wrap_hirate_limiter_free(hirate_limiter *lim)
     __real_hirate_limiter_free(lim);
 }
 
-int __wrap_hirate__op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
+int __wrap_hirate_op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
                             int64_t now_us, hirate_op **op)
 {
-    int rc = __real_hirate__op_start(lim, items, n, spend, now_us, op);
+    int rc = __real_hirate_op_start(lim, items, n, spend, now_us, op);
     live_ops += rc == 1;
     return rc;
 }
 
-void __wrap_hirate__op_free(hirate_op *op)
+void __wrap_hirate_op_free(hirate_op *op)
 {
     live_ops -= op != NULL;
-    __real_hirate__op_free(op);
+    __real_hirate_op_free(op);
 }
 
 /* One run with allocations refused from the n-th on: 1 when the script ran

@@ -63,7 +63,7 @@ done
 # ---- 2. out of memory: every Lua allocation of alloc_fail.lua failing in turn ------
 step "Lua running out of memory at each allocation (AddressSanitizer)"
 wrap="-Wl,--wrap=hirate_limiter_new -Wl,--wrap=hirate_limiter_free"
-wrap="$wrap -Wl,--wrap=hirate__op_start -Wl,--wrap=hirate__op_free"
+wrap="$wrap -Wl,--wrap=hirate_op_start -Wl,--wrap=hirate_op_free"
 # shellcheck disable=SC2086
 ${CC:-cc} -std=c11 -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
     -fno-omit-frame-pointer -Wall -Wextra -Werror -D_DEFAULT_SOURCE \
