@@ -180,11 +180,13 @@ DENIED = (b"-DENIED Redis is running in protected mode because protected mode is
           b"from the outside.\r\n")
 
 
-def handshake_input(url, fail, first, second=b""):
+def handshake_input(url, fail, first, second=b"", early=False):
     # settings: URL (0 user+password+db, 1 password, 2 none, 3 rediss), the
-    # failure code's index (0 EIO, 1 ETIMEDOUT, 2 ECONNECT, 3 ETLS, 4 ECLOSED);
-    # then where the probe's reply starts.
-    return bytes([url | fail << 2]) + struct.pack("<H", len(first)) + first + second
+    # failure code's index (0 EIO, 1 ETIMEDOUT, 2 ECONNECT, 3 ETLS, 4 ECLOSED),
+    # whether the connection fails before sending; then where the probe's
+    # reply starts.
+    return (bytes([url | fail << 2 | early << 5]) + struct.pack("<H", len(first)) + first +
+            second)
 
 
 def handshake():
@@ -220,9 +222,13 @@ def handshake():
         # No bytes at all, then the probe over the other transport answers.
         "reset-then-probe-pong": handshake_input(2, 0, b"", pong),
         "reset-then-probe-silence": handshake_input(2, 0, b"", b""),
-        "timeout-then-probe-pong": handshake_input(3, 1, b"", pong),
-        "timeout-then-probe-denied": handshake_input(3, 1, b"", DENIED),
-        "tls-refused": handshake_input(3, 3, b""),
+        "tls-timeout-then-probe-pong": handshake_input(3, 1, b"", pong, early=True),
+        "tls-timeout-then-probe-denied": handshake_input(3, 1, b"", DENIED, early=True),
+        "tls-timeout-then-probe-tls-alert": handshake_input(
+            3, 1, b"", bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46]), early=True),
+        "tls-refused": handshake_input(3, 3, b"", early=True),
+        "connect-refused": handshake_input(2, 2, b"", early=True),
+        "plain-reset-then-probe-pong": handshake_input(0, 0, b"", ok + ok + pong),
         "cancelled": handshake_input(0, 4, ok),
         "cut-mid-reply": handshake_input(0, 0, ok + ok + b"+PO"),
         "pong-then-extra": handshake_input(2, 0, pong + b"+OK\r\n"),
