@@ -160,6 +160,31 @@ def options():
         "backoff-reversed": struct.pack("<H", 64 | 128) + cap_small(10) + rate_frac(1, 0) +
                             bytes([14, 0]),
     }
+    # The TLS options (present bit 8192, after the URL): which are set, to
+    # what (2 bits each: 0 a file that serves, 1 a missing one, 2 ""), then
+    # tls_verify when bit 32 of `which` says so.
+    def tls(url, which, kind=0, verify=None):
+        data = struct.pack("<H", 4096 | 8192) if url is not None else struct.pack("<H", 8192)
+        data += cap_small(10) + rate_frac(1, 0)
+        if url is not None:
+            data += bytes([url])
+        data += bytes([which, kind])
+        if verify is not None:
+            data += bytes([verify])
+        return data
+    seeds.update({
+        "tls-rediss-every-file": tls(3, 0x1f),
+        "tls-option-with-redis-url": tls(0, 0x01),
+        "tls-option-with-unix-url": tls(2, 0x10),
+        "tls-missing-ca-file": tls(3, 0x01, kind=1),
+        "tls-missing-key": tls(3, 0x0c, kind=0x40),
+        "tls-empty-server-name": tls(3, 0x10, kind=2),
+        "tls-cert-without-key": tls(3, 0x04),
+        "tls-verify-0-with-redis-url": tls(0, 0x20, verify=0),
+        "tls-verify-2": tls(3, 0x20, verify=6),
+        "tls-verify-0-rediss": tls(3, 0x20, verify=0),
+        "tls-options-in-memory": tls(None, 0x3f, verify=0),
+    })
     for name, data in seeds.items():
         write("fuzz_options", name, data)
 

@@ -25,6 +25,10 @@ command -v clang >/dev/null || { echo "$0: clang is missing (tools/deps.sh fuzz)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/hirate-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
+# The TLS files fuzz_options sets its options to (a CA, a client certificate
+# and its key that a TLS context accepts).
+sh "$root/tests/support/make_certs.sh" "$work/certs"
+export HIRATE_FUZZ_CERTS="$work/certs"
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DHIRATE_BUILD_FUZZ=ON -DHIRATE_BUILD_TESTS=OFF -DHIRATE_BUILD_BENCH=OFF -DHIRATE_WERROR=ON \
