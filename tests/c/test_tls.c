@@ -17,6 +17,8 @@
  *     read, or is not what it should be                      naming the file
  *   a client certificate without its key, or the reverse   EOPTION at hirate_limiter_new
  *   maxclients reached                                     EREFUSED, returned
+ *   maxclients reached on a TLS port (Redis closes the     EIO: an outage, the policy
+ *     handshake without a word)                              decides
  *   protected mode (DENIED), from a non-loopback address   EREFUSED, returned
  *   an ACL user who may run the script but not its         ENOPERM, returned
  *     commands (+evalsha +eval +time ~rl:* only)
@@ -584,6 +586,49 @@ static void test_maxclients_is_erefused_under_every_policy(void)
     rh_stop(&m);
 }
 
+/* On a TLS port Redis turns the client away without a word it could read:
+ * it closes during the TLS handshake. That cannot be told from an outage,
+ * so it is EIO, and the policy decides (docs/reliability.md, "Not
+ * promised"). */
+static void test_maxclients_on_a_tls_port_is_an_outage(void)
+{
+    struct timeval tv = {2, 0};
+    redisContext *hold = redisConnectWithTimeout("127.0.0.1", TLS.port, tv);
+    CHECK(hold && !hold->err);
+    if (!hold || hold->err) {
+        if (hold) redisFree(hold);
+        return;
+    }
+    long long before = -1;
+    redisReply *r = redisCommand(hold, "CONFIG GET maxclients");
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+        before = strtoll(r->element[1]->str, NULL, 10);
+    if (r) freeReplyObject(r);
+    CHECK(reply_is(redisCommand(hold, "CONFIG SET maxclients 1"), "OK"));
+    ON_ERROR_EACH(p) {
+        hirate_limiter *lim = make((tcfg){.url = TLS.url, .ca = TLS.ca_file, .on_error = p,
+                                          .connect_timeout_ms = BAD_CONNECT_MS});
+        if (!lim) continue;
+        hirate_decision d;
+        int64_t dt;
+        int rc = timed_allow(lim, "k", 1, &d, &dt);
+        printf("  maxclients on the TLS port, on_error %s: %s, %s (%s) in %.1f ms: %s\n",
+               hirate_on_error_name(p), hirate_err_name(rc), hirate_source_name(d.source),
+               hirate_err_name(d.error), (double)dt / MS, errmsg(lim));
+        static const int policy_source[] = {HIRATE_SOURCE_LOCAL, HIRATE_SOURCE_FAIL_OPEN,
+                                            HIRATE_SOURCE_FAIL_CLOSED};
+        CHECK_EQ_I64(rc, 0);
+        CHECK_EQ_I64(d.source, policy_source[p]);
+        CHECK_EQ_I64(d.error, HIRATE_EIO);
+        CHECK(dt <= (BAD_CONNECT_MS + SLACK_MS) * MS);
+        hirate_limiter_free(lim);
+    }
+    char n[32];
+    snprintf(n, sizeof n, "%lld", before > 0 ? before : 10000);
+    CHECK(reply_is(redisCommand(hold, "CONFIG SET maxclients %s", n), "OK"));
+    redisFree(hold);
+}
+
 /* An IPv4 address of this host that is not loopback, or NULL. */
 static const char *outside_address(char *buf, size_t cap)
 {
@@ -808,6 +853,7 @@ int main(void)
     test_a_tls_option_without_rediss_is_eoption();
     test_a_tls_file_that_cannot_serve_is_named_at_construction();
     test_maxclients_is_erefused_under_every_policy();
+    test_maxclients_on_a_tls_port_is_an_outage();
     test_protected_mode_is_erefused_under_every_policy();
     test_a_user_who_may_not_run_the_scripts_commands_is_enoperm();
     test_a_server_that_is_not_redis_is_enotredis();
