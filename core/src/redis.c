@@ -177,10 +177,13 @@ static int conn_read(hirate_redis *r, conn *c, int64_t deadline, hirate_reply *r
                                     rep->why);
         }
         /* What is left of a reply goes to the front, so that the buffer has
-         * room for the rest (and all of it when every byte was used). */
-        memmove(c->rbuf, c->rbuf + c->rstart, c->rlen - c->rstart);
-        c->rlen -= c->rstart;
-        c->rstart = 0;
+         * room for the rest (and all of it when every byte was used). At
+         * the first read of a round trip there is nothing to move. */
+        if (c->rstart) {
+            memmove(c->rbuf, c->rbuf + c->rstart, c->rlen - c->rstart);
+            c->rlen -= c->rstart;
+            c->rstart = 0;
+        }
         if (c->rlen == sizeof c->rbuf)
             return hirate__fail(err, errlen, HIRATE_EPROTO,
                                 "malformed reply from Redis: longer than %zu bytes",
@@ -420,7 +423,7 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
         for (size_t i = 0; i < n; i++)
             if (!select || !carried || carried[i])
                 rcs[i] = io;   /* out of step: none of this stream's replies can be trusted */
-    if (carried != smallmap)
+    if (carried && carried != smallmap)
         free(carried);
     if (io < 0 || drop)
         *healthy = 0;
@@ -498,7 +501,6 @@ int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, co
 
 void hirate_redis_stats_get(hirate_redis *r, hirate_redis_stats *out)
 {
-    out->connects = 0;
     out->evalsha = __atomic_load_n(&r->stats.evalsha, __ATOMIC_RELAXED);
     out->eval = __atomic_load_n(&r->stats.eval, __ATOMIC_RELAXED);
     out->dropped = __atomic_load_n(&r->stats.dropped, __ATOMIC_RELAXED);

@@ -29,20 +29,24 @@ enum { HIRATE_SOCK_PLAIN, HIRATE_SOCK_TLS, HIRATE_SOCK_TLS_NOVERIFY };
 /* Connects to ep by deadline_us: plain, or TLS through ctx with ep's server
  * name (verified unless HIRATE_SOCK_TLS_NOVERIFY or !ep->tls_verify).
  * *session, when not NULL and set, is offered for resumption (SSL_SESSION *).
- * Returns 0, or HIRATE_ECONNECT (refused, unreachable, no such host),
- * HIRATE_ETIMEDOUT, HIRATE_EIO (closed or reset during the TLS handshake) or
+ * Returns 0, or HIRATE_ECONNECT (refused, unreachable, no such host, or no
+ * TCP connection by the deadline), HIRATE_ETIMEDOUT (a TLS handshake that
+ * got no answer by the deadline), HIRATE_EIO (closed or reset during the TLS handshake) or
  * HIRATE_ETLS (the peer failed verification, or spoke no TLS), with the
  * message in err ("connect to 127.0.0.1:6380: Connection refused",
  * "TLS handshake with localhost:6380: certificate verify failed: ..."). */
 int hirate_sock_connect(hirate_sock *s, const hirate_endpoint *ep, hirate_tls_ctx *ctx, int mode,
                         void **session, int64_t deadline_us, char *err, size_t errlen);
 
-/* Sends all of buf by deadline_us: 0, HIRATE_ETIMEDOUT or HIRATE_EIO. */
+/* Sends all of buf by deadline_us: 0, HIRATE_ETIMEDOUT or HIRATE_EIO, or
+ * HIRATE_ETLS when the server refused us with a TLS alert after the
+ * handshake (TLS 1.3 without the client certificate it requires). */
 int hirate_sock_send(hirate_sock *s, const char *buf, size_t len, int64_t deadline_us,
                      char *err, size_t errlen);
 
 /* Reads what has arrived, waiting for something until deadline_us: the
- * number of bytes (> 0), or HIRATE_ETIMEDOUT, or HIRATE_EIO ("Redis closed
+ * number of bytes (> 0), or HIRATE_ETIMEDOUT, HIRATE_ETLS (an alert, as
+ * above), or HIRATE_EIO ("Redis closed
  * the connection" at end of file). */
 long hirate_sock_recv(hirate_sock *s, char *buf, size_t cap, int64_t deadline_us, char *err,
                       size_t errlen);
