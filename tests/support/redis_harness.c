@@ -393,9 +393,19 @@ long long rh_info_int(rh_server *s, const char *field)
 
 /* What the SIGALRM handler needs, prepared beforehand: it may only make
  * async-signal-safe calls. */
+/* make_certs.sh's files, for a watchdog that must remove a certificates'
+ * directory inside the server's. */
+static const char *const cert_files[] = {
+    "ca.crt", "ca.key", "ca.srl", "other-ca.crt", "server.crt", "server.key", "wronghost.crt",
+    "wronghost.key", "expired.crt", "expired.key", "selfsigned.crt", "selfsigned.key",
+    "client.crt", "client.key", "done",
+};
+#define RH_CERT_FILES (sizeof cert_files / sizeof cert_files[0])
+
 static struct {
     const rh_server *server;
     char message[160], log[300], sock[300];
+    char certs[300], cert_paths[RH_CERT_FILES][340];   /* certs[0] == 0: none to remove */
 } watchdog;
 
 static void on_alarm(int sig)
@@ -410,6 +420,10 @@ static void on_alarm(int sig)
     }
     unlink(watchdog.log);
     unlink(watchdog.sock);
+    if (watchdog.certs[0]) {
+        for (size_t i = 0; i < RH_CERT_FILES; i++) unlink(watchdog.cert_paths[i]);
+        rmdir(watchdog.certs);
+    }
     rmdir(s->dir);
     _exit(2);
 }
@@ -421,6 +435,15 @@ void rh_watchdog(const rh_server *s, const char *program, unsigned seconds)
              "%s: FAILED, timed out after %u s (did a call hang?)\n", program, seconds);
     snprintf(watchdog.log, sizeof watchdog.log, "%s/redis.log", s->dir);
     snprintf(watchdog.sock, sizeof watchdog.sock, "%s", s->unixsock);
+    /* Certificates made inside the server's directory go with it; a shared
+     * directory (certs_dir) is the program's to remove. */
+    watchdog.certs[0] = '\0';
+    if (s->tls && !s->certs_dir) {
+        snprintf(watchdog.certs, sizeof watchdog.certs, "%s", s->certs);
+        for (size_t i = 0; i < RH_CERT_FILES; i++)
+            snprintf(watchdog.cert_paths[i], sizeof watchdog.cert_paths[i], "%s/%s", s->certs,
+                     cert_files[i]);
+    }
     signal(SIGALRM, on_alarm);
     alarm(seconds);
 }
