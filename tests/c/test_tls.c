@@ -36,7 +36,6 @@
  */
 #include <arpa/inet.h>
 #include <ifaddrs.h>
-#include <math.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
