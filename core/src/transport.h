@@ -21,6 +21,8 @@ typedef struct hirate_sock {
     int fd;
     void *ssl;              /* SSL *, NULL for plain */
     int rcvtimeo_ms;        /* the receive timeout now set (0: none) */
+    int dontwait;           /* TLS: the next reads and writes must not block */
+    int64_t deadline_us;    /* TLS: while SSL_read runs, when its reply is due */
 } hirate_sock;
 
 /* TLS modes of hirate_sock_connect. */
