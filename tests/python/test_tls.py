@@ -323,3 +323,71 @@ def test_a_tcp_connect_without_an_answer_is_an_outage_not_tls(kind, certs):
         for s in fillers:
             s.close()
         listener.close()
+
+
+# ------------------------------------------------------- outages over TLS
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_stopped_tls_server_is_an_outage_for_the_policy(kind, certs):
+    """SIGSTOP: the kernel still accepts, but nothing answers. Mid-call that
+    is a timeout; for a new connection it is a TLS handshake without an
+    answer, which the probe cannot explain either: an outage (ETIMEDOUT),
+    not a TLSError, within the connect timeout."""
+    server = RedisServer(tls=certs)
+    lim = make(kind, server.url, capacity=5, rate=0.001, on_error="closed",
+               connect_timeout=0.5, timeout=0.5, **ca(certs))
+    try:
+        assert lim.allow("k").source == "redis"   # a pooled connection
+        server.stop()
+        try:
+            t0 = time.monotonic()
+            d = lim.allow("k")
+            assert (d.source, d.error) == ("fail_closed", "ETIMEDOUT")
+            assert time.monotonic() - t0 < 1.5
+            # A new connection now: the pooled one was dropped with the
+            # call, and the breaker lets one call try after its backoff.
+            deadline = time.monotonic() + 5
+            while lim._stats()["connects"] < 2 and time.monotonic() < deadline:
+                t0 = time.monotonic()
+                d = lim.allow("k")
+                assert d.source == "fail_closed" and d.error in ("ETIMEDOUT", "ECONNECT"), d
+                assert time.monotonic() - t0 < 1.5
+                time.sleep(0.05)
+            assert lim._stats()["connects"] >= 2
+        finally:
+            server.cont()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            d = lim.allow("k", 0)
+            if d.source == "redis":
+                break
+            time.sleep(0.05)
+        # The call that timed out had been sent: Redis ran it when it woke
+        # (a timeout's outcome is unknown, and it is never sent twice).
+        assert (d.source, d.remaining) == ("redis", 3)
+    finally:
+        lim.close()
+        server.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_tls_server_killed_after_the_handshake_is_an_outage(kind, certs):
+    server = RedisServer(tls=certs)
+    lim = make(kind, server.url, capacity=5, rate=0.001, on_error="open",
+               connect_timeout=0.5, timeout=0.5, **ca(certs))
+    try:
+        assert lim.allow("k").source == "redis"
+        server.kill()
+        d = lim.allow("k")
+        assert (d.source, d.error) in {("fail_open", "EIO"), ("fail_open", "ECONNECT")}
+        server.start(server.port)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            d = lim.allow("k", 0)
+            if d.source == "redis":
+                break
+            time.sleep(0.05)
+        assert (d.source, d.remaining) == ("redis", 5)   # a new server, an empty store
+    finally:
+        lim.close()
+        server.close()
