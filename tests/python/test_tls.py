@@ -391,3 +391,24 @@ def test_a_tls_server_killed_after_the_handshake_is_an_outage(kind, certs):
     finally:
         lim.close()
         server.close()
+
+
+def test_a_tls_limiter_made_before_fork_works_in_4_children(tls_redis, certs):
+    """The children open TLS connections of their own and never touch the
+    parent's TLS state; the parent's connection stays intact."""
+    from test_threads_fork import in_children
+    lim = hirate.Limiter(tls_redis.url, capacity=20, rate=0.001, prefix="tfork:",
+                         on_error="closed", **ca(certs), **SLOW)
+    assert lim.peek("k").source == "redis"   # the parent holds a TLS connection now
+
+    def child():
+        got = [lim.allow("k") for _ in range(10)]
+        assert all(d.source in ("redis", "cache") and d.error is None for d in got), got
+        return sum(d.allowed for d in got)
+
+    assert sum(in_children(4, child)) == 20
+    d = lim.allow("k")
+    assert (d.allowed, d.source in ("redis", "cache"), d.error) == (False, True, None)
+    assert lim.peek("k", 0).source == "redis"
+    assert lim._stats()["connects"] == 1
+    lim.close()
