@@ -1400,7 +1400,8 @@ static void hs_dealloc(PyObject *op)
 static PyGetSetDef hs_getset[] = {
     {"request", hs_request, NULL,
      "The bytes to send now (AUTH, SELECT and PING; during a probe, the probe's), or None "
-     "once done.", NULL},
+     "once done. Taking them is sending them (the core tells a failure before the first "
+     "command from one after it): read it only to send it.", NULL},
     {"probe_tls", hs_probe_tls, NULL,
      "In state IO_PROBE: True when the probe connection is TLS without verification, False "
      "when it is plain.", NULL},
