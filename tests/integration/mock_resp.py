@@ -4,7 +4,9 @@ tests/lua/faults_spec.lua). The C fault matrix has its own, fuller one
 (tests/support/mock_server.c).
 
 It answers the n-th command it reads (over all connections) as the n-th
-play of its script says, and every later one as the last play:
+play of its script says, and every later one as the last play. A PING (the
+handshake's proof that the server is Redis) is answered +PONG and is not a
+command of the script:
 
     good        the hirate script's reply for the key of the call, allowed
                 with 4 of 5 tokens left (an EVALSHA's key is its 4th word; a
@@ -91,6 +93,12 @@ class MockRedis:
                     return
                 if words is None:
                     return
+                if words == [b"PING"]:
+                    try:
+                        conn.sendall(b"+PONG\r\n")
+                    except OSError:
+                        return
+                    continue
                 with self.lock:
                     play = self.script[min(len(self.commands), len(self.script) - 1)]
                     self.commands.append(words)

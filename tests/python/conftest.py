@@ -4,11 +4,14 @@ redis      one redis-server shared by the session, emptied (FLUSHALL, SCRIPT
            FLUSH) before each test that asks for it
 own_redis  a redis-server for one test alone, which it may stop (SIGSTOP),
            kill, restart or reconfigure
+certs      the TLS material of tests/support/make_certs.sh, made once
+tls_redis  one TLS-only redis-server (the CA's certificate for localhost,
+           127.0.0.1 and ::1) shared by the session, emptied as `redis`
 """
 
 import pytest
 
-from redis_server import RedisServer
+from redis_server import RedisServer, make_certs
 
 
 @pytest.fixture(scope="session")
@@ -18,14 +21,18 @@ def redis_session():
     server.close()
 
 
+def emptied(server):
+    if server.proc.poll() is not None:
+        server.start(server.port)
+    server.command("FLUSHALL")
+    server.command("SCRIPT", "FLUSH")
+    return server
+
+
 @pytest.fixture
 def redis(redis_session):
     """The session's server, empty. Do not stop or kill it: use own_redis."""
-    if redis_session.proc.poll() is not None:
-        redis_session.start(redis_session.port)
-    redis_session.command("FLUSHALL")
-    redis_session.command("SCRIPT", "FLUSH")
-    return redis_session
+    return emptied(redis_session)
 
 
 @pytest.fixture
@@ -34,3 +41,22 @@ def own_redis():
     server = RedisServer()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory):
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="session")
+def tls_redis_session(certs):
+    server = RedisServer(tls=certs)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def tls_redis(tls_redis_session):
+    """The session's TLS server, empty; rediss:// URLs need
+    tls_ca_file=certs / "ca.crt" to trust it."""
+    return emptied(tls_redis_session)

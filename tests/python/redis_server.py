@@ -2,16 +2,29 @@
 
 The server is our own child process on a free loopback port with its own
 temporary directory, so SIGSTOP, SIGKILL and restarts reach exactly it, and
-nothing is left behind when a test fails.
+nothing is left behind when a test fails. With `tls` it listens for TLS only
+(`--port 0 --tls-port P`), with certificates from make_certs().
 """
 
 import os
+import pathlib
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def make_certs(directory):
+    """The test CA, server, client and bad certificates
+    (tests/support/make_certs.sh) in directory; returns it as a Path."""
+    subprocess.run(["sh", str(ROOT / "tests" / "support" / "make_certs.sh"), str(directory)],
+                   check=True)
+    return pathlib.Path(directory)
 
 
 def free_port():
@@ -23,10 +36,19 @@ def free_port():
 
 class RedisServer:
     """redis-server on 127.0.0.1:<port>. `extra` are more config arguments,
-    e.g. ["--requirepass", "s3cr3t"]."""
+    e.g. ["--requirepass", "s3cr3t"]. `tls`: the directory of make_certs(),
+    and `cert` the name of the server's certificate there ("server",
+    "wronghost", "expired", "selfsigned"); `auth_clients` asks clients for
+    a certificate (mutual TLS)."""
 
-    def __init__(self, extra=()):
+    def __init__(self, extra=(), tls=None, cert="server", auth_clients=False):
         self.extra = list(extra)
+        self.tls = pathlib.Path(tls) if tls else None
+        if self.tls:
+            self.extra = ["--tls-cert-file", str(self.tls / f"{cert}.crt"),
+                          "--tls-key-file", str(self.tls / f"{cert}.key"),
+                          "--tls-ca-cert-file", str(self.tls / "ca.crt"),
+                          "--tls-auth-clients", "yes" if auth_clients else "no", *self.extra]
         self.dir = tempfile.mkdtemp(prefix="hirate-redis-")
         self.port = None
         self.proc = None
@@ -34,14 +56,28 @@ class RedisServer:
 
     @property
     def url(self):
-        return f"redis://127.0.0.1:{self.port}"
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}"
+
+    def _connect(self, timeout):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        if not self.tls:
+            return s
+        # The harness' own connection: it trusts the test CA and shows the
+        # client certificate, but checks nothing, as the bad servers need.
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.load_cert_chain(str(self.tls / "client.crt"), str(self.tls / "client.key"))
+        return ctx.wrap_socket(s)
 
     def start(self, port=None):
         """Starts the server, on `port` if given (a restart keeps its port)."""
         for _ in range(5):
             self.port = port or free_port()
+            ports = (["--port", "0", "--tls-port", str(self.port)] if self.tls
+                     else ["--port", str(self.port)])
             self.proc = subprocess.Popen(
-                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                ["redis-server", *ports, "--bind", "127.0.0.1",
                  "--save", "", "--appendonly", "no", "--dir", self.dir,
                  "--logfile", os.path.join(self.dir, "redis.log"), *self.extra],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -64,7 +100,7 @@ class RedisServer:
         """Sends one command, returns its reply decoded loosely: str for
         simple/bulk strings, int, list, None; an error reply as its first
         word ("NOAUTH", "ERR" ...)."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
+        with self._connect(timeout) as s:
             req = b"*%d\r\n" % len(args)
             for a in args:
                 a = a if isinstance(a, bytes) else str(a).encode()

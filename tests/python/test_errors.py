@@ -32,6 +32,23 @@ def test_exception_classes_and_their_builtin_bases():
     assert issubclass(hirate.ClosedError, hirate.Error) and issubclass(hirate.ClosedError,
                                                                         ValueError)
     assert hirate.ConfigError.__module__ == "hirate"
+    # Misconfigurations that Redis or the network reveal are BackendErrors,
+    # raised under every policy, as AuthError always was.
+    assert issubclass(hirate.TLSError, hirate.BackendError)
+    assert issubclass(hirate.RefusedError, hirate.BackendError)
+    assert issubclass(hirate.RefusedError, ConnectionRefusedError)
+    assert issubclass(hirate.NotRedisError, hirate.BackendError)
+    for cls in (hirate.TLSError, hirate.RefusedError, hirate.NotRedisError):
+        assert cls.__module__ == "hirate"
+
+
+@pytest.mark.parametrize("cls", [hirate.Error, hirate.ConfigError, hirate.BackendError,
+                                 hirate.TimeoutError, hirate.AuthError, hirate.ClosedError,
+                                 hirate.TLSError, hirate.RefusedError, hirate.NotRedisError])
+def test_an_error_is_false_as_a_refusal_is(cls):
+    # In allow_many's results `if d:` admits only the allowed items.
+    assert not cls("x")
+    assert bool(_hirate._error(_hirate.EAUTH, "no")) is False
 
 
 @pytest.mark.parametrize("name,cls", [
@@ -44,6 +61,8 @@ def test_exception_classes_and_their_builtin_bases():
     ("EREPLY", hirate.BackendError), ("ETIMEDOUT", hirate.TimeoutError),
     ("EAUTH", hirate.AuthError), ("ENOPERM", hirate.AuthError),
     ("ECLOSED", hirate.ClosedError), ("ENOMEM", MemoryError),
+    ("ETLS", hirate.TLSError), ("EREFUSED", hirate.RefusedError),
+    ("ENOTREDIS", hirate.NotRedisError),
 ])
 def test_each_code_has_its_class(name, cls):
     code = getattr(_hirate, name)
@@ -83,10 +102,19 @@ INF, NAN = math.inf, math.nan
     (dict(rate=10 ** 400), "ERATE", "got inf"),
     (dict(capacity=2 ** 53 - 1, rate=1e-6), "ERANGE", "to refill"),
     (dict(url=""), "EURL", "invalid Redis URL: it is empty"),
-    (dict(url="http://127.0.0.1"), "EURL", "must start with redis:// or unix://"),
+    (dict(url="http://127.0.0.1"), "EURL", "must start with redis://, rediss:// or unix://"),
     (dict(url="redis://127.0.0.1:0"), "EURL", "the port must be a number from 1 to 65535"),
     (dict(url="redis://127.0.0.1:99999"), "EURL", "the port must be"),
-    (dict(url="rediss://127.0.0.1"), "EURL", "TLS"),
+    (dict(url="redis://127.0.0.1", tls_ca_file="/etc/hosts"), "EOPTION",
+     "tls_ca_file is set, but the URL is not rediss:// (TLS)"),
+    (dict(url="redis://127.0.0.1", tls_verify=False), "EOPTION",
+     "tls_verify is 0, but the URL is not rediss:// (TLS)"),
+    (dict(url="rediss://127.0.0.1", tls_cert_file="/etc/hosts"), "EOPTION",
+     "tls_cert_file and tls_key_file go together"),
+    (dict(url="rediss://127.0.0.1", tls_server_name=""), "EOPTION",
+     "tls_server_name must be 1 to 4095 bytes, got 0"),
+    (dict(url="rediss://127.0.0.1", tls_ca_file="a\0b"), "EOPTION",
+     "tls_ca_file must not contain a NUL character"),
     (dict(url="redis://127.0.0.1\x00x"), "EURL", "url must not contain a NUL character"),
     (dict(on_error="sometimes"), "EOPTION",
      "on_error must be 'local', 'open' or 'closed', got 'sometimes'"),
@@ -129,6 +157,8 @@ def test_bad_option_values_raise_config_error(kw, name, message):
     (dict(pool_size=1.5), "pool_size must be an int, not float"),
     (dict(max_keys="many"), "max_keys must be an int, not str"),
     (dict(instances=None), "instances must be an int, not NoneType"),
+    (dict(url="rediss://127.0.0.1", tls_ca_file=5), "tls_ca_file must be a str or os.PathLike"),
+    (dict(url="rediss://127.0.0.1", tls_server_name=b"x"), "tls_server_name must be a str"),
     (dict(colour="blue"), "keyword argument"),
 ])
 def test_bad_option_types_raise_type_error(kw, message):
@@ -205,11 +235,15 @@ def test_a_type_error_in_a_batch_decides_nothing():
     assert lim.peek("a").remaining == 2
 
 
-def test_a_bad_item_fails_the_batch_but_the_good_ones_were_decided():
+def test_a_bad_value_in_a_batch_raises_before_anything_is_decided():
+    # An argument error is the caller's bug, raised for the whole call with
+    # the core's words, as allow() would; no other item was spent.
     lim = hirate.Limiter(capacity=2, rate=0.001)
     with pytest.raises(hirate.ConfigError, match="key is empty"):
         lim.allow_many([("a", 1), ("", 1), ("a", 1)])
-    assert lim.peek("a").remaining == 0   # as hirate_allow_many: each item on its own
+    with pytest.raises(hirate.ConfigError, match="got -1"):
+        lim.allow_many([("a", 1), ("a", -1)])
+    assert lim.peek("a").remaining == 2
 
 
 def test_a_bad_call_changes_nothing():
@@ -243,11 +277,13 @@ def test_the_password_never_shows(capfd, caplog):
         e = info.value
         assert e.name == "EAUTH" and "WRONGPASS" in str(e)
         seen += [str(e), repr(e), repr(e.args), str(e.__dict__)]
-        for call in (lambda: lim.peek("k"), lambda: lim.reset("k"),
-                     lambda: lim.allow_many([("k", 1)])):
+        for call in (lambda: lim.peek("k"), lambda: lim.reset("k")):
             with pytest.raises(hirate.AuthError) as info:
                 call()
             seen += [str(info.value), repr(info.value)]
+        got, = lim.allow_many([("k", 1)])   # the error in the item's place
+        assert isinstance(got, hirate.AuthError) and got.name == "EAUTH"
+        seen += [str(got), repr(got)]
         user = hirate.Limiter(f"redis://someone:{CANARY}@127.0.0.1:{server.port}/2",
                               capacity=5, rate=1)
         seen += [repr(user), user.url]

@@ -104,8 +104,11 @@ def test_a_wrong_password_is_auth_error_under_every_policy_and_never_shown():
     try:
         for on_error in ("local", "open", "closed"):
             lim = limiter(f"redis://:{canary}@127.0.0.1:{server.port}", on_error)
-            for call in (lambda: lim.allow("k"), lambda: lim.peek("k"),
-                         lambda: lim.allow_many([("k", 1)]), lambda: lim.reset("k")):
+            def first_of_batch():
+                got, = lim.allow_many([("k", 1)])   # the error in the item's place
+                raise got
+            for call in (lambda: lim.allow("k"), lambda: lim.peek("k"), first_of_batch,
+                         lambda: lim.reset("k")):
                 with pytest.raises(hirate.AuthError) as info:
                     call()
                 e = info.value

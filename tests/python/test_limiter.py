@@ -258,18 +258,20 @@ def pathlib_root():
 
 
 def test_module_constants():
-    assert (_hirate.OP_MORE, _hirate.OP_SEND, _hirate.OP_DONE) == (1, 2, 3)
+    assert (_hirate.IO_MORE, _hirate.IO_SEND, _hirate.IO_DONE, _hirate.IO_PROBE) == (1, 2, 3, 4)
+    assert (_hirate.KEY_MAX, _hirate.PREFIX_MAX, _hirate.EXACT_MAX) == (512, 64, 2 ** 53 - 1)
+    assert (_hirate.IO_REPLY_MAX, _hirate.ERRMSG_SIZE) == (4096, 256)
     codes = {"EINVAL": -1, "ECAPACITY": -2, "ERATE": -3, "ECOST": -4, "EKEY": -5, "ERANGE": -6,
              "EURL": -7, "EOPTION": -8, "ENOMEM": -9, "ECONNECT": -10, "ETIMEDOUT": -11,
              "EIO": -12, "EPROTO": -13, "ESERVER": -14, "EAUTH": -15, "ENOPERM": -16,
-             "EREPLY": -17, "ECLOSED": -18}
+             "EREPLY": -17, "ECLOSED": -18, "ETLS": -19, "EREFUSED": -20, "ENOTREDIS": -21}
     assert {n: getattr(_hirate, n) for n in codes} == codes
 
 
 def test_the_package_exports():
     for name in ("Limiter", "AsyncLimiter", "Decision", "Error", "ConfigError", "BackendError",
-                 "TimeoutError", "AuthError", "ClosedError", "__version__", "script_source",
-                 "script_sha1"):
+                 "TimeoutError", "AuthError", "ClosedError", "TLSError", "RefusedError",
+                 "NotRedisError", "__version__", "script_source", "script_sha1"):
         assert hasattr(hirate, name), name
     assert hirate.Limiter.__module__ == "hirate"
     assert hirate.Decision.__module__ == "hirate"
@@ -318,7 +320,8 @@ def test_redis_url_with_database_and_unix_socket(tmp_path):
     try:
         lim = hirate.Limiter(f"unix://{sock}?db=3", capacity=2, rate=0.001, prefix="u:",
                              **PATIENT)
-        assert lim._endpoint() == (None, 6379, sock, 5.0, 5.0)
+        ep = lim._endpoint()
+        assert (ep["host"], ep["path"], ep["where"], ep["tls"]) == (None, sock, sock, False)
         assert lim.allow("k").source == "redis"
         assert server.command("SELECT", 3) == "OK"
         tcp = hirate.Limiter(f"redis://127.0.0.1:{server.port}/3", capacity=2, rate=0.001,
@@ -334,8 +337,9 @@ def test_redis_limiter_attributes(redis):
     assert lim.url == redis.url
     assert repr(lim) == (f"<hirate.Limiter url='{redis.url}' capacity=7 rate=0.5 "
                          "on_error='closed'>")
-    assert lim._endpoint() == ("127.0.0.1", redis.port, None, 1.5, 2.0)
-    assert lim._handshake() == (b"", 0)
+    ep = lim._endpoint()
+    assert (ep["host"], ep["port"], ep["path"], ep["timeout"]) == ("127.0.0.1", redis.port,
+                                                                    None, 2.0)
 
 
 # ------------------------------------------------------------------ leaks

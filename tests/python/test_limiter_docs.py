@@ -19,19 +19,27 @@ def test_the_sections_have_examples():
 
 
 @pytest.mark.parametrize("n", range(len(BLOCKS)))
-def test_example_runs(n, redis):
-    # The test's own server, and patience for a busy machine, where the
+def test_example_runs(n, redis, tls_redis, certs):
+    # The test's own servers, and patience for a busy machine, where the
     # default 0.1 s could let the fallback decide instead of Redis.
     code = BLOCKS[n].replace('"redis://127.0.0.1:6379", ', f'"{redis.url}", timeout=5, ')
+    code = code.replace('"rediss://redis.example.com:6380", ',
+                        f'"{tls_redis.url}", timeout=5, connect_timeout=5, ')
+    code = code.replace('"/etc/ssl/redis-ca.pem"', repr(str(certs / "ca.crt")))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(code, f"docs/python.md example {n + 1}", "exec"), {})   # noqa: S102
     assert out.getvalue(), "an example that prints nothing shows nothing"
-    if "user:42" in code:
-        assert out.getvalue() == "True 99 redis\n"
+    lines = out.getvalue().splitlines()
+    if "rediss://" in code:
+        assert lines == ["redis"]
+    elif "user:42" in code:
+        assert lines == ["True 99 redis"]
     if "hirate.ConfigError as e" in code:
-        assert out.getvalue().splitlines() == [
+        assert lines == [
             "EKEY key is empty", "EKEY key is 513 bytes; the most is 512",
             "-3 rate must be a finite number of tokens per second above 0, got 0"]
-    if "allow_many" in code:
-        assert out.getvalue().splitlines() == ["6", "False", "[True, False]", "10"]
+    if '("bob", 11)' in code:
+        assert lines == ["6", "False", "[True, False]", "10"]
+    if "zip(pairs" in code:
+        assert lines == ["alice served", "bob refused"]

@@ -49,7 +49,7 @@ def test_the_sdist_has_what_the_build_reads(dist):
     with tarfile.open(sdist) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
     for need in ["pyproject.toml", "CMakeLists.txt", "PKG-INFO", "core/include/hirate.h",
-                 "core/src/hirate_internal.h", "core/src/limiter.c", "core/src/script.c.in",
+                 "core/include/hirate_io.h", "core/src/limiter.c", "core/src/transport.c", "core/src/script.c.in",
                  "core/cli/CMakeLists.txt", "lua/token_bucket.lua", "cmake/hirate.pc.in",
                  "cmake/hirateConfig.cmake.in", "bindings/python/CMakeLists.txt",
                  "bindings/python/hirate/_hirate.c", "bindings/python/hirate/__init__.py",

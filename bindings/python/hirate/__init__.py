@@ -7,8 +7,9 @@
     if not d:
         ...  # refuse; retry in d.retry_after seconds
 
-Without a URL the buckets live in this process. The decisions, the failure
-policies and the errors are the C core's (see docs/python.md).
+Without a URL the buckets live in this process; rediss:// URLs speak TLS. The
+decisions, the failure policies and the errors are the C core's (see
+docs/python.md).
 """
 
 from ._asyncio import AsyncLimiter
@@ -20,7 +21,10 @@ from ._hirate import (
     Decision,
     Error,
     Limiter,
+    NotRedisError,
+    RefusedError,
     TimeoutError,
+    TLSError,
     __version__,
     script_sha1,
     script_source,
@@ -35,6 +39,9 @@ __all__ = [
     "Decision",
     "Error",
     "Limiter",
+    "NotRedisError",
+    "RefusedError",
+    "TLSError",
     "TimeoutError",
     "__version__",
     "script_sha1",

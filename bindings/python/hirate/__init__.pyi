@@ -6,7 +6,10 @@ from ._hirate import ConfigError as ConfigError
 from ._hirate import Decision as Decision
 from ._hirate import Error as Error
 from ._hirate import Limiter as Limiter
+from ._hirate import NotRedisError as NotRedisError
+from ._hirate import RefusedError as RefusedError
 from ._hirate import TimeoutError as TimeoutError
+from ._hirate import TLSError as TLSError
 from ._hirate import __version__ as __version__
 from ._hirate import script_sha1 as script_sha1
 from ._hirate import script_source as script_source

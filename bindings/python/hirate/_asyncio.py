@@ -1,11 +1,14 @@
 """hirate.AsyncLimiter: the limiter on the running asyncio event loop.
 
-The C core does everything but the network I/O: it checks the arguments,
-answers from the deny cache, keeps the circuit breaker and the failure policy,
-encodes the script calls and reads the replies (the "op" hooks of
-hirate._hirate). This module only moves those bytes over non-blocking
-connections of the running loop (a Protocol on loop.create_connection), so a
-call that waits for Redis never blocks the loop, and no thread is involved.
+The C core does everything but the network I/O (hirate_io.h, through the
+hooks of hirate._hirate): where to connect, the bytes that open a connection
+and what their replies mean (a wrong password, a TLS mismatch, a server that
+is not Redis), when a new connection may be tried, the script calls and their
+replies, the circuit breaker, the deny cache and the failure policy. This
+module only moves those bytes over non-blocking connections of the running
+loop (a Protocol on loop.create_connection, TLS through the ssl module), so a
+call that waits for Redis never blocks the loop, and no thread is involved;
+it tells the core when its I/O failed, in the I/O library's words.
 
 Without a URL the C limiter decides from memory at once, and the coroutines
 call it directly.
@@ -14,41 +17,13 @@ call it directly.
 import asyncio
 import collections
 import os
-import random
 import socket
+import ssl
 import sys
 
 from . import _hirate
 
 __all__ = ["AsyncLimiter"]
-
-# After a failed connect (or a refused AUTH/SELECT) new connections wait out
-# a backoff doubling from the first to the last, each jittered by +-25%, as
-# the C pool does: a wrong password must not become a storm of connections.
-_BACKOFF_FIRST = 0.010
-_BACKOFF_LAST = 1.0
-
-# The longest one-line reply (to AUTH, SELECT, DEL) read: Redis' error
-# messages are far shorter, and a peer that never ends its line must not
-# grow the buffer without bound.
-_LINE_MAX = 4096
-
-# How SELECT's error replies are classed, as the core classes error replies
-# (proto.c, hirate_proto_error_class); anything else is HIRATE_EREPLY.
-_UNAVAILABLE = frozenset([b"OOM", b"BUSY", b"READONLY", b"LOADING", b"MASTERDOWN",
-                          b"CLUSTERDOWN", b"TRYAGAIN", b"MISCONF", b"NOREPLICAS"])
-
-
-def _error_code(line):
-    """The hirate code of an error reply line such as b"-LOADING ..."."""
-    word = line[1:].split(b" ", 1)[0]
-    if word in _UNAVAILABLE:
-        return _hirate.ESERVER
-    if word in (b"WRONGPASS", b"NOAUTH"):
-        return _hirate.EAUTH
-    if word == b"NOPERM":
-        return _hirate.ENOPERM
-    return _hirate.EREPLY
 
 
 if sys.version_info >= (3, 11):
@@ -88,70 +63,116 @@ def _given(fut):
 
 
 class _Failure(Exception):
-    """The I/O failed with a hirate code (ECONNECT, ETIMEDOUT, EIO, EPROTO,
-    EAUTH ...): the op is failed with it, or reset() raises it."""
+    """No connection could be had, or the I/O failed: a hirate code (the I/O
+    library's failures mapped to ECONNECT, ETIMEDOUT, EIO or ETLS; or the
+    core's own verdict on a handshake) and its words, for Op.fail()."""
 
     def __init__(self, code, message):
         super().__init__(message)
         self.code = code
 
 
-def _handshake_kinds(request, replies):
-    """What each of the handshake's commands is, for messages: ("AUTH",
-    "SELECT 2"), never AUTH's arguments. The commands are RESP arrays of
-    bulk strings, read by their lengths: a password may hold any byte."""
-    kinds = []
-    pos = 0
-    for _ in range(replies):
-        end = request.index(b"\r\n", pos)
-        argc = int(request[pos + 1:end])
-        pos = end + 2
-        args = []
-        for _ in range(argc):
-            end = request.index(b"\r\n", pos)
-            n = int(request[pos + 1:end])
-            args.append(request[end + 2:end + 2 + n])
-            pos = end + 4 + n
-        kinds.append("AUTH" if args[0] == b"AUTH" else b" ".join(args).decode())
-    return tuple(kinds)
+def _from_error(e):
+    return _Failure(e.code, str(e))
 
 
-def _results(op, failure):
-    """op.results(). When a connection could not be had (failure), an error
-    raised for it carries the failure's own words ("AUTH refused: ...",
-    "SELECT 99 refused: ..."), as hirate.Limiter's does, not only the code's."""
-    if failure is None:
-        return op.results()
+def _one(op):
+    """The single result of op: its Decision, or its error raised."""
+    r, = op.results()
+    if isinstance(r, BaseException):
+        raise r
+    return r
+
+
+def _tls_context(ep):
+    """The ssl context of a rediss:// limiter, made once: the CA file or
+    directory (else the system's trust store), the client certificate for
+    mutual TLS, TLS 1.2 at least, and verification as
+    ssl.create_default_context() does it, unless tls_verify is off."""
     try:
-        return op.results()
-    except _hirate.Error as e:
-        if e.code != failure.code:
-            raise
-        raise _hirate._error(failure.code, str(failure)) from None
+        ctx = ssl.create_default_context(cafile=ep["tls_ca_file"], capath=ep["tls_ca_dir"])
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        if ep["tls_cert_file"] is not None:
+            ctx.load_cert_chain(ep["tls_cert_file"], ep["tls_key_file"])
+    except (OSError, ValueError) as e:   # ssl.SSLError is an OSError
+        raise _hirate._error(_hirate.ETLS, "TLS settings: %s" % _ssl_words(e)) from None
+    if not ep["tls_verify"]:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+_probe_ctx = None
+
+
+def _probe_context():
+    """TLS without verification, for the mismatch probe only: it asks
+    whether the server speaks TLS at all, and sends no secret."""
+    global _probe_ctx
+    if _probe_ctx is None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        _probe_ctx = ctx
+    return _probe_ctx
+
+
+def _ms(seconds):
+    return int(round(seconds * 1000))
+
+
+def _lost_failure(exc):
+    """The _Failure of a connection that ended under a call: EIO, or ETLS when
+    the TLS library says the peer refused us (TLS 1.3 finishes the client's
+    handshake before a server that wants a client certificate says so)."""
+    if exc is None or isinstance(exc, ssl.SSLEOFError):
+        return _Failure(_hirate.EIO, "Redis closed the connection")
+    if isinstance(exc, ssl.SSLError):
+        return _Failure(_hirate.ETLS, "receive from Redis: TLS: %s" % _ssl_words(exc))
+    return _Failure(_hirate.EIO, "receive from Redis: %s" % _ssl_words(exc))
+
+
+def _ssl_words(e):
+    """What the TLS library said, without Python's decoration."""
+    if isinstance(e, ssl.SSLCertVerificationError) and e.verify_message:
+        return "certificate verify failed: %s" % e.verify_message
+    if isinstance(e, ssl.SSLError) and e.reason:
+        return e.reason.lower().replace("_", " ")
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e) or type(e).__name__
 
 
 class _Conn(asyncio.Protocol):
     """One Redis connection. It serves one call at a time: that call sets a
-    waiter and either an op (script calls) or a number of one-line replies to
-    collect (the handshake, DEL). Replies are fed to the op as they arrive, in
-    the loop's own callback, so a call costs one wake-up of its task."""
+    waiter and the object that reads the replies, an Op (a call) or a
+    Handshake (the opening). Replies are fed to it as they arrive, in the
+    loop's own callback, so a call costs one wake-up of its task."""
 
-    def __init__(self, pool):
+    def __init__(self, pool, first=None, waiter=None):
         self.pool = pool
+        self.first = first    # the Handshake to send as soon as it is connected
+        self.first_waiter = waiter
         self.transport = None
         self.closed = False
         self.buf = b""        # bytes read but not used yet
-        self.op = None
-        self.lines = 0        # one-line replies still wanted
-        self.got = None       # and those collected
+        self.op = None        # the Op or Handshake being fed
         self.waiter = None    # the current call's future
-        self.done = False     # the op reached OP_DONE
+        self.done = False     # the op reached IO_DONE
         self.extra = False    # bytes came after the last reply
+        self.lost = None      # the _Failure that ended it, once closed
 
     # -- asyncio.Protocol
 
     def connection_made(self, transport):
         self.transport = transport
+        if self.first is not None:
+            # At once, in this callback: a TLS 1.3 server that refuses the
+            # client's certificate answers the first request with an alert
+            # and closes, and a request sent later (after the server closed)
+            # meets a reset that takes the alert with it.
+            first, self.first = self.first, None
+            self.start(first, self.first_waiter)
 
     def data_received(self, data):
         waiter = self.waiter
@@ -165,10 +186,7 @@ class _Conn(asyncio.Protocol):
             data = self.buf + data
             self.buf = b""
         try:
-            if self.op is not None:
-                self._feed(data)
-            else:
-                self._collect(data)
+            self._feed(data)
         except Exception as e:  # MemoryError and the like: the call fails
             self.abort()
             if not waiter.done():
@@ -179,10 +197,14 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc):
         self.closed = True
+        # Kept for the next call when none is waiting: a TLS 1.3 server that
+        # refuses the client certificate says so right after the handshake,
+        # before the first request goes out.
+        self.lost = _lost_failure(exc)
         self.pool._lost(self)
         waiter = self.waiter
         if waiter is not None and not waiter.done():
-            waiter.set_exception(_Failure(_hirate.EIO, "Redis closed the connection"))
+            waiter.set_exception(self.lost)
 
     # -- the calls
 
@@ -190,59 +212,38 @@ class _Conn(asyncio.Protocol):
         op = self.op
         while True:
             state, used = op.feed(data)
-            if state == _hirate.OP_MORE:
+            if state == _hirate.IO_MORE:
                 self.buf = bytes(data[used:])
                 return
             if used != len(data):
-                # A reply nobody asked for: after DONE the connection must
-                # not be reused; before a second pass (EVAL after NOSCRIPT) it
+                # Bytes nobody asked for: after DONE the connection must not
+                # be reused; before a second pass (EVAL after NOSCRIPT) they
                 # would be read as that pass's answer.
                 self.extra = True
-                if state == _hirate.OP_SEND:
-                    raise _Failure(_hirate.EPROTO, "malformed reply from Redis: "
-                                   "bytes after the reply")
-            if state == _hirate.OP_SEND:
+                if state == _hirate.IO_SEND:
+                    raise _Failure(_hirate.EPROTO, "malformed reply from Redis: bytes after "
+                                   "the reply")
+            if state == _hirate.IO_SEND:
                 self.transport.write(op.request)
                 return
             self.done = True
             self.waiter.set_result(None)
             return
 
-    def _collect(self, data):
-        got = self.got
-        start = 0
-        while self.lines:
-            end = data.find(b"\r\n", start)
-            if end < 0:
-                if len(data) - start > _LINE_MAX:
-                    raise _Failure(_hirate.EPROTO, "malformed reply from Redis: a line "
-                                   "longer than %d bytes" % _LINE_MAX)
-                self.buf = bytes(data[start:])
-                return
-            got.append(bytes(data[start:end]))
-            start = end + 2
-            self.lines -= 1
-        self.extra = start != len(data)
-        self.waiter.set_result(got)
-
     def start(self, op, waiter):
+        """Sends the request of op (an Op or a Handshake) and feeds it the
+        replies until it is done."""
         self.op = op
         self.waiter = waiter
         self.done = False
+        if self.closed:
+            waiter.set_exception(self.lost or _Failure(_hirate.EIO, "the connection is closed"))
+            return
         self.transport.write(op.request)
-
-    def ask(self, request, replies, waiter):
-        """Sends request and collects its `replies` one-line replies."""
-        self.op = None
-        self.lines = replies
-        self.got = []
-        self.waiter = waiter
-        self.transport.write(request)
 
     def finish(self):
         self.op = None
         self.waiter = None
-        self.got = None
 
     def abort(self):
         """Closes at once, dropping anything unsent or unread."""
@@ -275,7 +276,8 @@ async def _closer(pool):
 class _Pool:
     """The connections of one AsyncLimiter on one event loop: at most
     pool_size, each owned by one call at a time. A loop's transports cannot
-    serve another loop, hence one pool per loop."""
+    serve another loop, hence one pool per loop. When a new connection may
+    be tried is the core's to say (Limiter._handshake_start)."""
 
     def __init__(self, owner, loop):
         self.owner = owner
@@ -284,11 +286,6 @@ class _Pool:
         self.conns = set()      # every open connection
         self.connecting = 0     # connections being opened
         self.waiters = collections.deque()   # calls waiting for a connection
-        self.failing = False    # the last connect failed ...
-        self.code = 0           # ... with this code
-        self.message = ""
-        self.backoff = 0.0
-        self.next_connect = 0.0
         self.closed = False
         self.closer = None
 
@@ -310,11 +307,12 @@ class _Pool:
                 return await self._connect()
             fut = self.loop.create_future()
             self.waiters.append(fut)
+            timeout = owner._ep["timeout"]
             try:
-                conn = await _wait(self.loop, owner._timeout, fut)
+                conn = await _wait(self.loop, timeout, fut)
             except asyncio.TimeoutError:
                 raise _Failure(_hirate.ETIMEDOUT, "all %d Redis connections stayed busy for "
-                               "%g s" % (owner._pool_size, owner._timeout)) from None
+                               "%g s" % (owner._pool_size, timeout)) from None
             except BaseException:
                 # Cancelled: a connection handed over meanwhile goes back.
                 given = _given(fut)
@@ -366,30 +364,14 @@ class _Pool:
     # -- opening connections
 
     async def _connect(self):
-        now = self.loop.time()
-        if self.failing:
-            if now < self.next_connect:
-                # The code of the failure itself: a wrong password stays a
-                # configuration error, an outage stays an outage.
-                raise _Failure(self.code, "not reconnecting for %d ms after: %s"
-                               % (int((self.next_connect - now) * 1000) + 1, self.message))
-            # Only this caller tries; the others keep failing fast.
-            self.backoff = min(self.backoff * 2, _BACKOFF_LAST)
-            self.next_connect = now + self.backoff * random.uniform(0.75, 1.25)
         self.connecting += 1
         try:
             conn = await self._open()
-        except _Failure as f:
+        except _Failure:
             self.connecting -= 1
-            if not self.failing:
-                self.failing = True
-                self.backoff = _BACKOFF_FIRST
-                self.next_connect = (self.loop.time() +
-                                     self.backoff * random.uniform(0.75, 1.25))
-            self.code = f.code
-            self.message = str(f)
-            # Every waiting call now meets the same failure at once, as
-            # calls do during the backoff, instead of waiting out a timeout.
+            # Every waiting call now asks the core for a connection of its
+            # own, and meets the backoff's refusal at once, instead of
+            # waiting out a timeout.
             self._wake(everyone=True)
             raise
         except BaseException:
@@ -397,8 +379,6 @@ class _Pool:
             self._wake()
             raise
         self.connecting -= 1
-        self.failing = False
-        self.backoff = 0.0
         if self.closed:
             conn.abort()
             raise _Failure(_hirate.ECLOSED, "the limiter is closed")
@@ -406,72 +386,168 @@ class _Pool:
         return conn
 
     async def _open(self):
-        owner = self.owner
-        loop = self.loop
-        owner._connects += 1
+        """A connection that passed the core's handshake, or _Failure with
+        the core's verdict (during the backoff: the last failure's)."""
+        ep = self.owner._ep
         try:
-            if owner._path is not None:
-                coro = loop.create_unix_connection(lambda: _Conn(self), owner._path)
-            else:
-                coro = loop.create_connection(lambda: _Conn(self), owner._host, owner._port)
-            _, conn = await _within(owner._connect_timeout, coro)
-        except asyncio.TimeoutError:
-            raise _Failure(_hirate.ECONNECT, "connect to %s: timed out after %g s"
-                           % (owner._where, owner._connect_timeout)) from None
-        except OSError as e:
-            raise _Failure(_hirate.ECONNECT, "connect to %s: %s"
-                           % (owner._where, e.strerror or e)) from None
-        if owner._path is None:
+            hs = self.owner._lim._handshake_start()
+        except _hirate.Error as e:
+            raise _from_error(e) from None
+        conn = None
+        try:
+            state, conn = await self._exchange(hs, self.owner._ssl, ep["tls_server_name"],
+                                               ep["connect_timeout"], ep["timeout"])
+            if state == _hirate.IO_PROBE:
+                # The failure looks like a TLS mismatch: the core asks the
+                # same address again over the other transport.
+                if conn is not None:
+                    conn.abort()
+                    conn = None
+                state = await self._probe(hs, ep["probe_timeout"])
+            try:
+                hs.result()
+            except _hirate.Error as e:
+                raise _from_error(e) from None
+            if conn is None or conn.extra:   # (a probe always ends in an error)
+                raise _Failure(_hirate.EPROTO, "malformed reply from Redis: bytes after the "
+                               "handshake's replies")
+        except BaseException:
+            if conn is not None:
+                conn.abort()
+            raise
+        conn.finish()
+        if ep["path"] is None:
             sock = conn.transport.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        request, replies = owner._handshake
-        if not replies:
-            return conn
-        try:
-            lines = await self._ask(conn, request, replies)
-            for what, line in zip(owner._handshake_kinds, lines):
-                if line[:1] == b"-":
-                    # A refused AUTH is a wrong password, whatever the words;
-                    # SELECT is classed as the core classes error replies.
-                    code = _hirate.EAUTH if what == "AUTH" else _error_code(line)
-                    raise _Failure(code, "%s refused: %s" % (
-                        what, line[1:121].decode("utf-8", "replace")))
-                if line != b"+OK":
-                    raise _Failure(_hirate.EPROTO, "malformed reply from Redis: %s gave no +OK"
-                                   % what)
-        except BaseException:
-            conn.abort()
-            raise
         return conn
 
-    async def _ask(self, conn, request, replies):
-        """Sends request on conn, returns its one-line replies."""
-        fut = self.loop.create_future()
-        conn.ask(request, replies, fut)
+    async def _exchange(self, hs, ctx, server_hostname, connect_timeout, timeout,
+                        deadline=None):
+        """Connects (TLS through ctx when it is not None) within
+        connect_timeout, sends the handshake's bytes the moment the
+        connection is made and feeds it the replies within timeout. Returns
+        its state (IO_DONE, or IO_PROBE after a failure) and the connection
+        (None when none was made). Failures go to the handshake in the I/O
+        library's words. With deadline, the replies wait only until then."""
+        loop = self.loop
+        ep = self.owner._ep
+        where = ep["where"]
+        fut = loop.create_future()
+        factory = lambda: _Conn(self, hs, fut)   # noqa: E731
+        conn = None
+        until = loop.time() + connect_timeout
         try:
-            lines = await _wait(self.loop, self.owner._timeout, fut)
+            if ep["path"] is not None:
+                _, conn = await _within(connect_timeout,
+                                        loop.create_unix_connection(factory, ep["path"]))
+            else:
+                sock = await self._tcp(ep["host"], ep["port"], until, where, connect_timeout)
+                left = max(until - loop.time(), 0.001)
+                kw = {} if ctx is None else dict(ssl=ctx, server_hostname=server_hostname,
+                                                 ssl_handshake_timeout=left)
+                try:
+                    _, conn = await _within(left, loop.create_connection(factory, sock=sock,
+                                                                         **kw))
+                except BaseException:
+                    sock.close()
+                    raise
+        except _Failure as f:
+            why = f
         except asyncio.TimeoutError:
-            conn.abort()
-            raise _Failure(_hirate.ETIMEDOUT, "no reply from Redis within %g s"
-                           % self.owner._timeout) from None
-        if conn.extra:
-            conn.abort()
-            raise _Failure(_hirate.EPROTO, "malformed reply from Redis: bytes after the reply")
-        return lines
+            if ctx is None or ep["path"] is not None:
+                why = _Failure(_hirate.ECONNECT, "connect to %s: no answer within %d ms"
+                               % (where, _ms(connect_timeout)))
+            else:
+                # The TCP connection was made: what got no answer is the TLS
+                # handshake (a plain server waits for a line that never ends).
+                why = _Failure(_hirate.ETIMEDOUT, "TLS handshake with %s: no answer within "
+                               "%d ms" % (where, _ms(connect_timeout)))
+        except (ssl.SSLEOFError, ConnectionResetError) as e:
+            why = _Failure(_hirate.EIO, "TLS handshake with %s: %s" % (where, _ssl_words(e)))
+        except ssl.SSLError as e:   # a certificate, a name, a protocol
+            why = _Failure(_hirate.ETLS, "TLS handshake with %s: %s" % (where, _ssl_words(e)))
+        except OSError as e:
+            why = _Failure(_hirate.ECONNECT, _ssl_words(e))
+        else:
+            why = None
+        if why is not None:
+            return hs.fail(why.code, str(why)), None
+        if deadline is not None:
+            timeout = max(deadline - loop.time(), 0.001)
+        try:
+            await _wait(loop, timeout, fut)
+        except asyncio.TimeoutError:
+            return hs.fail(_hirate.ETIMEDOUT, "no reply within %d ms" % _ms(timeout)), conn
+        except _Failure as f:
+            return hs.fail(f.code, str(f)), conn
+        except BaseException:
+            conn.abort()   # cancelled: the half-opened connection goes
+            raise
+        return _hirate.IO_DONE, conn
 
-    # -- one decision's round trip
+    async def _tcp(self, host, port, until, where, connect_timeout):
+        """A connected non-blocking TCP socket to host (each of its addresses
+        in turn) by the loop time until, or _Failure ECONNECT. The TLS
+        handshake, if any, is the next step, so that a timeout says which
+        of the two got no answer."""
+        loop = self.loop
+        late = _Failure(_hirate.ECONNECT, "connect to %s: no answer within %d ms"
+                        % (where, _ms(connect_timeout)))
+        try:
+            infos = await _within(max(until - loop.time(), 0.001),
+                                  loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except asyncio.TimeoutError:
+            raise late from None
+        except OSError as e:
+            raise _Failure(_hirate.ECONNECT, _ssl_words(e)) from None
+        failure = None
+        for family, kind, proto, _, addr in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                await _within(max(until - loop.time(), 0.001), loop.sock_connect(sock, addr))
+                return sock
+            except asyncio.TimeoutError:
+                sock.close()
+                raise late from None
+            except OSError as e:
+                sock.close()
+                failure = _Failure(_hirate.ECONNECT, _ssl_words(e))
+            except BaseException:
+                sock.close()
+                raise
+        raise failure or _Failure(_hirate.ECONNECT, "no address for %s" % host)
+
+    async def _probe(self, hs, timeout):
+        """The mismatch probe: a second connection over the other transport
+        (TLS without verification when hs.probe_tls, else plain), the
+        handshake's probe bytes on it, all within timeout; then it is
+        closed."""
+        deadline = self.loop.time() + timeout
+        ctx = _probe_context() if hs.probe_tls else None
+        conn = None
+        try:
+            state, conn = await self._exchange(hs, ctx, self.owner._ep["host"], timeout, timeout,
+                                               deadline)
+        finally:
+            if conn is not None:
+                conn.abort()
+        if state == _hirate.IO_PROBE:   # one probe answers the question
+            state = hs.fail(_hirate.EIO, "the probe found nothing")
+        return state
+
+    # -- one call's round trip
 
     async def run(self, op):
         """Sends op's requests and feeds it the replies. On return op is
-        settled: DONE, or failed with the I/O error's code (the policy
-        decides outages). Returns the _Failure of a connection that could
-        not be had, whose message is better than the code's (see _results)."""
+        settled: DONE, or failed with the I/O error's code and words (the
+        core decides what that means for each item)."""
         try:
             conn = await self.acquire()
         except _Failure as f:
-            op.fail(f.code)
-            return f
+            op.fail(f.code, str(f))
+            return
         except BaseException:
             # Cancelled before anything was sent. Settle the op without
             # blaming Redis: an outage code would open the breaker because a
@@ -479,48 +555,28 @@ class _Pool:
             op.fail(_hirate.ECLOSED)
             raise
         healthy = False
+        timeout = self.owner._ep["timeout"]
         try:
             fut = self.loop.create_future()
             conn.start(op, fut)
-            await _wait(self.loop, self.owner._timeout, fut)
+            await _wait(self.loop, timeout, fut)
             healthy = not op.drop and not conn.extra
         except asyncio.TimeoutError:
             # No reply in time (one at the very deadline would have resolved
             # fut first). The call may have run: no retry, the policy
             # decides, and this connection goes, so that its late reply is
             # never read as the answer to another call.
-            op.fail(_hirate.ETIMEDOUT)
+            op.fail(_hirate.ETIMEDOUT, "no reply from Redis within %d ms" % _ms(timeout))
         except _Failure as f:
             if not conn.done:
                 # A call cut off by close() gets ClosedError, not the policy.
-                op.fail(_hirate.ECLOSED if self.closed else f.code)
+                op.fail(_hirate.ECLOSED if self.closed else f.code, str(f))
         except BaseException:
             # Cancelled (or worse) mid-call: the connection goes; the op is
             # settled without blaming Redis, as above.
             if not conn.done:
                 op.fail(_hirate.ECLOSED)
             raise
-        finally:
-            self.release(conn, healthy)
-
-    async def reset(self, request):
-        """DEL over a pooled connection; raises _Failure as hirate_reset()
-        returns its codes."""
-        conn = await self.acquire()
-        healthy = False
-        try:
-            line, = await self._ask(conn, request, 1)
-            if line[:1] == b":":
-                healthy = True
-                return
-            if line[:1] == b"-":
-                code = _error_code(line)
-                # The server is the wrong one to talk to now.
-                healthy = line[1:].split(b" ", 1)[0] not in (b"READONLY", b"LOADING",
-                                                              b"MASTERDOWN")
-                raise _Failure(code, "Redis replied: %s"
-                               % line[1:121].decode("utf-8", "replace"))
-            raise _Failure(_hirate.EPROTO, "malformed reply from Redis: DEL gave no integer")
         finally:
             self.release(conn, healthy)
 
@@ -557,33 +613,24 @@ class AsyncLimiter:
 
     def __init__(self, url=None, *, capacity, rate, prefix="rl:", on_error="local",
                  instances=1, connect_timeout=0.25, timeout=0.1, deny_cache=True,
-                 max_keys=1_000_000, pool_size=16):
+                 max_keys=1_000_000, pool_size=16, tls_ca_file=None, tls_ca_dir=None,
+                 tls_cert_file=None, tls_key_file=None, tls_server_name=None,
+                 tls_verify=True):
         # The C limiter checks every argument (and never connects itself
-        # here: the op hooks leave the I/O to this class).
+        # here: the hooks leave the I/O to this class).
         self._lim = _hirate.Limiter(
             url, capacity=capacity, rate=rate, prefix=prefix, on_error=on_error,
             instances=instances, connect_timeout=connect_timeout, timeout=timeout,
-            deny_cache=deny_cache, max_keys=max_keys, pool_size=pool_size)
+            deny_cache=deny_cache, max_keys=max_keys, pool_size=pool_size,
+            tls_ca_file=tls_ca_file, tls_ca_dir=tls_ca_dir, tls_cert_file=tls_cert_file,
+            tls_key_file=tls_key_file, tls_server_name=tls_server_name, tls_verify=tls_verify)
         self._pools = None if self._lim.url is None else {}
-        self._connects = 0
         self._dropped = 0
         if self._pools is None:
             return
-        host, port, path, self._connect_timeout, self._timeout = self._lim._endpoint()
-        self._host, self._port, self._path = host, port, path
-        if path is not None:
-            self._where = path
-        elif ":" in host:
-            self._where = "[%s]:%d" % (host, port)
-        else:
-            self._where = "%s:%d" % (host, port)
+        self._ep = self._lim._endpoint()
+        self._ssl = _tls_context(self._ep) if self._ep["tls"] else None
         self._pool_size = pool_size
-        # AUTH and SELECT bytes (the password is in them: never shown).
-        self._handshake = self._lim._handshake()
-        request, replies = self._handshake
-        self._handshake_kinds = _handshake_kinds(request, replies)
-        # The DEL of reset(), as hirate_reset encodes it: the prefix as bytes.
-        self._prefix = self._lim.prefix.encode()
 
     @classmethod
     def from_env(cls, **kwargs):
@@ -624,27 +671,30 @@ class AsyncLimiter:
         if self._pools is None:
             return self._lim.allow(key, cost)
         op = self._lim._op_start([(key, cost)], True)
-        if op.request is not None:
-            return _results(op, await self._pool().run(op))[0]
-        return op.results()[0]
+        if not op.done:
+            await self._pool().run(op)
+        return _one(op)
 
     async def peek(self, key, cost=1):
         """What allow(key, cost) would decide now, without spending anything."""
         if self._pools is None:
             return self._lim.peek(key, cost)
         op = self._lim._op_start([(key, cost)], False)
-        if op.request is not None:
-            return _results(op, await self._pool().run(op))[0]
-        return op.results()[0]
+        if not op.done:
+            await self._pool().run(op)
+        return _one(op)
 
     async def allow_many(self, pairs):
-        """allow() for every (key, cost) pair, in one pipelined round trip;
-        a list of Decisions in the same order."""
+        """allow() for every (key, cost) pair, in one pipelined round trip: a
+        list in the same order, with each item's Decision, or the exception
+        of that item's error in its place (an error is false, as a refusal
+        is). A bad argument raises for the whole batch before anything is
+        sent."""
         if self._pools is None:
             return self._lim.allow_many(pairs)
         op = self._lim._op_start(list(pairs), True)
-        if op.request is not None:
-            return _results(op, await self._pool().run(op))
+        if not op.done:
+            await self._pool().run(op)
         return op.results()
 
     async def reset(self, key):
@@ -652,32 +702,26 @@ class AsyncLimiter:
         and in the local fallback)."""
         if self._pools is None:
             return self._lim.reset(key)
-        # What the core keeps of the key goes first, as in hirate_reset(); it
-        # also checks the key and raises as reset() would.
-        self._lim._reset_local(key)
-        key = key.encode() if isinstance(key, str) else bytes(key)
-        full = self._prefix + key
-        request = b"*2\r\n$3\r\nDEL\r\n$%d\r\n%s\r\n" % (len(full), full)
-        try:
-            await self._pool().reset(request)
-        except _Failure as f:
-            raise _hirate._error(f.code, str(f)) from None
+        op = self._lim._op_start_reset(key)
+        if not op.done:
+            await self._pool().run(op)
+        op.result()
 
     async def _decide(self, pairs, spend, now_us=-1):
         """Decisions at an injected time (µs), for the shared test vectors."""
         if self._pools is None:
             return [self._lim._decide_at(key, cost, spend, now_us) for key, cost in pairs]
         op = self._lim._op_start(list(pairs), spend, now_us)
-        if op.request is not None:
-            return _results(op, await self._pool().run(op))
+        if not op.done:
+            await self._pool().run(op)
         return op.results()
 
     def _stats(self):
-        """The core's counters, with this limiter's own connects and dropped
-        connections (the C pool is not used by an AsyncLimiter)."""
+        """The core's counters (connects: the handshakes it let start), with
+        this limiter's own dropped connections (the C pool is not used by an
+        AsyncLimiter)."""
         stats = self._lim._stats()
         if self._pools is not None:
-            stats["connects"] = self._connects
             stats["conns_dropped"] = self._dropped
         return stats
 

@@ -1,11 +1,13 @@
+import os
 from types import TracebackType
 from typing import Iterable, List, Optional, Tuple, Type, TypeVar, Union
 
-from . import Decision
+from . import Decision, Error
 
 __all__ = ["AsyncLimiter"]
 
 _Key = Union[str, bytes, bytearray, memoryview]
+_Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 _Self = TypeVar("_Self", bound="AsyncLimiter")
 
 class AsyncLimiter:
@@ -23,6 +25,12 @@ class AsyncLimiter:
         deny_cache: bool = True,
         max_keys: int = 1_000_000,
         pool_size: int = 16,
+        tls_ca_file: Optional[_Path] = None,
+        tls_ca_dir: Optional[_Path] = None,
+        tls_cert_file: Optional[_Path] = None,
+        tls_key_file: Optional[_Path] = None,
+        tls_server_name: Optional[str] = None,
+        tls_verify: bool = True,
     ) -> None: ...
     @classmethod
     def from_env(
@@ -38,6 +46,12 @@ class AsyncLimiter:
         deny_cache: bool = True,
         max_keys: int = 1_000_000,
         pool_size: int = 16,
+        tls_ca_file: Optional[_Path] = None,
+        tls_ca_dir: Optional[_Path] = None,
+        tls_cert_file: Optional[_Path] = None,
+        tls_key_file: Optional[_Path] = None,
+        tls_server_name: Optional[str] = None,
+        tls_verify: bool = True,
     ) -> _Self: ...
     @property
     def capacity(self) -> int: ...
@@ -51,7 +65,9 @@ class AsyncLimiter:
     def url(self) -> Optional[str]: ...
     async def allow(self, key: _Key, cost: int = 1) -> Decision: ...
     async def peek(self, key: _Key, cost: int = 1) -> Decision: ...
-    async def allow_many(self, pairs: Iterable[Tuple[_Key, int]]) -> List[Decision]: ...
+    async def allow_many(
+        self, pairs: Iterable[Tuple[_Key, int]]
+    ) -> List[Union[Decision, Error, MemoryError]]: ...
     async def reset(self, key: _Key) -> None: ...
     async def close(self) -> None: ...
     async def aclose(self) -> None: ...

@@ -13,9 +13,12 @@
  * close() waits until the calls running without the GIL have left, so no
  * call ever meets a freed limiter.
  *
- * The low-level hooks (Limiter._op_start and the Op type, _endpoint,
- * _handshake) let hirate.AsyncLimiter do its own socket I/O on the event
- * loop with the core's bytes, reply checks, breaker, deny cache and policy.
+ * The low-level hooks (Limiter._endpoint, _handshake_start and the
+ * Handshake type, _op_start, _op_start_reset and the Op type) wrap the
+ * public no-I/O API of hirate_io.h, so that hirate.AsyncLimiter does its own
+ * socket I/O on the event loop while the core keeps every rule: the bytes,
+ * what the replies mean, the reconnect backoff, the breaker, the deny cache
+ * and the policy. Only hirate.h and hirate_io.h are included here.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,9 +29,12 @@
 #include <time.h>
 
 #include "hirate.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 
-#define NCODES 19   /* -HIRATE_ECLOSED + 1: the table is indexed by -code */
+/* The table of classes and names is indexed by -code: one slot more than
+ * there are codes (they run from -1 down without a gap). */
+#define HR_COUNT_(name, code, msg) +1
+#define NCODES (1 HIRATE_ERRNO_MAP(HR_COUNT_))
 #define NSOURCES 6  /* HIRATE_SOURCE_FAIL_CLOSED + 1 */
 
 #if PY_VERSION_HEX >= 0x030C0000
@@ -53,20 +59,24 @@ static inline PyObject *Py_NewRef(PyObject *o)
 
 /* ------------------------------------------------------------ module state */
 
+/* The exception classes, in the order of add_exceptions' table. */
+enum { C_ERROR, C_CONFIG, C_BACKEND, C_TIMEOUT, C_AUTH, C_CLOSED, C_TLS, C_REFUSED, C_NOTREDIS,
+       NCLASSES };
+
 typedef struct {
     PyTypeObject *limiter_type;
     PyTypeObject *decision_type;
     PyTypeObject *op_type;
-    PyObject *error;              /* hirate.Error, the base */
-    PyObject *config_error;
-    PyObject *backend_error;
-    PyObject *timeout_error;
-    PyObject *auth_error;
-    PyObject *closed_error;
-    PyObject *exc[NCODES];        /* the class for -code (borrowed from above) */
+    PyTypeObject *handshake_type;
+    PyObject *cls[NCLASSES];      /* hirate.Error and its subclasses */
+    PyObject *exc[NCODES];        /* the class for -code (borrowed from cls) */
     PyObject *errname[NCODES];    /* "ETIMEDOUT" ... for -code, interned */
     PyObject *source[NSOURCES];   /* "redis" ... by hirate_source, interned */
     PyObject *str_key, *str_cost; /* keyword names, interned */
+    /* An in-memory limiter that judges the values of a batch's items before
+     * any of them is decided (see batch_check): the core's own rules and
+     * words, without I/O and without touching the caller's limiter. */
+    hirate_limiter *judge;
 } hstate;
 
 static struct PyModuleDef hirate_module;
@@ -115,7 +125,7 @@ static PyObject *make_exc(hstate *st, int code, PyObject *msg)
         return NULL;
     int i = -code;
     PyObject *cls = code == HIRATE_ENOMEM ? PyExc_MemoryError
-                    : i > 0 && i < NCODES && st->exc[i] ? st->exc[i] : st->error;
+                    : i > 0 && i < NCODES && st->exc[i] ? st->exc[i] : st->cls[C_ERROR];
     PyObject *exc = PyObject_CallOneArg(cls, msg);
     Py_DECREF(msg);
     if (!exc || code == HIRATE_ENOMEM)
@@ -142,7 +152,16 @@ static PyObject *raise_obj(hstate *st, int code, PyObject *msg)
     return NULL;
 }
 
-/* Raises code with the core's message (bytes from Redis may not be UTF-8). */
+/* The exception for code with the core's message msg (NULL or empty: the
+ * code's own words); bytes from Redis may not be UTF-8. */
+static PyObject *error_obj(hstate *st, int code, const char *msg)
+{
+    if (!msg || !msg[0])
+        msg = hirate_strerror(code);
+    return make_exc(st, code, PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace"));
+}
+
+/* Raises code with the core's message. */
 static PyObject *raise_code(hstate *st, int code, const char *msg)
 {
     if (!msg || !msg[0])
@@ -482,6 +501,10 @@ typedef struct {
     int closed;             /* set by close(): no new call starts */
     unsigned long inuse;    /* calls running without the GIL; changed with the GIL held */
     unsigned long fork_gen; /* the g_fork_gen that inuse counts in */
+    /* Op and Handshake objects that hold a core object of this limiter:
+     * close() leaves the freeing of lim to the last of them, since the core
+     * objects belong to the limiter (changed with the GIL held). */
+    unsigned long live;
     int64_t capacity;
     double rate;
     int on_error;
@@ -658,7 +681,7 @@ static PyObject *decide(LimiterObject *self, PyObject *key, PyObject *cost_obj, 
             return raise_closed(st);
         }
         if (now_us >= 0)
-            rc = hirate__decide_at(self->lim, k.p, (size_t)k.n, cost, spend, now_us, &d);
+            rc = hirate_decide_at(self->lim, k.p, (size_t)k.n, cost, spend, now_us, &d);
         else if (spend)
             rc = hirate_allow(self->lim, k.p, (size_t)k.n, cost, &d);
         else
@@ -673,7 +696,7 @@ static PyObject *decide(LimiterObject *self, PyObject *key, PyObject *cost_obj, 
         hirate_limiter *lim = self->lim;
         Py_BEGIN_ALLOW_THREADS
         if (now_us >= 0)
-            rc = hirate__decide_at(lim, k.p, (size_t)k.n, cost, spend, now_us, &d);
+            rc = hirate_decide_at(lim, k.p, (size_t)k.n, cost, spend, now_us, &d);
         else if (spend)
             rc = hirate_allow(lim, k.p, (size_t)k.n, cost, &d);
         else
@@ -757,29 +780,6 @@ static PyObject *limiter_reset(PyObject *op, PyObject *key)
     Py_RETURN_NONE;
 }
 
-/* _reset_local(key): what reset() does without I/O (check the key, forget it
- * in the deny cache and the local buckets), for AsyncLimiter, which then
- * sends the DEL itself. */
-static PyObject *limiter_reset_local(PyObject *op, PyObject *key)
-{
-    LimiterObject *self = (LimiterObject *)op;
-    keybuf k;
-    char msg[HIRATE_ERRMSG_SIZE];
-    if (key_get(key, &k) < 0)
-        return NULL;
-    if (self->closed) {
-        key_release(&k);
-        return raise_closed(self->st);
-    }
-    int rc = hirate__reset_local(self->lim, k.p, (size_t)k.n);
-    if (rc < 0)
-        hirate_limiter_errmsg(self->lim, msg, sizeof msg);
-    key_release(&k);
-    if (rc < 0)
-        return raise_code(self->st, rc, msg);
-    Py_RETURN_NONE;
-}
-
 /* ---- batches: allow_many and the Op of _op_start ------------------------ */
 
 /* The items of a batch and what keeps their key bytes alive. */
@@ -804,9 +804,29 @@ static void batch_clear(batch *b)
     memset(b, 0, sizeof *b);
 }
 
-/* Reads an iterable of (key, cost) pairs. Wrong types raise TypeError before
- * anything is decided; values (an empty key, a negative cost) are the
- * core's to judge, item by item. */
+/* Raises the core's error for a key or cost that hirate.h's limits refuse,
+ * as allow() would raise it; 0 when the core finds nothing wrong. The judge
+ * (an in-memory limiter of the module) states the rule and its words, so
+ * they are the core's; it is asked only about values outside the limits,
+ * and asking it has no I/O and no effect on any bucket of the caller. */
+static int value_check(hstate *st, const void *key, size_t keylen, int64_t cost)
+{
+    if (keylen >= 1 && keylen <= HIRATE_KEY_MAX && cost >= 0 && cost <= HIRATE_EXACT_MAX)
+        return 0;
+    hirate_decision d;
+    int rc = hirate_peek(st->judge, key, keylen, cost, &d);
+    if (rc == 0)
+        return 0;
+    char msg[HIRATE_ERRMSG_SIZE];
+    hirate_limiter_errmsg(st->judge, msg, sizeof msg);
+    raise_code(st, rc, msg);
+    return -1;
+}
+
+/* Reads an iterable of (key, cost) pairs. A wrong type (TypeError) or a bad
+ * value (ConfigError, the core's words) raises for the whole batch before
+ * any item is decided: an argument error is the caller's bug, and raising
+ * it after the other items were spent would lose their decisions. */
 static int batch_from(hstate *st, const char *fname, PyObject *pairs, batch *b)
 {
     memset(b, 0, sizeof *b);
@@ -849,6 +869,11 @@ static int batch_from(hstate *st, const char *fname, PyObject *pairs, batch *b)
     }
     b->n = n;
     Py_DECREF(seq);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (value_check(st, b->items[i].key, b->items[i].keylen, b->items[i].cost) < 0) {
+            batch_clear(b);
+            return -1;
+        }
     return 0;
 fail:
     Py_DECREF(seq);
@@ -856,47 +881,13 @@ fail:
     return -1;
 }
 
-/* The message for a failed item. A bad key or cost is checked again alone
- * (no I/O, no change), so that the message is that item's own even when
- * later items failed too; anything else carries the limiter's message. */
-static void item_message(hirate_limiter *lim, const hirate_item *it, char *msg, size_t len)
+/* An item's outcome as Python sees it: its Decision, or in its place the
+ * exception of its code, with msg (that item's words; NULL: the code's). */
+static PyObject *item_result(hstate *st, const hirate_item *it, const char *msg)
 {
-    hirate_decision d;
-    if (it->rc == HIRATE_EKEY || it->rc == HIRATE_ECOST || it->rc == HIRATE_EINVAL) {
-        if (hirate_peek(lim, it->key, it->keylen, it->cost, &d) == it->rc) {
-            hirate_limiter_errmsg(lim, msg, len);
-            return;
-        }
-    }
-    hirate_limiter_errmsg(lim, msg, len);
-}
-
-/* The first failed item: its index, or -1; its message into msg. */
-static Py_ssize_t batch_first_error(hirate_limiter *lim, const batch *b, char *msg, size_t len)
-{
-    for (Py_ssize_t i = 0; i < b->n; i++) {
-        if (b->items[i].rc < 0) {
-            item_message(lim, &b->items[i], msg, len);
-            return i;
-        }
-    }
-    return -1;
-}
-
-static PyObject *batch_decisions(hstate *st, const batch *b)
-{
-    PyObject *list = PyList_New(b->n);
-    if (!list)
-        return NULL;
-    for (Py_ssize_t i = 0; i < b->n; i++) {
-        PyObject *d = decision_new_from(st, &b->items[i].decision);
-        if (!d) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, i, d);
-    }
-    return list;
+    if (it->rc == 0)
+        return decision_new_from(st, &it->decision);
+    return error_obj(st, it->rc, msg);
 }
 
 static PyObject *limiter_allow_many(PyObject *op, PyObject *pairs)
@@ -905,7 +896,7 @@ static PyObject *limiter_allow_many(PyObject *op, PyObject *pairs)
     hstate *st = self->st;
     batch b;
     char msg[HIRATE_ERRMSG_SIZE] = "";
-    Py_ssize_t bad;
+    int last = 0;
 
     if (batch_from(st, "allow_many", pairs, &b) < 0)
         return NULL;
@@ -915,7 +906,10 @@ static PyObject *limiter_allow_many(PyObject *op, PyObject *pairs)
             return raise_closed(st);
         }
         hirate_allow_many(self->lim, b.items, (size_t)b.n);
-        bad = batch_first_error(self->lim, &b, msg, sizeof msg);
+        for (Py_ssize_t i = 0; i < b.n; i++)
+            last = b.items[i].rc < 0 ? b.items[i].rc : last;
+        if (last)
+            hirate_limiter_errmsg(self->lim, msg, sizeof msg);
     } else {
         if (enter(self) < 0) {
             batch_clear(&b);
@@ -924,43 +918,71 @@ static PyObject *limiter_allow_many(PyObject *op, PyObject *pairs)
         hirate_limiter *lim = self->lim;
         Py_BEGIN_ALLOW_THREADS
         hirate_allow_many(lim, b.items, (size_t)b.n);
-        bad = batch_first_error(lim, &b, msg, sizeof msg);
+        for (Py_ssize_t i = 0; i < b.n; i++)
+            last = b.items[i].rc < 0 ? b.items[i].rc : last;
+        if (last)
+            hirate_limiter_errmsg(lim, msg, sizeof msg);
         Py_END_ALLOW_THREADS
         leave(self);
     }
-    PyObject *r = bad >= 0 ? raise_code(st, b.items[bad].rc, msg) : batch_decisions(st, &b);
+    /* hirate_allow_many leaves one message on the limiter, the last failed
+     * item's: it goes to the items of that code, and the others get their
+     * code's words (a batch rarely fails in two ways at once). */
+    PyObject *list = PyList_New(b.n);
+    for (Py_ssize_t i = 0; list && i < b.n; i++) {
+        const hirate_item *it = &b.items[i];
+        PyObject *r = item_result(st, it, it->rc == last ? msg : NULL);
+        if (!r)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, r);
+    }
     batch_clear(&b);
-    return r;
+    return list;
 }
 
-/* The Op: one batch decided with the caller doing the I/O. */
+/* The core objects of Op and Handshake belong to the limiter: they keep it
+ * from being freed, and the last of them frees a closed one. */
+static void live_take(LimiterObject *self)
+{
+    self->live++;
+}
+
+static void live_drop(LimiterObject *self)
+{
+    if (self->live > 0 && --self->live == 0 && self->closed && self->lim) {
+        hirate_limiter *lim = self->lim;
+        self->lim = NULL;
+        hirate_limiter_free(lim);
+    }
+}
+
+/* The Op: one batch (or a reset) decided with the caller doing the I/O. */
 typedef struct {
     PyObject_HEAD
     LimiterObject *owner;   /* strong: the limiter outlives its ops */
     hirate_op *op;          /* NULL when nothing needed Redis */
     batch b;
     int done;               /* every item has its rc and decision */
-    Py_ssize_t bad;         /* the first failed item, or -1 */
-    char msg[HIRATE_ERRMSG_SIZE];
+    int reset;              /* made by _op_start_reset */
+    PyObject *key;          /* a reset's key, and its bytes */
+    keybuf kb;
 } OpObject;
 
-/* Records the outcome once every item is decided. */
-static void op_finish(OpObject *self)
+static OpObject *op_new(LimiterObject *self)
 {
-    self->done = 1;
-    self->bad = batch_first_error(self->owner->lim, &self->b, self->msg, sizeof self->msg);
-}
-
-/* An Op decided entirely at its start: a failed item raises now, as
- * allow_many would, since there is nothing left to wait for. */
-static PyObject *op_started(OpObject *o)
-{
-    op_finish(o);
-    if (o->bad < 0)
-        return (PyObject *)o;
-    raise_code(o->owner->st, o->b.items[o->bad].rc, o->msg);
-    Py_DECREF(o);
-    return NULL;
+    OpObject *o = PyObject_New(OpObject, self->st->op_type);
+    if (!o)
+        return NULL;
+    o->owner = self;
+    Py_INCREF(self);
+    o->op = NULL;
+    memset(&o->b, 0, sizeof o->b);
+    o->done = 0;
+    o->reset = 0;
+    o->key = NULL;
+    o->kb.has_view = 0;
+    return o;
 }
 
 static PyObject *limiter_op_start(PyObject *op, PyObject *args, PyObject *kw)
@@ -976,15 +998,9 @@ static PyObject *limiter_op_start(PyObject *op, PyObject *args, PyObject *kw)
         return NULL;
     if (self->closed)
         return raise_closed(st);
-    OpObject *o = PyObject_New(OpObject, st->op_type);
+    OpObject *o = op_new(self);
     if (!o)
         return NULL;
-    o->owner = self;
-    Py_INCREF(self);
-    o->op = NULL;
-    o->done = 0;
-    o->bad = -1;
-    o->msg[0] = '\0';
     if (batch_from(st, "_op_start", pairs, &o->b) < 0) {
         Py_DECREF(o);
         return NULL;
@@ -994,200 +1010,28 @@ static PyObject *limiter_op_start(PyObject *op, PyObject *args, PyObject *kw)
         for (Py_ssize_t i = 0; i < o->b.n; i++) {
             hirate_item *it = &o->b.items[i];
             if (now_us >= 0)
-                it->rc = hirate__decide_at(self->lim, it->key, it->keylen, it->cost, spend,
-                                           now_us, &it->decision);
+                it->rc = hirate_decide_at(self->lim, it->key, it->keylen, it->cost, spend,
+                                          now_us, &it->decision);
             else if (spend)
                 it->rc = hirate_allow(self->lim, it->key, it->keylen, it->cost, &it->decision);
             else
                 it->rc = hirate_peek(self->lim, it->key, it->keylen, it->cost, &it->decision);
         }
-        return op_started(o);
+        o->done = 1;
+        return (PyObject *)o;
     }
     /* No I/O happens here, so the GIL stays: the core only looks at its
      * deny cache, breaker and (while Redis is failing) local buckets. */
-    int r = hirate__op_start(self->lim, o->b.items, (size_t)o->b.n, spend, now_us, &o->op);
+    int r = hirate_op_start(self->lim, o->b.items, (size_t)o->b.n, spend, now_us, &o->op);
     if (r < 0) {
         Py_DECREF(o);
         return raise_code(st, r, NULL);
     }
-    return r == 0 ? op_started(o) : (PyObject *)o;
+    if (o->op)
+        live_take(self);
+    o->done = r == 0;
+    return (PyObject *)o;
 }
-
-static int op_usable(OpObject *self)
-{
-    if (!self->owner) {
-        PyErr_SetString(PyExc_TypeError, "this Op was not made by Limiter._op_start()");
-        return -1;
-    }
-    if (self->owner->closed) {
-        raise_closed(self->owner->st);
-        return -1;
-    }
-    return 0;
-}
-
-static PyObject *op_request(PyObject *op, void *c)
-{
-    (void)c;
-    OpObject *self = (OpObject *)op;
-    if (!self->op || self->done)
-        Py_RETURN_NONE;
-    size_t len;
-    const char *req = hirate__op_request(self->op, &len);
-    return PyBytes_FromStringAndSize(req, (Py_ssize_t)len);
-}
-
-static PyObject *op_drop(PyObject *op, void *c)
-{
-    (void)c;
-    OpObject *self = (OpObject *)op;
-    return PyBool_FromLong(self->op ? hirate__op_drop(self->op) : 0);
-}
-
-static PyObject *op_done(PyObject *op, void *c)
-{
-    (void)c;
-    return PyBool_FromLong(((OpObject *)op)->done);
-}
-
-static PyObject *op_feed(PyObject *op, PyObject *data)
-{
-    OpObject *self = (OpObject *)op;
-    if (op_usable(self) < 0)
-        return NULL;
-    if (self->done || !self->op) {
-        PyErr_SetString(PyExc_ValueError, "feed() on an Op that is already decided");
-        return NULL;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    size_t used = 0;
-    int state = hirate__op_feed(self->op, view.buf, (size_t)view.len, &used);
-    PyBuffer_Release(&view);
-    if (state == HIRATE_OP_DONE)
-        op_finish(self);
-    return Py_BuildValue("(in)", state, (Py_ssize_t)used);
-}
-
-static PyObject *op_fail(PyObject *op, PyObject *arg)
-{
-    OpObject *self = (OpObject *)op;
-    if (!self->owner) {
-        PyErr_SetString(PyExc_TypeError, "this Op was not made by Limiter._op_start()");
-        return NULL;
-    }
-    if (self->owner->closed && !self->done) {
-        /* The limiter is gone: what still waited for Redis is ClosedError. */
-        for (Py_ssize_t i = 0; i < self->b.n; i++)
-            if (self->b.items[i].rc > 0)
-                self->b.items[i].rc = HIRATE_ECLOSED;
-        self->done = 1;
-        for (self->bad = 0; self->bad < self->b.n && self->b.items[self->bad].rc == 0;)
-            self->bad++;
-        if (self->bad == self->b.n)
-            self->bad = -1;
-        Py_RETURN_NONE;
-    }
-    long code = PyLong_AsLong(arg);
-    if (code == -1 && PyErr_Occurred())
-        return NULL;
-    if (code >= 0 || -code >= NCODES) {
-        PyErr_Format(PyExc_ValueError, "fail() needs a hirate error code such as ETIMEDOUT, "
-                                       "got %ld", code);
-        return NULL;
-    }
-    /* After the outcome is known there is nothing left to fail. */
-    if (!self->done && self->op) {
-        hirate__op_fail(self->op, (int)code);
-        op_finish(self);
-    }
-    Py_RETURN_NONE;
-}
-
-static PyObject *op_results(PyObject *op, PyObject *unused)
-{
-    (void)unused;
-    OpObject *self = (OpObject *)op;
-    if (!self->owner) {
-        PyErr_SetString(PyExc_TypeError, "this Op was not made by Limiter._op_start()");
-        return NULL;
-    }
-    hstate *st = self->owner->st;
-    if (!self->done) {
-        PyErr_SetString(PyExc_ValueError,
-                        "results() before the Op is decided: feed() its replies or fail() it");
-        return NULL;
-    }
-    if (self->bad >= 0)
-        return raise_code(st, self->b.items[self->bad].rc, self->msg);
-    return batch_decisions(st, &self->b);
-}
-
-static void op_dealloc(PyObject *op)
-{
-    OpObject *self = (OpObject *)op;
-    PyTypeObject *tp = Py_TYPE(op);
-    if (self->op) {
-        /* An Op dropped before its outcome is known (a cancelled task) must
-         * still settle: a probe that never reports would keep the breaker
-         * waiting for it. Given up, it teaches the breaker nothing. */
-        if (!self->done && self->owner && !self->owner->closed)
-            hirate__op_fail(self->op, HIRATE_ECLOSED);
-        hirate__op_free(self->op);
-    }
-    batch_clear(&self->b);
-    Py_XDECREF(self->owner);
-    PyObject_Free(op);
-    Py_DECREF(tp);
-}
-
-static PyObject *op_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
-{
-    (void)args;
-    (void)kw;
-    PyErr_Format(PyExc_TypeError, "cannot create '%s' instances: use Limiter._op_start()",
-                 tp->tp_name);
-    return NULL;
-}
-
-static PyGetSetDef op_getset[] = {
-    {"request", op_request, NULL,
-     "The bytes to send now, or None when nothing (more) needs Redis.", NULL},
-    {"drop", op_drop, NULL, "True when the connection must be closed, not reused.", NULL},
-    {"done", op_done, NULL, "True once every item is decided.", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyMethodDef op_methods[] = {
-    {"feed", op_feed, METH_O,
-     "feed(data) -> (state, used): reads replies from data; state is OP_MORE (read more), "
-     "OP_SEND (send .request) or OP_DONE; used is how many bytes the replies took."},
-    {"fail", op_fail, METH_O,
-     "fail(code): the I/O failed with code (ETIMEDOUT, ECONNECT, EIO, EAUTH); the policy "
-     "decides whatever is still waiting."},
-    {"results", op_results, METH_NOARGS,
-     "results() -> list[Decision]; raises the first failed item's error."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyType_Slot op_slots[] = {
-    {Py_tp_doc, (void *)"One batch decided with the caller doing the network I/O."},
-    {Py_tp_new, (void *)op_tp_new},
-    {Py_tp_dealloc, (void *)op_dealloc},
-    {Py_tp_getset, op_getset},
-    {Py_tp_methods, op_methods},
-    {0, NULL},
-};
-
-static PyType_Spec op_spec = {
-    .name = "hirate._hirate.Op",
-    .basicsize = sizeof(OpObject),
-    .flags = Py_TPFLAGS_DEFAULT | HR_IMMUTABLE,
-    .slots = op_slots,
-};
-
-/* ---- endpoint, handshake, stats ------------------------------------------ */
 
 static int need_redis(LimiterObject *self)
 {
@@ -1202,6 +1046,406 @@ static int need_redis(LimiterObject *self)
     return 0;
 }
 
+/* _op_start_reset(key) -> Op: reset() with the caller doing the I/O (one
+ * DEL, which the core encodes: the prefix is its business). */
+static PyObject *limiter_op_start_reset(PyObject *op, PyObject *key)
+{
+    LimiterObject *self = (LimiterObject *)op;
+    hstate *st = self->st;
+    if (need_redis(self) < 0)
+        return NULL;
+    OpObject *o = op_new(self);
+    if (!o)
+        return NULL;
+    o->reset = 1;
+    if (key_get(key, &o->kb) < 0) {
+        Py_DECREF(o);
+        return NULL;
+    }
+    o->key = Py_NewRef(key);
+    if (value_check(st, o->kb.p, (size_t)o->kb.n, 0) < 0) {
+        Py_DECREF(o);
+        return NULL;
+    }
+    int r = hirate_op_start_reset(self->lim, o->kb.p, (size_t)o->kb.n, &o->op);
+    if (r < 0) {
+        Py_DECREF(o);
+        return raise_code(st, r, NULL);
+    }
+    if (o->op)
+        live_take(self);
+    o->done = r == 0;
+    return (PyObject *)o;
+}
+
+static int op_check_code(long code)
+{
+    if (code >= 0 || -code >= NCODES) {
+        PyErr_Format(PyExc_ValueError, "fail() needs a hirate error code such as ETIMEDOUT, "
+                                       "got %ld", code);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *op_request(PyObject *op, void *c)
+{
+    (void)c;
+    OpObject *self = (OpObject *)op;
+    if (!self->op || self->done)
+        Py_RETURN_NONE;
+    size_t len;
+    const char *req = hirate_op_request(self->op, &len);
+    return PyBytes_FromStringAndSize(req, (Py_ssize_t)len);
+}
+
+static PyObject *op_drop(PyObject *op, void *c)
+{
+    (void)c;
+    OpObject *self = (OpObject *)op;
+    return PyBool_FromLong(self->op ? hirate_op_drop(self->op) : 0);
+}
+
+static PyObject *op_done(PyObject *op, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(((OpObject *)op)->done);
+}
+
+static PyObject *op_feed(PyObject *op, PyObject *data)
+{
+    OpObject *self = (OpObject *)op;
+    if (self->owner->closed)
+        return raise_closed(self->owner->st);
+    if (self->done || !self->op) {
+        PyErr_SetString(PyExc_ValueError, "feed() on an Op that is already decided");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    size_t used = 0;
+    int state = hirate_op_feed(self->op, view.buf, (size_t)view.len, &used);
+    PyBuffer_Release(&view);
+    if (state == HIRATE_IO_DONE)
+        self->done = 1;
+    return Py_BuildValue("(in)", state, (Py_ssize_t)used);
+}
+
+static PyObject *op_fail(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"code", "why", NULL};
+    OpObject *self = (OpObject *)op;
+    long code;
+    const char *why = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "l|z:fail", kwlist, &code, &why) ||
+        op_check_code(code) < 0)
+        return NULL;
+    /* After the outcome is known there is nothing left to fail. */
+    if (self->done || !self->op)
+        Py_RETURN_NONE;
+    /* Cut off by close(): what still waited for Redis is ClosedError, and
+     * nothing is learnt about Redis. */
+    if (self->owner->closed) {
+        code = HIRATE_ECLOSED;
+        why = NULL;
+    }
+    hirate_op_fail(self->op, (int)code, why);
+    self->done = 1;
+    Py_RETURN_NONE;
+}
+
+static int op_decided(OpObject *self, const char *what)
+{
+    if (!self->done) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s() before the Op is decided: feed() its replies or fail() it", what);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *op_results(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    OpObject *self = (OpObject *)op;
+    hstate *st = self->owner->st;
+    if (op_decided(self, "results") < 0)
+        return NULL;
+    PyObject *list = PyList_New(self->b.n);
+    for (Py_ssize_t i = 0; list && i < self->b.n; i++) {
+        const hirate_item *it = &self->b.items[i];
+        const char *msg = it->rc < 0 && self->op ? hirate_op_errmsg(self->op, (size_t)i) : NULL;
+        PyObject *r = item_result(st, it, msg);
+        if (!r)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, r);
+    }
+    return list;
+}
+
+static PyObject *op_result(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    OpObject *self = (OpObject *)op;
+    if (!self->reset) {
+        PyErr_SetString(PyExc_TypeError, "result() is a reset's outcome: a batch has results()");
+        return NULL;
+    }
+    if (op_decided(self, "result") < 0)
+        return NULL;
+    int rc = self->op ? hirate_op_result(self->op) : 0;
+    if (rc < 0)
+        return raise_code(self->owner->st, rc, hirate_op_errmsg(self->op, 0));
+    Py_RETURN_NONE;
+}
+
+static void op_dealloc(PyObject *op)
+{
+    OpObject *self = (OpObject *)op;
+    PyTypeObject *tp = Py_TYPE(op);
+    if (self->op) {
+        /* An Op dropped before its outcome is known (a cancelled task) must
+         * still settle: a probe that never reports would keep the breaker
+         * waiting for it. Given up, it teaches the breaker nothing. */
+        if (!self->done)
+            hirate_op_fail(self->op, HIRATE_ECLOSED, NULL);
+        hirate_op_free(self->op);
+        live_drop(self->owner);
+    }
+    batch_clear(&self->b);
+    if (self->key) {
+        key_release(&self->kb);
+        Py_DECREF(self->key);
+    }
+    Py_XDECREF(self->owner);
+    PyObject_Free(op);
+    Py_DECREF(tp);
+}
+
+static PyObject *no_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
+{
+    (void)args;
+    (void)kw;
+    PyErr_Format(PyExc_TypeError, "cannot create '%s' instances: a Limiter makes them",
+                 tp->tp_name);
+    return NULL;
+}
+
+static PyGetSetDef op_getset[] = {
+    {"request", op_request, NULL,
+     "The bytes to send now, or None when nothing (more) needs Redis.", NULL},
+    {"drop", op_drop, NULL, "True when the connection must be closed, not reused.", NULL},
+    {"done", op_done, NULL, "True once every item is decided.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef op_methods[] = {
+    {"feed", op_feed, METH_O,
+     "feed(data) -> (state, used): reads replies from data; state is IO_MORE (read more), "
+     "IO_SEND (send .request) or IO_DONE; used is how many bytes the replies took."},
+    {"fail", (PyCFunction)(void (*)(void))op_fail, METH_VARARGS | METH_KEYWORDS,
+     "fail(code, why=None): the I/O failed with code (ECONNECT, ETIMEDOUT, EIO, ETLS, or "
+     "ECLOSED when the caller gave up), why in the I/O library's words; the core decides "
+     "whatever is still waiting."},
+    {"results", op_results, METH_NOARGS,
+     "results() -> list: per item its Decision, or the exception of its error in its place."},
+    {"result", op_result, METH_NOARGS,
+     "result() -> None: a reset's outcome; raises its error."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot op_slots[] = {
+    {Py_tp_doc, (void *)"One batch (or a reset) decided with the caller doing the network I/O."},
+    {Py_tp_new, (void *)no_tp_new},
+    {Py_tp_dealloc, (void *)op_dealloc},
+    {Py_tp_getset, op_getset},
+    {Py_tp_methods, op_methods},
+    {0, NULL},
+};
+
+static PyType_Spec op_spec = {
+    .name = "hirate._hirate.Op",
+    .basicsize = sizeof(OpObject),
+    .flags = Py_TPFLAGS_DEFAULT | HR_IMMUTABLE,
+    .slots = op_slots,
+};
+
+/* ---- the handshake of a new connection ------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    LimiterObject *owner;   /* strong */
+    hirate_handshake *hs;
+    int state;              /* the last state: 0 (started), IO_MORE, IO_PROBE, IO_DONE */
+    int have_rc;            /* result() has been asked: */
+    int rc;
+    char msg[HIRATE_ERRMSG_SIZE];
+} HandshakeObject;
+
+static PyObject *limiter_handshake_start(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    LimiterObject *self = (LimiterObject *)op;
+    hstate *st = self->st;
+    if (need_redis(self) < 0)
+        return NULL;
+    hirate_handshake *hs = NULL;
+    char err[HIRATE_ERRMSG_SIZE] = "";
+    int rc = hirate_handshake_start(self->lim, &hs, err, sizeof err);
+    if (rc < 0)
+        return raise_code(st, rc, err);   /* not now: the backoff, with the failure's code */
+    HandshakeObject *h = PyObject_New(HandshakeObject, st->handshake_type);
+    if (!h) {
+        hirate_handshake_free(hs);
+        return NULL;
+    }
+    h->owner = self;
+    Py_INCREF(self);
+    h->hs = hs;
+    h->state = 0;
+    h->have_rc = 0;
+    h->rc = 0;
+    h->msg[0] = '\0';
+    live_take(self);
+    return (PyObject *)h;
+}
+
+#define HS(o) ((HandshakeObject *)(o))
+
+static PyObject *hs_request(PyObject *op, void *c)
+{
+    (void)c;
+    if (HS(op)->state == HIRATE_IO_DONE)
+        Py_RETURN_NONE;
+    size_t len;
+    const char *req = hirate_handshake_request(HS(op)->hs, &len);
+    return PyBytes_FromStringAndSize(req, (Py_ssize_t)len);
+}
+
+static PyObject *hs_probe_tls(PyObject *op, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(hirate_handshake_probe_tls(HS(op)->hs));
+}
+
+static PyObject *hs_state(PyObject *op, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(HS(op)->state);
+}
+
+static PyObject *hs_feed(PyObject *op, PyObject *data)
+{
+    HandshakeObject *self = HS(op);
+    if (self->owner->closed)
+        return raise_closed(self->owner->st);
+    if (self->state == HIRATE_IO_DONE) {
+        PyErr_SetString(PyExc_ValueError, "feed() on a Handshake that is done");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    size_t used = 0;
+    self->state = hirate_handshake_feed(self->hs, view.buf, (size_t)view.len, &used);
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(in)", self->state, (Py_ssize_t)used);
+}
+
+static PyObject *hs_fail(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"code", "why", NULL};
+    HandshakeObject *self = HS(op);
+    long code;
+    const char *why = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "l|z:fail", kwlist, &code, &why) ||
+        op_check_code(code) < 0)
+        return NULL;
+    if (self->state != HIRATE_IO_DONE)
+        self->state = hirate_handshake_fail(self->hs, (int)code, why);
+    return PyLong_FromLong(self->state);
+}
+
+static PyObject *hs_result(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    HandshakeObject *self = HS(op);
+    if (self->state != HIRATE_IO_DONE) {
+        PyErr_SetString(PyExc_ValueError,
+                        "result() before the Handshake is done: feed() its replies or fail() it");
+        return NULL;
+    }
+    if (!self->have_rc) {
+        self->rc = hirate_handshake_result(self->hs, self->msg, sizeof self->msg);
+        self->have_rc = 1;
+    }
+    if (self->rc < 0)
+        return raise_code(self->owner->st, self->rc, self->msg);
+    Py_RETURN_NONE;
+}
+
+static void hs_dealloc(PyObject *op)
+{
+    HandshakeObject *self = HS(op);
+    PyTypeObject *tp = Py_TYPE(op);
+    hirate_handshake_free(self->hs);
+    live_drop(self->owner);
+    Py_DECREF(self->owner);
+    PyObject_Free(op);
+    Py_DECREF(tp);
+}
+
+static PyGetSetDef hs_getset[] = {
+    {"request", hs_request, NULL,
+     "The bytes to send now (AUTH, SELECT and PING; during a probe, the probe's), or None "
+     "once done. Taking them is sending them (the core tells a failure before the first "
+     "command from one after it): read it only to send it.", NULL},
+    {"probe_tls", hs_probe_tls, NULL,
+     "In state IO_PROBE: True when the probe connection is TLS without verification, False "
+     "when it is plain.", NULL},
+    {"state", hs_state, NULL, "The last state: 0 at the start, IO_MORE, IO_PROBE or IO_DONE.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef hs_methods[] = {
+    {"feed", hs_feed, METH_O,
+     "feed(data) -> (state, used): reads the replies; state is IO_MORE (read more) or "
+     "IO_DONE; used is how many bytes they took."},
+    {"fail", (PyCFunction)(void (*)(void))hs_fail, METH_VARARGS | METH_KEYWORDS,
+     "fail(code, why=None) -> state: the I/O failed (ECONNECT, ETIMEDOUT, EIO, ETLS); "
+     "IO_PROBE (open the probe connection) or IO_DONE."},
+    {"result", hs_result, METH_NOARGS,
+     "result() -> None once done: the connection is ready; else raises the reason."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot hs_slots[] = {
+    {Py_tp_doc, (void *)"The opening of one Redis connection, the caller doing the I/O."},
+    {Py_tp_new, (void *)no_tp_new},
+    {Py_tp_dealloc, (void *)hs_dealloc},
+    {Py_tp_getset, hs_getset},
+    {Py_tp_methods, hs_methods},
+    {0, NULL},
+};
+
+static PyType_Spec hs_spec = {
+    .name = "hirate._hirate.Handshake",
+    .basicsize = sizeof(HandshakeObject),
+    .flags = Py_TPFLAGS_DEFAULT | HR_IMMUTABLE,
+    .slots = hs_slots,
+};
+
+/* ---- endpoint, counters ---------------------------------------------------- */
+
+/* A path of the endpoint (a socket, a TLS file) as str, or None. */
+static PyObject *path_or_none(const char *p)
+{
+    return p ? PyUnicode_DecodeFSDefault(p) : Py_NewRef(Py_None);
+}
+
 static PyObject *limiter_endpoint(PyObject *op, PyObject *unused)
 {
     (void)unused;
@@ -1209,40 +1453,36 @@ static PyObject *limiter_endpoint(PyObject *op, PyObject *unused)
     hirate_endpoint ep;
     if (need_redis(self) < 0)
         return NULL;
-    int rc = hirate__endpoint(self->lim, &ep);
+    int rc = hirate_endpoint_get(self->lim, &ep);
     if (rc < 0)
         return raise_code(self->st, rc, NULL);
-    return Py_BuildValue("(NiNdd)",
-                         ep.is_unix ? Py_NewRef(Py_None) : PyUnicode_FromString(ep.host),
-                         ep.port,
-                         ep.is_unix ? PyUnicode_DecodeFSDefault(ep.path) : Py_NewRef(Py_None),
-                         ep.connect_timeout_ms / 1000.0, ep.timeout_ms / 1000.0);
-}
-
-static PyObject *limiter_handshake(PyObject *op, PyObject *unused)
-{
-    (void)unused;
-    LimiterObject *self = (LimiterObject *)op;
-    int replies;
-    if (need_redis(self) < 0)
-        return NULL;
-    size_t len = hirate__handshake(self->lim, NULL, 0, &replies);
-    PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
-    if (!bytes)
-        return NULL;
-    if (len)
-        hirate__handshake(self->lim, PyBytes_AS_STRING(bytes), len, &replies);
-    return Py_BuildValue("(Ni)", bytes, replies);
+    return Py_BuildValue(
+        "{sNsisNsNsdsdsdsNsNsNsNsNsNsN}",
+        "host", ep.is_unix ? Py_NewRef(Py_None) : PyUnicode_FromString(ep.host),
+        "port", ep.port,
+        "path", ep.is_unix ? PyUnicode_DecodeFSDefault(ep.path) : Py_NewRef(Py_None),
+        "where", PyUnicode_DecodeUTF8(ep.where, (Py_ssize_t)strlen(ep.where), "replace"),
+        "connect_timeout", ep.connect_timeout_ms / 1000.0,
+        "timeout", ep.timeout_ms / 1000.0,
+        "probe_timeout", ep.probe_timeout_ms / 1000.0,
+        "tls", PyBool_FromLong(ep.tls),
+        "tls_verify", PyBool_FromLong(ep.tls_verify),
+        "tls_ca_file", path_or_none(ep.tls_ca_file),
+        "tls_ca_dir", path_or_none(ep.tls_ca_dir),
+        "tls_cert_file", path_or_none(ep.tls_cert_file),
+        "tls_key_file", path_or_none(ep.tls_key_file),
+        "tls_server_name", ep.tls_server_name ? PyUnicode_FromString(ep.tls_server_name)
+                                              : Py_NewRef(Py_None));
 }
 
 static PyObject *limiter_stats(PyObject *op, PyObject *unused)
 {
     (void)unused;
     LimiterObject *self = (LimiterObject *)op;
-    hirate_stats s;
+    hirate_counters s;
     if (self->closed)
         return raise_closed(self->st);
-    hirate__stats(self->lim, &s);
+    hirate_counters_get(self->lim, &s);
     return Py_BuildValue("{sKsKsKsKsKsKsKsnsnsn}", "connects", (unsigned long long)s.connects,
                          "evalsha", (unsigned long long)s.evalsha, "eval",
                          (unsigned long long)s.eval, "conns_dropped",
@@ -1268,6 +1508,8 @@ static PyObject *limiter_close(PyObject *op, PyObject *unused)
         nanosleep(&ts, NULL);
         Py_END_ALLOW_THREADS
     }
+    if (self->live > 0)
+        Py_RETURN_NONE;   /* the last Op or Handshake frees the limiter */
     hirate_limiter *lim = self->lim;
     self->lim = NULL;   /* before the GIL goes: a second close() finds nothing */
     if (lim) {
@@ -1380,6 +1622,35 @@ static int timeout_option(hstate *st, PyObject *o, const char *what, int *out_ms
     return 0;
 }
 
+/* A file option: str, bytes or os.PathLike, as the file system's bytes in
+ * *keep (a new reference, or NULL for None); *out points into it. */
+static int path_option(hstate *st, PyObject *o, const char *what, PyObject **keep,
+                       const char **out)
+{
+    *keep = NULL;
+    if (o == Py_None)
+        return 0;
+    PyObject *p = PyOS_FSPath(o);
+    if (!p) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a str or os.PathLike, not %.200s", what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    PyObject *b = PyUnicode_Check(p) ? PyUnicode_EncodeFSDefault(p) : Py_NewRef(p);
+    Py_DECREF(p);
+    if (!b)
+        return -1;
+    if (strlen(PyBytes_AS_STRING(b)) != (size_t)PyBytes_GET_SIZE(b)) {
+        Py_DECREF(b);
+        raise_codef(st, HIRATE_EOPTION, "%s must not contain a NUL character", what);
+        return -1;
+    }
+    *keep = b;
+    *out = PyBytes_AS_STRING(b);
+    return 0;
+}
+
 static int capacity_option(hstate *st, PyObject *o, int64_t *out)
 {
     /* A float that is a whole number is accepted (capacity = rate * 60);
@@ -1427,16 +1698,20 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"url", "capacity", "rate", "prefix", "on_error", "instances",
                              "connect_timeout", "timeout", "deny_cache", "max_keys",
-                             "pool_size", NULL};
+                             "pool_size", "tls_ca_file", "tls_ca_dir", "tls_cert_file",
+                             "tls_key_file", "tls_server_name", "tls_verify", NULL};
     PyObject *url = Py_None, *capacity = NULL, *rate = NULL, *prefix = NULL, *on_error = NULL;
     PyObject *instances = NULL, *connect_timeout = NULL, *timeout = NULL, *deny_cache = NULL;
-    PyObject *max_keys = NULL, *pool_size = NULL;
+    PyObject *max_keys = NULL, *pool_size = NULL, *server_name = Py_None, *verify = NULL;
+    PyObject *files[4] = {Py_None, Py_None, Py_None, Py_None};
     hstate *st = state_of_type(tp);
     if (!st)
         return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOOOOOOOOO:Limiter", kwlist, &url, &capacity,
-                                     &rate, &prefix, &on_error, &instances, &connect_timeout,
-                                     &timeout, &deny_cache, &max_keys, &pool_size))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOOOOOOOOOOOOOOO:Limiter", kwlist, &url,
+                                     &capacity, &rate, &prefix, &on_error, &instances,
+                                     &connect_timeout, &timeout, &deny_cache, &max_keys,
+                                     &pool_size, &files[0], &files[1], &files[2], &files[3],
+                                     &server_name, &verify))
         return NULL;
     if (!capacity || !rate) {
         PyErr_Format(PyExc_TypeError, "Limiter() missing required keyword argument '%s'",
@@ -1486,10 +1761,29 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         }
         o.max_keys = (size_t)v;
     }
-
-    LimiterObject *self = (LimiterObject *)tp->tp_alloc(tp, 0);
-    if (!self)
+    if (server_name != Py_None &&
+        !(o.tls_server_name = c_string(st, server_name, "tls_server_name", HIRATE_EOPTION)))
         return NULL;
+    if (verify) {
+        int v = PyObject_IsTrue(verify);
+        if (v < 0)
+            return NULL;
+        o.tls_verify = v;
+    }
+    /* The file names as bytes, kept until the core has copied them. */
+    static const char *const file_names[4] = {"tls_ca_file", "tls_ca_dir", "tls_cert_file",
+                                              "tls_key_file"};
+    const char **file_opts[4] = {&o.tls_ca_file, &o.tls_ca_dir, &o.tls_cert_file,
+                                 &o.tls_key_file};
+    PyObject *kept[4] = {NULL, NULL, NULL, NULL};
+    LimiterObject *self = NULL;
+    for (int i = 0; i < 4; i++)
+        if (path_option(st, files[i], file_names[i], &kept[i], file_opts[i]) < 0)
+            goto done;
+
+    self = (LimiterObject *)tp->tp_alloc(tp, 0);
+    if (!self)
+        goto done;
     self->st = st;
     self->fork_gen = g_fork_gen;
     self->redis = o.url != NULL;
@@ -1499,16 +1793,19 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     self->prefix = PyUnicode_FromString(o.prefix);
     self->url = o.url ? redact_url(o.url) : Py_NewRef(Py_None);
     if (!self->prefix || !self->url) {
-        Py_DECREF(self);
-        return NULL;
+        Py_CLEAR(self);
+        goto done;
     }
     char why[HIRATE_ERRMSG_SIZE];
     int rc = hirate_limiter_new(&self->lim, &o, why, sizeof why);
     if (rc < 0) {
         self->closed = 1;
-        Py_DECREF(self);
-        return raise_code(st, rc, why);
+        Py_CLEAR(self);
+        raise_code(st, rc, why);
     }
+done:
+    for (int i = 0; i < 4; i++)
+        Py_XDECREF(kept[i]);
     return (PyObject *)self;
 }
 
@@ -1630,7 +1927,8 @@ static PyMethodDef limiter_methods[] = {
      "peek(key, cost=1) -> Decision: what allow() would decide now, spending nothing."},
     {"reset", limiter_reset, METH_O, "reset(key): forgets key's bucket; it is full again."},
     {"allow_many", limiter_allow_many, METH_O,
-     "allow_many(pairs) -> list[Decision]: allow() for each (key, cost), in one round trip."},
+     "allow_many(pairs) -> list: allow() for each (key, cost), in one round trip; per item "
+     "its Decision, or the exception of its error in its place."},
     {"close", limiter_close, METH_NOARGS,
      "close(): closes the connections and frees the limiter; later calls raise ClosedError."},
     {"__enter__", limiter_enter, METH_NOARGS, NULL},
@@ -1642,20 +1940,24 @@ static PyMethodDef limiter_methods[] = {
      "_op_start(pairs, spend, now_us=-1) -> Op: decides a batch, the caller doing the I/O."},
     {"_decide_at", limiter_decide_at, METH_VARARGS,
      "_decide_at(key, cost, spend, now_us) -> Decision at an injected time (tests)."},
+    {"_op_start_reset", limiter_op_start_reset, METH_O,
+     "_op_start_reset(key) -> Op: reset(key), the caller doing the I/O."},
     {"_endpoint", limiter_endpoint, METH_NOARGS,
-     "_endpoint() -> (host, port, unix_path, connect_timeout, timeout)."},
-    {"_handshake", limiter_handshake, METH_NOARGS,
-     "_handshake() -> (bytes, replies): AUTH/SELECT for a new connection."},
+     "_endpoint() -> dict: where to connect (host, port, path, where), the timeouts in "
+     "seconds (connect_timeout, timeout, probe_timeout) and the TLS settings."},
+    {"_handshake_start", limiter_handshake_start, METH_NOARGS,
+     "_handshake_start() -> Handshake for a new connection; raises the failure's error "
+     "during the reconnect backoff."},
     {"_stats", limiter_stats, METH_NOARGS, "_stats() -> dict of counters."},
-    {"_reset_local", limiter_reset_local, METH_O,
-     "_reset_local(key): reset() without the DEL (the deny cache and local buckets)."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyType_Slot limiter_slots[] = {
     {Py_tp_doc, (void *)"Limiter(url=None, *, capacity, rate, prefix='rl:', on_error='local', "
                         "instances=1, connect_timeout=0.25, timeout=0.1, deny_cache=True, "
-                        "max_keys=1000000, pool_size=16)\n\n"
+                        "max_keys=1000000, pool_size=16, tls_ca_file=None, tls_ca_dir=None, "
+                        "tls_cert_file=None, tls_key_file=None, tls_server_name=None, "
+                        "tls_verify=True)\n\n"
                         "A token-bucket rate limiter: in Redis when url is given, else in "
                         "memory."},
     {Py_tp_new, (void *)limiter_tp_new},
@@ -1693,7 +1995,7 @@ static PyObject *mod_script_sha1(PyObject *m, PyObject *unused)
 }
 
 /* _error(code, message) -> the exception hirate raises for code, with .code
- * and .name set (for AsyncLimiter, which meets some errors itself). */
+ * and .name set (for the Python modules that check values of their own). */
 static PyObject *mod_error(PyObject *m, PyObject *args)
 {
     int code;
@@ -1714,67 +2016,103 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* Exceptions: name, doc, first base (index into the list, -1: Error's own
- * base Exception), second (builtin) base. */
+/* Errors are false, so that `if d:` over a batch's results admits only the
+ * allowed items (a Decision is true when allowed). */
+static PyObject *error_bool(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    Py_RETURN_FALSE;
+}
+
+static PyMethodDef error_bool_def = {"__bool__", error_bool, METH_NOARGS,
+                                     "False: an error admits nothing."};
+
+/* Exceptions: name, doc, first base (a class of the table), second
+ * (builtin) base or NULL. A misconfiguration that Redis or the network
+ * reveals (a password, a permission, TLS, a refusal, a server that is not
+ * Redis) is a BackendError, raised under every policy; ConfigError is for
+ * the values of the arguments, known before any I/O. */
 static int add_exceptions(PyObject *m, hstate *st)
 {
     PyObject *attrs = Py_BuildValue("{sOsO}", "code", Py_None, "name", Py_None);
     if (!attrs)
         return -1;
-    st->error = PyErr_NewExceptionWithDoc(
-        "hirate.Error", "Every hirate error. .code is the core's negative code, .name its name.",
+    st->cls[C_ERROR] = PyErr_NewExceptionWithDoc(
+        "hirate.Error", "Every hirate error. .code is the core's negative code, .name its name. "
+        "An error is false: bool(e) is False, as a refused Decision is.",
         PyExc_Exception, attrs);
     Py_DECREF(attrs);
-    if (!st->error)
+    if (!st->cls[C_ERROR])
         return -1;
-    struct {
+    PyObject *falsy = PyDescr_NewMethod((PyTypeObject *)st->cls[C_ERROR], &error_bool_def);
+    if (!falsy || PyObject_SetAttrString(st->cls[C_ERROR], "__bool__", falsy) < 0) {
+        Py_XDECREF(falsy);
+        return -1;
+    }
+    Py_DECREF(falsy);
+    const struct {
+        int slot;
         const char *name, *doc;
-        PyObject **slot, **base, *builtin;
+        int base;
+        PyObject *builtin;
     } table[] = {
-        {"hirate.ConfigError", "A bad argument value or option (EINVAL ECAPACITY ERATE ECOST "
-                               "EKEY ERANGE EURL EOPTION).",
-         &st->config_error, &st->error, PyExc_ValueError},
-        {"hirate.BackendError", "Redis refused or failed a call the policy does not cover "
-                                "(ECONNECT EIO EPROTO ESERVER EREPLY).",
-         &st->backend_error, &st->error, PyExc_ConnectionError},
-        {"hirate.TimeoutError", "Redis did not answer in time (ETIMEDOUT).", &st->timeout_error,
-         &st->backend_error, PyExc_TimeoutError},
-        {"hirate.AuthError", "Redis refused the password or the user lacks a permission "
-                             "(EAUTH ENOPERM).",
-         &st->auth_error, &st->backend_error, PyExc_PermissionError},
-        {"hirate.ClosedError", "The limiter is closed (ECLOSED).", &st->closed_error, &st->error,
+        {C_CONFIG, "hirate.ConfigError", "A bad argument value or option (EINVAL ECAPACITY ERATE "
+                                         "ECOST EKEY ERANGE EURL EOPTION).",
+         C_ERROR, PyExc_ValueError},
+        {C_BACKEND, "hirate.BackendError", "Redis refused or failed a call the policy does not "
+                                           "cover (ECONNECT EIO EPROTO ESERVER EREPLY).",
+         C_ERROR, PyExc_ConnectionError},
+        {C_TIMEOUT, "hirate.TimeoutError", "Redis did not answer in time (ETIMEDOUT).", C_BACKEND,
+         PyExc_TimeoutError},
+        {C_AUTH, "hirate.AuthError", "Redis refused the password or the user lacks a permission "
+                                     "(EAUTH ENOPERM).",
+         C_BACKEND, PyExc_PermissionError},
+        {C_CLOSED, "hirate.ClosedError", "The limiter is closed (ECLOSED).", C_ERROR,
          PyExc_ValueError},
+        {C_TLS, "hirate.TLSError", "A TLS handshake or certificate check failed, or the server "
+                                   "speaks TLS where plain was asked, or the reverse (ETLS).",
+         C_BACKEND, NULL},
+        {C_REFUSED, "hirate.RefusedError", "Redis refused the connection: maxclients reached, "
+                                           "or protected mode (EREFUSED).",
+         C_BACKEND, PyExc_ConnectionRefusedError},
+        {C_NOTREDIS, "hirate.NotRedisError", "The server does not speak the Redis protocol "
+                                             "(ENOTREDIS).",
+         C_BACKEND, NULL},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        PyObject *bases = PyTuple_Pack(2, *table[i].base, table[i].builtin);
+        PyObject *bases = table[i].builtin
+                              ? PyTuple_Pack(2, st->cls[table[i].base], table[i].builtin)
+                              : PyTuple_Pack(1, st->cls[table[i].base]);
         if (!bases)
             return -1;
-        *table[i].slot = PyErr_NewExceptionWithDoc(table[i].name, table[i].doc, bases, NULL);
+        st->cls[table[i].slot] = PyErr_NewExceptionWithDoc(table[i].name, table[i].doc, bases,
+                                                           NULL);
         Py_DECREF(bases);
-        if (!*table[i].slot)
+        if (!st->cls[table[i].slot])
             return -1;
     }
-    /* Which class each code raises (ENOMEM raises MemoryError). */
+    /* Which class each code raises (ENOMEM raises MemoryError; a code
+     * missing here raises hirate.Error itself). */
     static const struct { int code; int cls; } codes[] = {
-        {HIRATE_EINVAL, 0}, {HIRATE_ECAPACITY, 0}, {HIRATE_ERATE, 0}, {HIRATE_ECOST, 0},
-        {HIRATE_EKEY, 0}, {HIRATE_ERANGE, 0}, {HIRATE_EURL, 0}, {HIRATE_EOPTION, 0},
-        {HIRATE_ECONNECT, 1}, {HIRATE_EIO, 1}, {HIRATE_EPROTO, 1}, {HIRATE_ESERVER, 1},
-        {HIRATE_EREPLY, 1}, {HIRATE_ETIMEDOUT, 2}, {HIRATE_EAUTH, 3}, {HIRATE_ENOPERM, 3},
-        {HIRATE_ECLOSED, 4},
+        {HIRATE_EINVAL, C_CONFIG}, {HIRATE_ECAPACITY, C_CONFIG}, {HIRATE_ERATE, C_CONFIG},
+        {HIRATE_ECOST, C_CONFIG}, {HIRATE_EKEY, C_CONFIG}, {HIRATE_ERANGE, C_CONFIG},
+        {HIRATE_EURL, C_CONFIG}, {HIRATE_EOPTION, C_CONFIG}, {HIRATE_ECONNECT, C_BACKEND},
+        {HIRATE_EIO, C_BACKEND}, {HIRATE_EPROTO, C_BACKEND}, {HIRATE_ESERVER, C_BACKEND},
+        {HIRATE_EREPLY, C_BACKEND}, {HIRATE_ETIMEDOUT, C_TIMEOUT}, {HIRATE_EAUTH, C_AUTH},
+        {HIRATE_ENOPERM, C_AUTH}, {HIRATE_ECLOSED, C_CLOSED}, {HIRATE_ETLS, C_TLS},
+        {HIRATE_EREFUSED, C_REFUSED}, {HIRATE_ENOTREDIS, C_NOTREDIS},
     };
-    PyObject *classes[] = {st->config_error, st->backend_error, st->timeout_error,
-                           st->auth_error, st->closed_error};
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
-        st->exc[-codes[i].code] = classes[codes[i].cls];
-    const char *names[] = {"Error", "ConfigError", "BackendError", "TimeoutError", "AuthError",
-                           "ClosedError"};
-    PyObject *objs[] = {st->error, st->config_error, st->backend_error, st->timeout_error,
-                        st->auth_error, st->closed_error};
-    for (size_t i = 0; i < 6; i++)
-        if (PyModule_AddObject(m, names[i], Py_NewRef(objs[i])) < 0) {
-            Py_DECREF(objs[i]);
+        st->exc[-codes[i].code] = st->cls[codes[i].cls];
+    for (int i = 0; i < NCLASSES; i++) {
+        const char *name = ((PyTypeObject *)st->cls[i])->tp_name;
+        const char *dot = strrchr(name, '.');
+        if (PyModule_AddObject(m, dot ? dot + 1 : name, Py_NewRef(st->cls[i])) < 0) {
+            Py_DECREF(st->cls[i]);
             return -1;
         }
+    }
     return 0;
 }
 
@@ -1802,8 +2140,23 @@ static int module_exec(PyObject *m)
 
     if (add_type(m, &decision_spec, &st->decision_type, "Decision") < 0 ||
         add_type(m, &limiter_spec, &st->limiter_type, "Limiter") < 0 ||
-        add_type(m, &op_spec, &st->op_type, "Op") < 0 || add_exceptions(m, st) < 0)
+        add_type(m, &op_spec, &st->op_type, "Op") < 0 ||
+        add_type(m, &hs_spec, &st->handshake_type, "Handshake") < 0 ||
+        add_exceptions(m, st) < 0)
         return -1;
+
+    hirate_options jo;
+    hirate_options_init(&jo);
+    jo.capacity = 1;
+    jo.rate = 1.0;
+    jo.max_keys = 1;
+    jo.deny_cache = 0;
+    char why[HIRATE_ERRMSG_SIZE];
+    int rc = hirate_limiter_new(&st->judge, &jo, why, sizeof why);
+    if (rc < 0) {
+        raise_code(st, rc, why);
+        return -1;
+    }
 
     for (int i = 1; i < NCODES; i++) {
         const char *n = short_name(-i);
@@ -1818,9 +2171,12 @@ static int module_exec(PyObject *m)
         !(st->str_cost = PyUnicode_InternFromString("cost")))
         return -1;
 
-    if (PyModule_AddIntConstant(m, "OP_MORE", HIRATE_OP_MORE) < 0 ||
-        PyModule_AddIntConstant(m, "OP_SEND", HIRATE_OP_SEND) < 0 ||
-        PyModule_AddIntConstant(m, "OP_DONE", HIRATE_OP_DONE) < 0 ||
+    if (PyModule_AddIntConstant(m, "IO_MORE", HIRATE_IO_MORE) < 0 ||
+        PyModule_AddIntConstant(m, "IO_SEND", HIRATE_IO_SEND) < 0 ||
+        PyModule_AddIntConstant(m, "IO_DONE", HIRATE_IO_DONE) < 0 ||
+        PyModule_AddIntConstant(m, "IO_PROBE", HIRATE_IO_PROBE) < 0 ||
+        PyModule_AddIntConstant(m, "IO_REPLY_MAX", HIRATE_IO_REPLY_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "ERRMSG_SIZE", HIRATE_ERRMSG_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "KEY_MAX", HIRATE_KEY_MAX) < 0 ||
         PyModule_AddIntConstant(m, "PREFIX_MAX", HIRATE_PREFIX_MAX) < 0 ||
         PyModule_AddObject(m, "EXACT_MAX", PyLong_FromLongLong(HIRATE_EXACT_MAX)) < 0 ||
@@ -1836,12 +2192,9 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->limiter_type);
     Py_VISIT(st->decision_type);
     Py_VISIT(st->op_type);
-    Py_VISIT(st->error);
-    Py_VISIT(st->config_error);
-    Py_VISIT(st->backend_error);
-    Py_VISIT(st->timeout_error);
-    Py_VISIT(st->auth_error);
-    Py_VISIT(st->closed_error);
+    Py_VISIT(st->handshake_type);
+    for (int i = 0; i < NCLASSES; i++)
+        Py_VISIT(st->cls[i]);
     return 0;
 }
 
@@ -1851,12 +2204,9 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->limiter_type);
     Py_CLEAR(st->decision_type);
     Py_CLEAR(st->op_type);
-    Py_CLEAR(st->error);
-    Py_CLEAR(st->config_error);
-    Py_CLEAR(st->backend_error);
-    Py_CLEAR(st->timeout_error);
-    Py_CLEAR(st->auth_error);
-    Py_CLEAR(st->closed_error);
+    Py_CLEAR(st->handshake_type);
+    for (int i = 0; i < NCLASSES; i++)
+        Py_CLEAR(st->cls[i]);
     for (int i = 0; i < NCODES; i++) {
         st->exc[i] = NULL;   /* borrowed */
         Py_CLEAR(st->errname[i]);
@@ -1865,6 +2215,8 @@ static int module_clear(PyObject *m)
         Py_CLEAR(st->source[i]);
     Py_CLEAR(st->str_key);
     Py_CLEAR(st->str_cost);
+    hirate_limiter_free(st->judge);
+    st->judge = NULL;
     return 0;
 }
 
