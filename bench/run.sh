@@ -300,7 +300,7 @@ object_sums() {
                 obj = "???"
                 if (match($0, / \[[^]]*\]$/)) obj = substr($0, RSTART + 2, RLENGTH - 3)
                 sub(/.*\//, "", obj); sub(/\.so.*/, "", obj)
-                if (obj == "???") obj = "unnamed by callgrind"
+                if (obj == "???") obj = "(unnamed)"
                 ir[obj] += head
             }
             END { for (o in ir) printf "%s %.0f\n", o, ir[o] / n }' | sort -k2 -nr
