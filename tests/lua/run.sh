@@ -63,14 +63,15 @@ done
 # ---- 2. out of memory: every Lua allocation of alloc_fail.lua failing in turn ------
 step "Lua running out of memory at each allocation (AddressSanitizer)"
 wrap="-Wl,--wrap=hirate_limiter_new -Wl,--wrap=hirate_limiter_free"
-wrap="$wrap -Wl,--wrap=hirate__op_start -Wl,--wrap=hirate__op_free"
+wrap="$wrap -Wl,--wrap=hirate_op_start -Wl,--wrap=hirate_op_start_reset -Wl,--wrap=hirate_op_free"
+wrap="$wrap -Wl,--wrap=hirate_handshake_start -Wl,--wrap=hirate_handshake_free"
 # shellcheck disable=SC2086
 ${CC:-cc} -std=c11 -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
     -fno-omit-frame-pointer -Wall -Wextra -Werror -D_DEFAULT_SOURCE \
-    -I/usr/include/lua5.4 -I"$out/src/core/include" -I"$out/src/core/src" \
+    -I/usr/include/lua5.4 -I"$out/src/core/include" \
     -o "$HIRATE_LUA_TMP/alloc_fail" "$root/tests/lua/alloc_fail.c" \
     "$root/bindings/lua/hirate_core.c" "$out/src/build.luarocks/libhirate.a" $wrap \
-    -llua5.4 -lhiredis -lm -lpthread
+    -llua5.4 -lhiredis -lssl -lcrypto -lm -lpthread
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 "$HIRATE_LUA_TMP/alloc_fail" \
     "$root/tests/lua/alloc_fail.lua"
 
