@@ -42,7 +42,7 @@
 #include <hiredis/hiredis.h>
 
 #include "bench_util.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 
 #define MAX_ROUNDS 32
 #define MAX_THREADS 2

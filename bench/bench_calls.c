@@ -24,7 +24,7 @@
 #include <hiredis/hiredis.h>
 
 #include "bench_util.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 #include "redis_harness.h"
 
 #define CAPACITY 1000000000LL
@@ -160,8 +160,8 @@ int main(int argc, char **argv)
     bench_measured(&x, n);
 
     if (x.mode == HIRATE) {
-        hirate_stats st;
-        hirate__stats(x.lim, &st);
+        hirate_counters st;
+        hirate_counters_get(x.lim, &st);
         printf("hirate: %llu EVALSHA, %llu EVAL, %llu connections\n",
                (unsigned long long)st.evalsha, (unsigned long long)st.eval,
                (unsigned long long)st.connects);

@@ -12,7 +12,7 @@
  * bucket of capacity N (10) refilling at R tokens per second (100): C/R = 100
  * times its rate. It runs twice, each with a fresh limiter and its own key
  * (reset first): deny_cache 1 (the default) and deny_cache 0. Redis calls are
- * hirate__stats' evalsha + eval. Every allowed decision spends a token in
+ * hirate_counters_get' evalsha + eval. Every allowed decision spends a token in
  * Redis, so it needs a Redis call of its own: the allowed decisions per
  * 1,000 are the floor no cache can go below. The whole run includes the
  * first moments, when the full bucket lets N calls through in a row; "steady
@@ -26,7 +26,7 @@
 #include <time.h>
 
 #include "bench_util.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 
 typedef struct counts {
     uint64_t decisions, allowed, cache, redis_refused, redis_calls;
@@ -60,8 +60,8 @@ static void wait_until(int64_t deadline_ns)
 
 static uint64_t redis_calls(hirate_limiter *lim)
 {
-    hirate_stats st;
-    hirate__stats(lim, &st);
+    hirate_counters st;
+    hirate_counters_get(lim, &st);
     return st.evalsha + st.eval;
 }
 
@@ -200,7 +200,7 @@ int main(int argc, char **argv)
     printf("One key, capacity %lld, rate %g/s; one thread calls `hirate_allow` (cost 1) %s "
            "times a second for %g s, paced on absolute deadlines (busy-wait), with "
            "`deny_cache` 1 (default) and 0, each with a fresh limiter and its own key. Redis "
-           "calls are `hirate__stats()` EVALSHA + EVAL. Each allowed decision spends in Redis "
+           "calls are `hirate_counters_get()` EVALSHA + EVAL. Each allowed decision spends in Redis "
            "and so needs a call of its own: \"floor\" is the allowed decisions per 1,000, "
            "which no cache can beat. The whole run includes the first moments, when the full "
            "bucket passes %lld calls in a row; the steady state counts only calls from %g s "

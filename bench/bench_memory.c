@@ -14,7 +14,7 @@
  * every decision spends. "refused": capacity 100 at 10/s, so after the
  * warm-up drains the buckets nearly every decision is a refusal, which also
  * computes a retry time. Each is measured through hirate_allow (which reads
- * CLOCK_MONOTONIC once per decision) and through hirate__decide_at with the
+ * CLOCK_MONOTONIC once per decision) and through hirate_decide_at with the
  * time injected (this loop reads the clock once per 1024 decisions), which
  * isolates the cost of the clock read.
  *
@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 #include "memory.h"
 
 #define BATCH 1024
@@ -87,7 +87,7 @@ static void *work(void *arg)
             uint32_t i = w->order[pos];
             pos = pos + 1 == n ? 0 : pos + 1;
             int rc = sh->injected
-                     ? hirate__decide_at(sh->lim, k->key[i], k->len[i], 1, 1, now_us, &d)
+                     ? hirate_decide_at(sh->lim, k->key[i], k->len[i], 1, 1, now_us, &d)
                      : hirate_allow(sh->lim, k->key[i], k->len[i], 1, &d);
             errors += rc < 0;
             allowed += (unsigned)d.allowed;
@@ -267,8 +267,8 @@ static void bytes_per_key(size_t nkeys, const char *summary)
         snprintf(key, sizeof key, "key:%012zu", i % 1000000000000u);
         hirate_allow(lim, key, KEYLEN, 1, &d);
     }
-    hirate_stats st;
-    hirate__stats(lim, &st);
+    hirate_counters st;
+    hirate_counters_get(lim, &st);
     hirate_limiter_free(lim);
 
     double per_key = (double)bytes / (double)count;
@@ -347,7 +347,7 @@ int main(int argc, char **argv)
             result rd = measure(&workloads[wi], &keys, injected, 2, 1, seconds, runs);
             char b1[64], b2[64], b3[64];
             printf("| %s | %s | %.1f%% | %s | %.1f | %s | %.2f | %s |\n", workloads[wi].name,
-                   injected ? "`hirate__decide_at` (time injected)" : "`hirate_allow`",
+                   injected ? "`hirate_decide_at` (time injected)" : "`hirate_allow`",
                    r1.allowed_frac * 100, mdps(b1, sizeof b1, &r1), 1e9 / r1.median,
                    mdps(b2, sizeof b2, &r2), r2.median / r1.median, mdps(b3, sizeof b3, &rd));
             fflush(stdout);

@@ -29,7 +29,7 @@
  * The clock starts once /proc shows the signal took effect. Every decision is
  * timed, the first one (which meets the outage) included. "Redis attempts"
  * counts what reached for the server in the window: connection attempts plus
- * EVALSHA/EVAL sent (hirate's from hirate__stats).
+ * EVALSHA/EVAL sent (hirate's from hirate_counters_get).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -43,7 +43,7 @@
 #include <hiredis/hiredis.h>
 
 #include "bench_util.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 
 #define CAPACITY 1000000000LL
 #define RATE 1e6
@@ -197,8 +197,8 @@ static void run_hirate(hirate_limiter *lim, const keyset *ks, size_t *pos, doubl
                        const char *label, result *r)
 {
     bench_samples s = {0};
-    hirate_stats st0, st1;
-    hirate__stats(lim, &st0);
+    hirate_counters st0, st1;
+    hirate_counters_get(lim, &st0);
     bench_progress("outage: %s: hirate for %.1f s", label, seconds);
     uint64_t from_redis = 0;
     int64_t end = bench_now_ns() + (int64_t)(seconds * 1e9);
@@ -219,7 +219,7 @@ static void run_hirate(hirate_limiter *lim, const keyset *ks, size_t *pos, doubl
         if (t1 >= end)
             break;
     }
-    hirate__stats(lim, &st1);
+    hirate_counters_get(lim, &st1);
     summarize(&s, r);
     r->attempts = (st1.connects - st0.connects) + (st1.evalsha - st0.evalsha) +
                   (st1.eval - st0.eval);

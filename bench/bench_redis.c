@@ -27,7 +27,7 @@
 #include <hiredis/hiredis.h>
 
 #include "bench_util.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 #include "redis_harness.h"
 
 #define MAX_ROUNDS 64
@@ -234,8 +234,8 @@ static pattern_result bench_pattern(const char *label, const bench_keys *keys, c
         }
     }
 
-    hirate_stats st;
-    hirate__stats(cl[1].lim, &st);
+    hirate_counters st;
+    hirate_counters_get(cl[1].lim, &st);
     if (st.eval != 0 || st.connects != 1 || st.conns_dropped != 0) {
         fprintf(stderr, "bench_redis: hirate sent %llu EVAL, made %llu connections, dropped %llu\n",
                 (unsigned long long)st.eval, (unsigned long long)st.connects,

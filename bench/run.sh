@@ -398,7 +398,7 @@ if le 20000000 "$api1"; then
 else
     echo "- **Not met**: memory backend, one thread, hot set of 10,000 keys: $(awk -v x="$api1" 'BEGIN {printf "%.1f", x / 1e6}') million decisions/s through \`hirate_allow\` ($(awk -v x="$api1" 'BEGIN {printf "%.0f", 1e9 / x}') ns each; target: at least 20 million, 50 ns each)."
     echo "  What stands in the way:"
-    echo "  - The clock. With the time injected (\`hirate__decide_at\`, the clock read once per 1024 decisions) the same loop makes $(awk -v x="$inj1" 'BEGIN {printf "%.1f", x / 1e6}') million/s: each decision's \`clock_gettime(CLOCK_MONOTONIC)\` (clock source $clocksource, in a virtual machine) costs about $clock_ns ns of the budget of 50."
+    echo "  - The clock. With the time injected (\`hirate_decide_at\`, the clock read once per 1024 decisions) the same loop makes $(awk -v x="$inj1" 'BEGIN {printf "%.1f", x / 1e6}') million/s: each decision's \`clock_gettime(CLOCK_MONOTONIC)\` (clock source $clocksource, in a virtual machine) costs about $clock_ns ns of the budget of 50."
     if le 20000000 "$inj1"; then
         echo "  - Only the clock: with the time injected the loop meets the target."
     elif [ $HAVE_VALGRIND = 1 ]; then

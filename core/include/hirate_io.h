@@ -134,11 +134,12 @@ typedef struct hirate_op hirate_op;
 
 /* Decides what needs no Redis (bad items, the deny cache, the policy while
  * the breaker is open). Returns 0 when every item is decided (*op is NULL),
- * 1 when *op has a request to send, or HIRATE_EINVAL (no URL, NULL items)
- * or HIRATE_ECLOSED. */
+ * 1 when *op has a request to send, or HIRATE_EINVAL (no URL, NULL items). */
 HIRATE_EXPORT int hirate_op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
                                   int64_t now_us, hirate_op **op);
-/* hirate_reset() as an op: one DEL. hirate_op_result() gives its outcome. */
+/* hirate_reset() as an op: checks the key (its HIRATE_EKEY is returned at
+ * once), forgets it in the deny cache and the local buckets, and returns 1
+ * with *op holding the DEL to send. hirate_op_result() gives its outcome. */
 HIRATE_EXPORT int hirate_op_start_reset(hirate_limiter *lim, const void *key, size_t keylen,
                                         hirate_op **op);
 HIRATE_EXPORT const char *hirate_op_request(const hirate_op *op, size_t *len);

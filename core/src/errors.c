@@ -49,3 +49,33 @@ int hirate__fail(char *buf, size_t len, int code, const char *fmt, ...)
     }
     return code;
 }
+
+int hirate__fail_quoting(char *buf, size_t len, int code, const char *prefix, const char *text,
+                         size_t textlen)
+{
+    if (!buf || !len)
+        return code;
+    size_t at = (size_t)snprintf(buf, len, "%s", prefix);
+    if (at >= len - 1)
+        return code;
+    size_t room = len - 1 - at, n = textlen;
+    if (n > room) {
+        /* The last whole word that leaves room for "...". */
+        n = room >= 3 ? room - 3 : 0;
+        while (n > 0 && text[n] != ' ')
+            n--;
+        while (n > 0 && text[n - 1] == ' ')
+            n--;
+        if (n == 0)   /* one word longer than the buffer */
+            n = room >= 3 ? room - 3 : 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        buf[at++] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    if (n < textlen)
+        for (int i = 0; i < 3 && at < len - 1; i++)
+            buf[at++] = '.';
+    buf[at] = '\0';
+    return code;
+}

@@ -12,7 +12,9 @@
 #include "bucket.h"
 #include "errors.h"
 #include "fork.h"
-#include "hirate_internal.h"
+#include "handshake.h"
+#include "hirate_io.h"
+#include "link.h"
 #include "memory.h"
 #include "redis.h"
 #include "script.h"
@@ -26,6 +28,7 @@ struct hirate_limiter {
     char args[96];              /* capacity and rate as RESP bulk strings */
     size_t argslen;
     int on_error;
+    hirate_link link;           /* with a URL: where Redis is, and the backoff */
     hirate_redis *redis;        /* NULL: in-memory */
     hirate_memory *memory;      /* the buckets without a URL; with one, the
                                    LOCAL fallback's (NULL for OPEN, CLOSED) */
@@ -54,6 +57,7 @@ void hirate_options_init(hirate_options *o)
     o->backoff_max_ms = 5000;
     o->deny_cache = 1;
     o->deny_cache_keys = 65536;
+    o->tls_verify = 1;
 }
 
 static const char *const on_error_names[] = {"local", "open", "closed"};
@@ -79,8 +83,10 @@ static void fork_prepare(hirate_fork_node *n)
     hirate_limiter *l = (hirate_limiter *)n;
     pthread_mutex_lock(&l->errlock);
     pthread_mutex_lock(&l->breaker.lock);
-    if (l->redis)
+    if (l->redis) {
+        hirate_link_fork_prepare(&l->link);
         hirate_redis_fork_prepare(l->redis);
+    }
     if (l->memory)
         hirate_memory_lock_all(l->memory);
     if (l->cache)
@@ -100,6 +106,8 @@ static void fork_release(hirate_fork_node *n, int child)
         hirate_redis_fork_child(l->redis);
     else if (l->redis)
         hirate_redis_fork_parent(l->redis);
+    if (l->redis)
+        hirate_link_fork_release(&l->link, child);
     pthread_mutex_unlock(&l->breaker.lock);
     pthread_mutex_unlock(&l->errlock);
 }
@@ -160,6 +168,7 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
 {
     hirate_bucket_cfg cfg, local_cfg;
     hirate_redis_cfg rcfg;
+    hirate_link link;
     int rc;
 
     if (err && errlen)
@@ -171,9 +180,10 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
         return rc;
     local_cfg = cfg;
     if (o->url) {
-        memset(&rcfg, 0, sizeof rcfg);
-        if ((rc = hirate_url_parse(o->url, &rcfg.url, err, errlen)) < 0)
+        if ((rc = hirate_link_init(&link, o, err, errlen)) < 0)
             return rc;
+        memset(&rcfg, 0, sizeof rcfg);
+        rcfg.url = link.url;
         rcfg.connect_timeout_ms = o->connect_timeout_ms;
         rcfg.timeout_ms = o->timeout_ms;
         rcfg.pool_size = o->pool_size;
@@ -181,17 +191,25 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
         int64_t share = o->capacity / o->instances;
         if (o->on_error == HIRATE_ON_ERROR_LOCAL && o->instances > 1 &&
             hirate_bucket_cfg_init(&local_cfg, share > 0 ? share : 1, o->rate / o->instances,
-                                   err, errlen) < 0)
+                                   err, errlen) < 0) {
+            hirate_link_destroy(&link);
+            memset(&rcfg, 0, sizeof rcfg);
             return hirate__fail(err, errlen, HIRATE_ERANGE,
                                 "the local share of the limit (capacity %lld, rate %g over %d "
                                 "instances) takes over 2^53 us to refill",
                                 (long long)(share > 0 ? share : 1), o->rate / o->instances,
                                 o->instances);
+        }
     }
 
     hirate_limiter *l = calloc(1, sizeof *l);
-    if (!l)
+    if (!l) {
+        if (o->url) {
+            hirate_link_destroy(&link);
+            memset(&rcfg, 0, sizeof rcfg);
+        }
         return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory");
+    }
     l->cfg = cfg;
     l->local_cfg = local_cfg;
     l->offset_min[0] = l->offset_min[1] = INT64_MAX;
@@ -205,6 +223,9 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
     hirate_breaker_init(&l->breaker, o->backoff_min_ms, o->backoff_max_ms);
     int ok = 1;
     if (o->url) {
+        l->link = link;
+        hirate_link_start(&l->link);
+        rcfg.link = &l->link;
         ok = (l->redis = hirate_redis_new(&rcfg)) != NULL;
         memset(&rcfg, 0, sizeof rcfg);   /* the password: one copy is enough */
         if (ok && o->deny_cache)
@@ -231,6 +252,8 @@ void hirate_limiter_free(hirate_limiter *l)
     if (l->fork.next)
         hirate_fork_unregister(&l->fork);
     hirate_redis_free(l->redis);
+    if (l->link.started)
+        hirate_link_destroy(&l->link);
     hirate_memory_free(l->memory);
     hirate_memory_free(l->cache);
     hirate_breaker_destroy(&l->breaker);
@@ -340,14 +363,17 @@ static void learn(hirate_limiter *l, const hirate_item *it, const hirate_bucket 
 }
 
 /* The code and message for a bad key or cost, kept out of the hot path. */
+static int input_error(const void *key, size_t keylen, int64_t cost, char *err, size_t errlen)
+{
+    int rc = check_key(key, keylen, err, errlen);
+    return rc < 0 ? rc : hirate_bucket_check_cost(cost, err, errlen);
+}
+
 __attribute__((noinline, cold)) static int bad_input(hirate_limiter *l, const void *key,
                                                      size_t keylen, int64_t cost)
 {
     char err[HIRATE_ERRMSG_SIZE];
-    int rc = check_key(key, keylen, err, sizeof err);
-    if (rc == 0)
-        rc = hirate_bucket_check_cost(cost, err, sizeof err);
-    return remember(l, rc, err);
+    return remember(l, input_error(key, keylen, cost, err, sizeof err), err);
 }
 
 /* Checks a key and a cost: 0, or the code with its message remembered. */
@@ -380,6 +406,9 @@ static int decide_in_memory(hirate_limiter *l, const void *key, size_t keylen, i
 typedef struct batch {
     hirate_limiter *l;
     hirate_item *items;
+    size_t n;               /* items */
+    int keep_msgs;          /* keep each failed item's message (an op) */
+    char **msgs;            /* and those messages, or NULL */
     int spend;
     int64_t now_us;         /* injected time, or < 0 */
     int64_t now;            /* the decision clock: injected or monotonic */
@@ -431,6 +460,18 @@ static void batch_free(batch *b)
 {
     if (b->calls != &b->one.call)
         free(b->calls);
+    for (size_t i = 0; b->msgs && i < b->n; i++)
+        free(b->msgs[i]);
+    free(b->msgs);
+}
+
+/* Keeps item i's message, for hirate_op_errmsg (only an op keeps them). */
+static void batch_note(batch *b, size_t i, const char *msg)
+{
+    if (!b->keep_msgs || (!b->msgs && !(b->msgs = calloc(b->n, sizeof *b->msgs))))
+        return;
+    free(b->msgs[i]);
+    b->msgs[i] = strdup(msg);
 }
 
 /* Returns the number of calls left for Redis (0: every item is decided). */
@@ -439,6 +480,8 @@ static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_
 {
     b->l = l;
     b->items = items;
+    b->n = n;
+    b->msgs = NULL;
     b->spend = spend;
     b->now_us = now_us;
     b->now = now_us >= 0 ? now_us : hirate_monotonic_us();
@@ -454,14 +497,21 @@ static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_
         } else if ((it->rc = check_input(l, it->key, it->keylen, it->cost)) == 0) {
             it->rc = 1;   /* for Redis */
             npending++;
+        } else if (b->keep_msgs) {
+            char err[HIRATE_ERRMSG_SIZE];
+            input_error(it->key, it->keylen, it->cost, err, sizeof err);
+            batch_note(b, i, err);
         }
     }
     if (!npending)
         return 0;
     if (batch_alloc(b, npending) < 0) {
-        for (size_t i = 0; i < n; i++)
-            if (items[i].rc == 1)
+        for (size_t i = 0; i < n; i++) {
+            if (items[i].rc == 1) {
                 items[i].rc = remember(l, HIRATE_ENOMEM, "out of memory for a batch");
+                batch_note(b, i, "out of memory for a batch");
+            }
+        }
         return 0;
     }
 
@@ -539,6 +589,8 @@ static void batch_settle(batch *b, const char *err)
             apply_policy(l, it, b->spend, b->now, it->rc, wait_us);
         } else {
             remember(l, it->rc, err);
+            if (!b->msgs || !b->msgs[b->index[j]])
+                batch_note(b, b->index[j], err);
         }
     }
 }
@@ -548,6 +600,8 @@ static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int sp
                          int64_t now_us)
 {
     batch b;
+    b.keep_msgs = 0;
+    b.msgs = NULL;
     if (batch_begin(&b, l, items, n, spend, now_us)) {
         char err[HIRATE_ERRMSG_SIZE];
         hirate_redis_decide_many(l->redis, b.calls, b.m, l->cfg.capacity, b.ds, b.states, b.rcs,
@@ -595,22 +649,20 @@ int hirate_allow_many(hirate_limiter *l, hirate_item *items, size_t n)
     return 0;
 }
 
-int hirate__decide_at(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
-                      int spend, int64_t now_us, hirate_decision *out)
+int hirate_decide_at(hirate_limiter *l, const void *key, size_t keylen, int64_t cost, int spend,
+                     int64_t now_us, hirate_decision *out)
 {
     if (l && now_us < 0)
         return remember(l, HIRATE_EINVAL, "the injected time must not be negative");
     return decide(l, key, keylen, cost, spend, now_us, out);
 }
 
-int hirate__reset_local(hirate_limiter *l, const void *key, size_t keylen)
+/* The part of a reset that needs no I/O: checks the key, then forgets it in
+ * the deny cache and the local buckets. */
+static int reset_local(hirate_limiter *l, const void *key, size_t keylen, char *err, size_t errlen)
 {
-    char err[HIRATE_ERRMSG_SIZE];
     int rc;
-
-    if (!l)
-        return HIRATE_EINVAL;
-    if ((rc = check_key(key, keylen, err, sizeof err)) < 0)
+    if ((rc = check_key(key, keylen, err, errlen)) < 0)
         return remember(l, rc, err);
     if (l->cache) {
         __atomic_fetch_add(&l->reset_epoch, 1, __ATOMIC_ACQ_REL);
@@ -624,8 +676,9 @@ int hirate__reset_local(hirate_limiter *l, const void *key, size_t keylen)
 int hirate_reset(hirate_limiter *l, const void *key, size_t keylen)
 {
     char err[HIRATE_ERRMSG_SIZE];
-    int rc = hirate__reset_local(l, key, keylen);
-
+    if (!l)
+        return HIRATE_EINVAL;
+    int rc = reset_local(l, key, keylen, err, sizeof err);
     if (rc == 0 && l->redis) {
         rc = hirate_redis_reset(l->redis, l->prefix, l->prefixlen, key, keylen, err, sizeof err);
         return rc < 0 ? remember(l, rc, err) : 0;
@@ -647,13 +700,15 @@ const char *hirate_limiter_errmsg(hirate_limiter *l, char *buf, size_t len)
     return buf;
 }
 
-void hirate__stats(hirate_limiter *l, hirate_stats *out)
+void hirate_counters_get(hirate_limiter *l, hirate_counters *out)
 {
     memset(out, 0, sizeof *out);
+    if (!l)
+        return;
     if (l->redis) {
         hirate_redis_stats rs;
         hirate_redis_stats_get(l->redis, &rs);
-        out->connects = rs.connects;
+        out->connects = rs.connects + __atomic_load_n(&l->link.connects, __ATOMIC_RELAXED);
         out->evalsha = rs.evalsha;
         out->eval = rs.eval;
         out->conns_dropped = rs.dropped;
@@ -688,13 +743,18 @@ const char *hirate_version(void)
     return HIRATE_VERSION_STRING;
 }
 
-/* ---- deciding without I/O (hirate_internal.h) ---------------------------------- */
+/* ---- deciding without I/O (hirate_io.h) ----------------------------------------- */
+
+enum { OP_DECIDE, OP_RESET };
 
 struct hirate_op {
-    batch b;
+    int kind;
+    batch b;            /* OP_DECIDE */
     int pass;           /* 1: every call as EVALSHA; 2: after NOSCRIPT, again */
     size_t next;        /* the next call whose reply is due */
     int drop;           /* the connection must not be used again */
+    int rc;             /* OP_RESET: the outcome */
+    int done;
     char *req;
     size_t reqlen;
     char err[HIRATE_ERRMSG_SIZE];
@@ -725,8 +785,8 @@ static size_t op_due(const hirate_op *op)
     return j;
 }
 
-int hirate__op_start(hirate_limiter *l, hirate_item *items, size_t n, int spend, int64_t now_us,
-                     hirate_op **out)
+int hirate_op_start(hirate_limiter *l, hirate_item *items, size_t n, int spend, int64_t now_us,
+                    hirate_op **out)
 {
     *out = NULL;
     if (!l || (!items && n) || !l->redis)
@@ -734,21 +794,53 @@ int hirate__op_start(hirate_limiter *l, hirate_item *items, size_t n, int spend,
     hirate_op *op = calloc(1, sizeof *op);
     if (!op)
         return HIRATE_ENOMEM;
+    op->kind = OP_DECIDE;
+    op->b.keep_msgs = 1;
     if (!batch_begin(&op->b, l, items, n, spend, now_us)) {
-        hirate__op_free(op);
+        hirate_op_free(op);   /* decided without Redis */
         return 0;
     }
     op->pass = 1;
     if (op_encode(op) < 0) {
-        hirate__op_fail(op, HIRATE_ENOMEM);
-        hirate__op_free(op);
+        hirate_op_fail(op, HIRATE_ENOMEM, "out of memory for a request");
+        hirate_op_free(op);
         return 0;
     }
     *out = op;
     return 1;
 }
 
-const char *hirate__op_request(const hirate_op *op, size_t *len)
+int hirate_op_start_reset(hirate_limiter *l, const void *key, size_t keylen, hirate_op **out)
+{
+    *out = NULL;
+    if (!l || !l->redis)
+        return HIRATE_EINVAL;
+    hirate_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return HIRATE_ENOMEM;
+    op->kind = OP_RESET;
+    int rc = reset_local(l, key, keylen, op->err, sizeof op->err);
+    if (rc < 0) {
+        free(op);
+        return rc;
+    }
+    char full[HIRATE_PREFIX_MAX + HIRATE_KEY_MAX];
+    memcpy(full, l->prefix, l->prefixlen);
+    memcpy(full + l->prefixlen, key, keylen);
+    const char *argv[2] = {"DEL", full};
+    size_t lens[2] = {3, l->prefixlen + keylen};
+    op->reqlen = hirate_proto_encode_argv(NULL, 0, 2, argv, lens);
+    if (!(op->req = malloc(op->reqlen))) {
+        free(op);
+        return HIRATE_ENOMEM;
+    }
+    hirate_proto_encode_argv(op->req, op->reqlen, 2, argv, lens);
+    op->b.l = l;
+    *out = op;
+    return 1;
+}
+
+const char *hirate_op_request(const hirate_op *op, size_t *len)
 {
     *len = op->reqlen;
     return op->req;
@@ -761,9 +853,43 @@ static void op_answer_rest(hirate_op *op, int rc)
         op->b.rcs[j] = rc;
 }
 
-int hirate__op_feed(hirate_op *op, const char *buf, size_t len, size_t *used)
+/* A reset's one reply: an integer is success. */
+static int op_feed_reset(hirate_op *op, const char *buf, size_t len, size_t *used)
+{
+    hirate_reply rep;
+    long r = hirate_proto_parse(buf, len, &rep);
+    if (r == 0 && len <= HIRATE_PROTO_MAX_REPLY)
+        return HIRATE_IO_MORE;
+    op->done = 1;
+    if (r <= 0 || r > HIRATE_PROTO_MAX_REPLY) {
+        op->drop = 1;
+        op->rc = hirate__fail(op->err, sizeof op->err, HIRATE_EPROTO,
+                              "malformed reply from Redis: %s",
+                              r < 0 ? rep.why : "longer than the longest reply");
+        return HIRATE_IO_DONE;
+    }
+    *used = (size_t)r;
+    if (rep.top.type == ':') {
+        op->rc = 0;
+    } else if (rep.top.type == '-') {
+        op->rc = hirate_proto_error_reply(&rep, &op->drop, op->err, sizeof op->err);
+    } else {
+        op->drop = 1;
+        op->rc = hirate__fail(op->err, sizeof op->err, HIRATE_EPROTO,
+                              "malformed reply from Redis: DEL gave no integer");
+    }
+    if (op->rc < 0)
+        remember(op->b.l, op->rc, op->err);
+    return HIRATE_IO_DONE;
+}
+
+int hirate_op_feed(hirate_op *op, const char *buf, size_t len, size_t *used)
 {
     *used = 0;
+    if (op->done)
+        return HIRATE_IO_DONE;
+    if (op->kind == OP_RESET)
+        return op_feed_reset(op, buf, len, used);
     for (;;) {
         size_t j = op_due(op);
         if (j == op->b.m) {
@@ -774,39 +900,53 @@ int hirate__op_feed(hirate_op *op, const char *buf, size_t len, size_t *used)
                 /* The calls that met NOSCRIPT provably did not run. */
                 op->pass = 2;
                 if (op_encode(op) == 0)
-                    return HIRATE_OP_SEND;
-                hirate__op_fail(op, HIRATE_ENOMEM);
-                return HIRATE_OP_DONE;
+                    return HIRATE_IO_SEND;
+                hirate_op_fail(op, HIRATE_ENOMEM, "out of memory for a request");
+                return HIRATE_IO_DONE;
             }
+            op->done = 1;
             batch_settle(&op->b, op->err);
-            return HIRATE_OP_DONE;
+            return HIRATE_IO_DONE;
         }
         hirate_reply rep;
         long r = hirate_proto_parse(buf + *used, len - *used, &rep);
         if (r == 0 && len - *used <= HIRATE_PROTO_MAX_REPLY)
-            return HIRATE_OP_MORE;
+            return HIRATE_IO_MORE;
         /* A reply over HIRATE_PROTO_MAX_REPLY bytes is refused even when it
          * arrives whole: in pieces it would have been, and so it is by the
          * C client, whose buffer holds no more. */
         if (r <= 0 || r > HIRATE_PROTO_MAX_REPLY) {
             hirate__fail(op->err, sizeof op->err, HIRATE_EPROTO, "malformed reply from Redis: %s",
                          r < 0 ? rep.why : "longer than the longest reply");
-            hirate__op_fail(op, HIRATE_EPROTO);
-            return HIRATE_OP_DONE;
+            hirate_op_fail(op, HIRATE_EPROTO, NULL);
+            return HIRATE_IO_DONE;
         }
         op->b.rcs[j] = hirate_proto_outcome(&rep, &op->b.calls[j], op->b.l->cfg.capacity,
                                             op->pass == 2, &op->b.ds[j], &op->b.states[j],
                                             &op->drop, op->err, sizeof op->err);
+        if (op->b.rcs[j] < 0)
+            batch_note(&op->b, op->b.index[j], op->err);   /* its own words */
         *used += (size_t)r;
         op->next = j + 1;
     }
 }
 
-void hirate__op_fail(hirate_op *op, int code)
+void hirate_op_fail(hirate_op *op, int code, const char *why)
 {
-    if (!op->err[0] || code != HIRATE_EPROTO)
+    if (op->done)
+        return;
+    if (why && *why)
+        hirate__fail(op->err, sizeof op->err, code, "%s", why);
+    else if (!op->err[0] || code != HIRATE_EPROTO)
         hirate__fail(op->err, sizeof op->err, code, "%s", hirate_strerror(code));
     op->drop = 1;
+    op->done = 1;
+    if (op->kind == OP_RESET) {
+        op->rc = code;
+        if (code != HIRATE_ECLOSED)
+            remember(op->b.l, code, op->err);
+        return;
+    }
     op_answer_rest(op, code);
     /* Calls that met NOSCRIPT in the first pass were waiting to be sent
      * again; they will not be, so the failure is theirs too. */
@@ -816,57 +956,53 @@ void hirate__op_fail(hirate_op *op, int code)
     batch_settle(&op->b, op->err);
 }
 
-int hirate__op_drop(const hirate_op *op)
+int hirate_op_drop(const hirate_op *op)
 {
     return op->drop;
 }
 
-void hirate__op_free(hirate_op *op)
+const char *hirate_op_errmsg(const hirate_op *op, size_t i)
+{
+    if (!op)
+        return NULL;
+    if (op->kind == OP_RESET)
+        return i == 0 && op->rc < 0 ? op->err : NULL;
+    if (i >= op->b.n || op->b.items[i].rc >= 0)
+        return NULL;
+    if (op->b.msgs && op->b.msgs[i])
+        return op->b.msgs[i];
+    return hirate_strerror(op->b.items[i].rc);
+}
+
+int hirate_op_result(const hirate_op *op)
+{
+    return op->kind == OP_RESET ? op->rc : 0;
+}
+
+void hirate_op_free(hirate_op *op)
 {
     if (!op)
         return;
-    batch_free(&op->b);
+    if (op->kind == OP_DECIDE)
+        batch_free(&op->b);
     free(op->req);
     free(op);
 }
 
-int hirate__endpoint(hirate_limiter *l, hirate_endpoint *out)
+int hirate_endpoint_get(hirate_limiter *l, hirate_endpoint *out)
 {
-    if (!l || !l->redis)
+    if (!l || !l->redis || !out)
         return HIRATE_EINVAL;
-    const hirate_url *u = hirate_redis_url(l->redis);
-    memset(out, 0, sizeof *out);
-    out->is_unix = u->is_unix;
-    snprintf(out->host, sizeof out->host, "%s", u->host);
-    out->port = u->port;
-    snprintf(out->path, sizeof out->path, "%s", u->path);
-    out->connect_timeout_ms = hirate_redis_timeouts(l->redis, &out->timeout_ms);
+    hirate_link_endpoint(&l->link, out);
     return 0;
 }
 
-size_t hirate__handshake(hirate_limiter *l, char *buf, size_t cap, int *replies)
+int hirate_handshake_start(hirate_limiter *l, hirate_handshake **out, char *err, size_t errlen)
 {
-    const hirate_url *u = hirate_redis_url(l->redis);
-    const char *argv[3];
-    size_t lens[3], len = 0;
-    char db[16];
-    int argc;
-    *replies = 0;
-    /* Measured first, then written, so that nothing is written unless all fits. */
-    for (int write = 0; write < 2; write++) {
-        char *p = write ? buf : NULL;
-        len = 0;
-        *replies = 0;
-        if ((argc = hirate_url_auth_argv(u, argv, lens)) > 0) {
-            len += hirate_proto_encode_argv(p ? p + len : NULL, p ? cap - len : 0, argc, argv, lens);
-            ++*replies;
-        }
-        if ((argc = hirate_url_select_argv(u, db, argv, lens)) > 0) {
-            len += hirate_proto_encode_argv(p ? p + len : NULL, p ? cap - len : 0, argc, argv, lens);
-            ++*replies;
-        }
-        if (len > cap || !buf)
-            break;
-    }
-    return len;
+    if (!out)
+        return HIRATE_EINVAL;
+    *out = NULL;
+    if (!l || !l->redis)
+        return hirate__fail(err, errlen, HIRATE_EINVAL, "the limiter has no Redis URL");
+    return hirate_link_handshake(&l->link, out, err, errlen);
 }

@@ -25,6 +25,7 @@ typedef struct hirate_link {
     char *tls_ca_file, *tls_ca_dir, *tls_cert_file, *tls_key_file, *tls_server_name;
     hirate_tls_ctx *tls;        /* the blocking client's context; NULL when plain */
 
+    int started;                /* hirate_link_start was called */
     pthread_mutex_t lock;       /* the backoff: */
     int failing;                /* the last attempt failed ... */
     int code;                   /* ... with this code */
@@ -39,11 +40,16 @@ typedef struct hirate_link {
  * rediss:// is HIRATE_EOPTION), and makes the TLS context (a file that
  * cannot be read is HIRATE_ETLS naming it). */
 int hirate_link_init(hirate_link *k, const hirate_options *o, char *err, size_t errlen);
+/* Readies the backoff, once the link is where it will stay. */
+void hirate_link_start(hirate_link *k);
 void hirate_link_destroy(hirate_link *k);
 void hirate_link_endpoint(const hirate_link *k, hirate_endpoint *out);
 
 /* hirate_handshake_start for the link. */
 int hirate_link_handshake(hirate_link *k, hirate_handshake **out, char *err, size_t errlen);
+/* A handshake's outcome, for the backoff: 0 (connected), HIRATE_ECLOSED
+ * (given up: nothing learnt), or the failure with its words. */
+void hirate_link_outcome(hirate_link *k, int rc, const char *why);
 
 /* fork(): prepare takes the backoff lock; both sides release it after. */
 void hirate_link_fork_prepare(hirate_link *k);

@@ -356,6 +356,16 @@ static int first_word_is(const char *msg, size_t len, const char *word)
     return len >= n && memcmp(msg, word, n) == 0 && (len == n || msg[n] == ' ');
 }
 
+/* Does [msg, msg+len) contain word? */
+static int contains(const char *msg, size_t len, const char *word)
+{
+    size_t n = strlen(word);
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(msg + i, word, n) == 0)
+            return 1;
+    return 0;
+}
+
 int hirate_proto_error_class(const char *msg, size_t len)
 {
     static const char *const unavailable[] = {
@@ -369,8 +379,16 @@ int hirate_proto_error_class(const char *msg, size_t len)
             return HIRATE_ESERVER;
     if (first_word_is(msg, len, "WRONGPASS") || first_word_is(msg, len, "NOAUTH"))
         return HIRATE_EAUTH;
-    if (first_word_is(msg, len, "NOPERM"))
+    /* A command the ACL user may not run, directly or from the script
+     * (Redis 7.0 words the latter as an ERR). */
+    if (first_word_is(msg, len, "NOPERM") ||
+        (first_word_is(msg, len, "ERR") &&
+         contains(msg, len, "The user executing the script can't run this command")))
         return HIRATE_ENOPERM;
+    /* The server turns clients away: maxclients, or protected mode. */
+    if (first_word_is(msg, len, "DENIED") ||
+        (first_word_is(msg, len, "ERR") && contains(msg, len, "max number of clients reached")))
+        return HIRATE_EREFUSED;
     return HIRATE_EREPLY;
 }
 
@@ -451,9 +469,8 @@ int hirate_proto_error_reply(const hirate_reply *rep, int *drop, char *err, size
     if (hirate_proto_error_drops_connection(rep->top.str, rep->top.len))
         *drop = 1;
     int rc = hirate_proto_error_class(rep->top.str, rep->top.len);
-    int n = rep->top.len > 120 ? 120 : (int)rep->top.len;
-    return hirate__fail(err, errlen, rc == HIRATE_PROTO_NOSCRIPT ? HIRATE_EREPLY : rc,
-                        "Redis replied: %.*s", n, rep->top.str);
+    return hirate__fail_quoting(err, errlen, rc == HIRATE_PROTO_NOSCRIPT ? HIRATE_EREPLY : rc,
+                                "Redis replied: ", rep->top.str, rep->top.len);
 }
 
 int hirate_proto_outcome(const hirate_reply *rep, const hirate_call *c, int64_t capacity,

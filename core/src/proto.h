@@ -83,8 +83,9 @@ size_t hirate_proto_encode_argv(char *buf, size_t cap, int argc, const char *con
 
 /* What an error reply means: HIRATE_ESERVER (the server cannot serve now:
  * OOM, BUSY, READONLY, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, MISCONF,
- * NOREPLICAS),
- * HIRATE_EAUTH, HIRATE_ENOPERM, or HIRATE_EREPLY; HIRATE_PROTO_NOSCRIPT for
+ * NOREPLICAS), HIRATE_EAUTH (WRONGPASS, NOAUTH), HIRATE_ENOPERM (NOPERM, or a
+ * script's command the ACL refuses), HIRATE_EREFUSED (max number of clients,
+ * DENIED), or HIRATE_EREPLY; HIRATE_PROTO_NOSCRIPT for
  * NOSCRIPT, the one reply after which a call is sent again (as EVAL). */
 #define HIRATE_PROTO_NOSCRIPT 1
 int hirate_proto_error_class(const char *msg, size_t len);

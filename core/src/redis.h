@@ -21,7 +21,10 @@
 
 typedef struct hirate_redis hirate_redis;
 
+struct hirate_link;
+
 typedef struct hirate_redis_cfg {
+    struct hirate_link *link;   /* the URL, timeouts, TLS and the backoff */
     hirate_url url;
     int connect_timeout_ms;
     int timeout_ms;

@@ -1,5 +1,6 @@
 /*
  * redis://[[user]:password@]host[:port][/db]   (host may be [IPv6])
+ * rediss://...                                 the same over TLS
  * unix://[[user]:password@]/path[?db=N]
  *
  * Messages name the part that is wrong and never quote the user or password.
@@ -160,11 +161,11 @@ int hirate_url_parse(const char *url, hirate_url *u, char *err, size_t errlen)
         p = url + 7;
         u->is_unix = 1;
     } else if (strncmp(url, "rediss://", 9) == 0) {
-        return hirate__fail(err, errlen, HIRATE_EURL,
-                            "invalid Redis URL: rediss:// (TLS) is not supported by this build");
+        p = url + 9;
+        u->tls = 1;
     } else {
         return hirate__fail(err, errlen, HIRATE_EURL,
-                            "invalid Redis URL: it must start with redis:// or unix://");
+                            "invalid Redis URL: it must start with redis://, rediss:// or unix://");
     }
     int rc = parse_userinfo(&p, end, u, err, errlen);
     if (rc < 0)

@@ -1,4 +1,4 @@
-/* Parsing redis:// and unix:// URLs. */
+/* Parsing redis://, rediss:// and unix:// URLs. */
 #ifndef HIRATE_URL_H
 #define HIRATE_URL_H
 
@@ -6,6 +6,7 @@
 
 typedef struct hirate_url {
     int is_unix;          /* 1: path is a unix socket */
+    int tls;              /* 1: rediss:// */
     char host[256];       /* TCP host, IPv6 without brackets */
     int port;             /* default 6379 */
     char path[108];       /* unix socket path */
@@ -14,8 +15,8 @@ typedef struct hirate_url {
     int db;               /* 0 by default */
 } hirate_url;
 
-/* Accepts redis://[[user]:password@]host[:port][/db] (host may be [v6]) and
- * unix://[[user]:password@]/path[?db=N]. Returns 0 or HIRATE_EURL with a
+/* Accepts redis://[[user]:password@]host[:port][/db] (host may be [v6]), the
+ * same with rediss:// (TLS), and unix://[[user]:password@]/path[?db=N]. Returns 0 or HIRATE_EURL with a
  * message in err that never contains the password. */
 int hirate_url_parse(const char *url, hirate_url *out, char *err, size_t errlen);
 

@@ -2,7 +2,7 @@
  * Bounded memory: 10^6 distinct keys against a cap of 10^4, in the memory
  * backend (max_keys) and in the deny cache (deny_cache_keys).
  *
- *   - the entry counts (hirate__stats) never pass the cap;
+ *   - the entry counts (hirate_counters_get) never pass the cap;
  *   - the resident set (/proc/self/statm) stops growing once the table is
  *     full: from 10^5 keys to 10^6 it may grow by BOUND_RSS_MB at most,
  *     while keeping every key would take over 60 MB more;
@@ -11,7 +11,7 @@
  *     (forgetting it would hand it a fresh burst).
  *
  * The deny cache learns from Redis' replies. Here they are crafted and fed
- * through the op API (hirate__op_start / hirate__op_feed), which runs the
+ * through the op API (hirate_op_start / hirate_op_feed), which runs the
  * very code that learns from a real server's replies; what is fed is a reply
  * the script gives for a bucket it has just drained. test_policy covers the
  * same cap with a real redis-server at a smaller scale.
@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 
 #define KEYS 1000000
 #define CAP 10000
@@ -56,10 +56,10 @@ static long rss_kb(void)
     return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
-static hirate_stats stats(hirate_limiter *lim)
+static hirate_counters stats(hirate_limiter *lim)
 {
-    hirate_stats st;
-    hirate__stats(lim, &st);
+    hirate_counters st;
+    hirate_counters_get(lim, &st);
     return st;
 }
 
@@ -171,9 +171,9 @@ static void the_deny_cache_stays_bounded(void)
             items[j] = (hirate_item){names[j], strlen(names[j]), 1, 0, {0}};
         }
         hirate_op *op;
-        if (hirate__op_start(lim, items, BATCH, 1, -1, &op) != 1) {
+        if (hirate_op_start(lim, items, BATCH, 1, -1, &op) != 1) {
             bad++;
-            hirate__op_free(op);
+            hirate_op_free(op);
             continue;
         }
         clock_gettime(CLOCK_REALTIME, &wall);
@@ -181,8 +181,8 @@ static void the_deny_cache_stays_bounded(void)
         size_t len = 0, used;
         for (int j = 0; j < BATCH; j++)
             len += drained_reply(replies + len, sizeof replies - len, names[j], at);
-        bad += hirate__op_feed(op, replies, len, &used) != HIRATE_OP_DONE || used != len;
-        hirate__op_free(op);
+        bad += hirate_op_feed(op, replies, len, &used) != HIRATE_IO_DONE || used != len;
+        hirate_op_free(op);
         for (int j = 0; j < BATCH; j++)
             bad += items[j].rc != 0 || items[j].decision.source != HIRATE_SOURCE_REDIS ||
                    !items[j].decision.allowed;
@@ -192,7 +192,7 @@ static void the_deny_cache_stays_bounded(void)
             rss_warm = rss_kb();
     }
     long rss_end = rss_kb();
-    hirate_stats st = stats(lim);
+    hirate_counters st = stats(lim);
     printf("  deny cache: at most %zu refusals held for %d keys; RSS %ld kB after %d keys, "
            "%ld kB after %d\n", most, KEYS, rss_warm, WARM, rss_end, KEYS);
     CHECK_EQ_I64(bad, 0);
@@ -206,12 +206,12 @@ static void the_deny_cache_stays_bounded(void)
     hirate_item last = {names[BATCH - 1], strlen(names[BATCH - 1]), 1, 0, {0}};
     hirate_item first = {"0", 1, 1, 0, {0}};
     hirate_op *op;
-    CHECK_EQ_I64(hirate__op_start(lim, &last, 1, 1, -1, &op), 0);
+    CHECK_EQ_I64(hirate_op_start(lim, &last, 1, 1, -1, &op), 0);
     CHECK_EQ_I64(last.rc, 0);
     CHECK_EQ_I64(last.decision.source, HIRATE_SOURCE_CACHE);
     CHECK_EQ_I64(last.decision.allowed, 0);
-    CHECK_EQ_I64(hirate__op_start(lim, &first, 1, 1, -1, &op), 1);
-    hirate__op_free(op);
+    CHECK_EQ_I64(hirate_op_start(lim, &first, 1, 1, -1, &op), 1);
+    hirate_op_free(op);
     hirate_limiter_free(lim);
 }
 

@@ -85,7 +85,7 @@ static void zero_is_success(void)
 
 static void unknown_codes_are_unknown(void)
 {
-    static const int unknown[] = {1, -19, -100, 42, INT_MAX, INT_MIN};
+    static const int unknown[] = {1, -22, -100, 42, INT_MAX, INT_MIN};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         CHECK_EQ_STR(hirate_err_name(unknown[i]), "HIRATE_UNKNOWN");
         CHECK_EQ_STR(hirate_strerror(unknown[i]), "unknown error");

@@ -3,7 +3,7 @@
  * provokes it. For each fault the tests assert: no crash; no call longer than
  * its timeouts (each call is timed); the failure policy's decision, with the
  * source and error fields docs/semantics.md gives; Redis deciding again once
- * the fault clears; few connection attempts (hirate__stats connects); and,
+ * the fault clears; few connection attempts (hirate_counters_get connects); and,
  * for configuration errors, the error itself under every policy with the
  * password absent from every message.
  *
@@ -229,7 +229,7 @@ static void test_idle_connections_closed_by_the_server_are_replaced_unsent(void)
     hirate_decision d;
     int64_t dt;
     CHECK_EQ_I64(open_connections(lim, POOL), POOL);
-    hirate_stats st0 = fault_stats(lim);
+    hirate_counters st0 = fault_stats(lim);
     CHECK_EQ_I64(st0.connects, POOL);
 
     /* The server closes every client idle for over a second. */
@@ -247,7 +247,7 @@ static void test_idle_connections_closed_by_the_server_are_replaced_unsent(void)
 
     long long ran0 = server_calls(&S, "evalsha");
     int rc = timed_allow(lim, "k", 1, &d, &dt);
-    hirate_stats st1 = fault_stats(lim);
+    hirate_counters st1 = fault_stats(lim);
     printf("  idle close: the next call %s, %s (%s) in %.1f ms; %" PRIu64 " connection(s) "
            "dropped, %" PRIu64 " opened\n", hirate_err_name(rc), hirate_source_name(d.source),
            hirate_err_name(d.error), (double)dt / MS, st1.conns_dropped - st0.conns_dropped,
@@ -269,7 +269,7 @@ static void test_idle_connections_closed_by_the_server_are_replaced_unsent(void)
     CHECK(int_reply(rh_command(&S, "CLIENT KILL TYPE normal")) >= 1);
     ran0 = server_calls(&S, "evalsha");
     rc = timed_allow(lim, "k", 1, &d, &dt);
-    hirate_stats st2 = fault_stats(lim);
+    hirate_counters st2 = fault_stats(lim);
     CHECK(redis_decided(rc, &d, 1, 7, "the first call after CLIENT KILL"));
     CHECK(dt <= fault_bound_us(c));
     CHECK_EQ_I64(st2.conns_dropped - st1.conns_dropped, 1);
@@ -297,16 +297,16 @@ static void client_pause_write(int policy)
     hirate_decision d;
     int64_t dt, worst = 0;
     CHECK(redis_decided(timed_allow(lim, "k", 1, &d, &dt), &d, 1, 9, "before the pause"));
-    hirate_stats st0 = fault_stats(lim);
+    hirate_counters st0 = fault_stats(lim);
 
     int64_t t_pause = mono_us();
     CHECK(reply_is(rh_command(&S, "CLIENT PAUSE %d WRITE", PAUSE_MS), "OK"));
     /* Calls stop well before the pause ends, so none can be answered by it. */
     int calls = 0, bad = 0, sent = 0;
     while (mono_us() - t_pause < CALLS_FOR_MS * MS) {
-        hirate_stats sa = fault_stats(lim);
+        hirate_counters sa = fault_stats(lim);
         int rc = timed_allow(lim, "k", 1, &d, &dt);
-        hirate_stats sb = fault_stats(lim);
+        hirate_counters sb = fault_stats(lim);
         int now_sent = (int)(sb.evalsha + sb.eval - sa.evalsha - sa.eval);
         bad += !policy_decided(&e, rc, &d, 1, HIRATE_ETIMEDOUT, what);
         if (calls == 0) {
@@ -318,7 +318,7 @@ static void client_pause_write(int policy)
         calls++;
         sleep_ms(5);
     }
-    hirate_stats st1 = fault_stats(lim);
+    hirate_counters st1 = fault_stats(lim);
     printf("  CLIENT PAUSE WRITE, on_error %s: %d calls, %d sent, slowest %.1f ms, "
            "%" PRIu64 " connection attempts\n", hirate_on_error_name(policy), calls, sent,
            (double)worst / MS, st1.connects - st0.connects);
@@ -384,7 +384,7 @@ static void late_replies(int policy)
     int64_t dt, worst = 0;
     CHECK(redis_decided(timed_allow(lim, "A", 1, &d, &dt), &d, 1, CAP - 1, "A before"));
     CHECK(redis_decided(timed_allow(lim, "B", 51, &d, &dt), &d, 1, CAP - 51, "B before"));
-    hirate_stats st0 = fault_stats(lim);
+    hirate_counters st0 = fault_stats(lim);
     proxy_stats p0;
     proxy_get_stats(px, &p0);
 
@@ -393,9 +393,9 @@ static void late_replies(int policy)
         int k = i % 2, late = i % 3 == 0;   /* A late, B, A, B late, ... */
         proxy_set(px, PROXY_DELAY, late ? LATE_MS : ON_TIME_MS);
         sleep_ms(30);   /* past the breaker's 20 ms (+25%): every call goes to Redis */
-        hirate_stats sa = fault_stats(lim);
+        hirate_counters sa = fault_stats(lim);
         int rc = timed_allow(lim, keys[k], 1, &d, &dt);
-        hirate_stats sb = fault_stats(lim);
+        hirate_counters sb = fault_stats(lim);
         CHECK_EQ_I64(sb.evalsha - sa.evalsha, 1);
         spent[k]++;   /* it ran, whatever became of its reply */
         snprintf(what, sizeof what, "call %d (%s, reply %s)", i, keys[k],
@@ -411,7 +411,7 @@ static void late_replies(int policy)
     }
     proxy_set(px, PROXY_PASS, 0);
     sleep_ms(LATE_MS + 50);   /* every late reply is due by now */
-    hirate_stats st1 = fault_stats(lim);
+    hirate_counters st1 = fault_stats(lim);
     proxy_stats p1;
     proxy_get_stats(px, &p1);
     printf("  late replies, on_error %s: %d of %d calls timed out, slowest %.1f ms, "
@@ -477,12 +477,12 @@ static void test_readonly_replica_is_a_failure(void)
         CHECK_EQ_I64(hirate_peek(lim, "k", 1, 1, &d), 0);
         CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
         CHECK_EQ_I64(d.remaining, 10);
-        hirate_stats st0 = fault_stats(lim);
+        hirate_counters st0 = fault_stats(lim);
         int rc = timed_allow(lim, "k", 1, &d, &dt);
         CHECK(policy_decided(&e, rc, &d, 1, HIRATE_ESERVER, "allow on a replica"));
         CHECK(strncmp(fault_errmsg(lim), "Redis replied: READONLY", 23) == 0);
         CHECK(dt <= fault_bound_us(c));
-        hirate_stats st1 = fault_stats(lim);
+        hirate_counters st1 = fault_stats(lim);
         CHECK_EQ_I64(st1.conns_dropped - st0.conns_dropped, 1);
         CHECK_EQ_I64(st1.breaker_opens, 1);
         /* 300 ms of calls: the breaker's probes only, each on a new connection. */
@@ -492,7 +492,7 @@ static void test_readonly_replica_is_a_failure(void)
             bad += !policy_decided(&e, rc, &d, 1, HIRATE_ESERVER, "allow on a replica, later");
             if (dt > worst) worst = dt;
         }
-        hirate_stats st2 = fault_stats(lim);
+        hirate_counters st2 = fault_stats(lim);
         printf("  replica, on_error %s: %d calls in 300 ms, %" PRIu64 " sent, %" PRIu64
                " connections, slowest %.1f ms\n", hirate_on_error_name(p), n,
                st2.evalsha + st2.eval - st1.evalsha - st1.eval, st2.connects - st1.connects,
@@ -540,7 +540,7 @@ static void test_readonly_after_demotion_then_promotion(void)
     CHECK(reply_is(rh_command(&P, "REPLICAOF 127.0.0.1 %d", R.port), "OK"));
     CHECK(wait_info(&P, "replication", "master_link_status", "up", 10000));
     ON_ERROR_EACH(p) {
-        hirate_stats st0 = fault_stats(lims[p]);
+        hirate_counters st0 = fault_stats(lims[p]);
         int rc = timed_allow(lims[p], "k", 1, &d, &dt);
         CHECK(policy_decided(&e[p], rc, &d, 1, HIRATE_ESERVER, "allow on a demoted primary"));
         CHECK(strncmp(fault_errmsg(lims[p]), "Redis replied: READONLY", 23) == 0);
@@ -578,7 +578,7 @@ static void test_oom_leaves_a_stored_bucket_as_it_was(void)
     get_raw(&S, "oom:k", before, sizeof before);
     CHECK(reply_is(rh_command(&S, "CONFIG SET maxmemory-policy noeviction"), "OK"));
     CHECK(reply_is(rh_command(&S, "CONFIG SET maxmemory 1"), "OK"));
-    hirate_stats st0 = fault_stats(lim);
+    hirate_counters st0 = fault_stats(lim);
 
     int rc = timed_allow(lim, "k", 1, &d, &dt);
     CHECK(policy_decided(&e, rc, &d, 1, HIRATE_ESERVER, "OOM, a stored bucket"));
@@ -594,7 +594,7 @@ static void test_oom_leaves_a_stored_bucket_as_it_was(void)
     sleep_ms(100);   /* past the breaker, doubled */
     /* A refusal needs no write: Redis gives it even now. */
     CHECK(redis_decided(timed_allow(lim, "dry", 1, &d, &dt), &d, 0, 0, "a refusal under OOM"));
-    hirate_stats st1 = fault_stats(lim);
+    hirate_counters st1 = fault_stats(lim);
     CHECK_EQ_I64(st1.conns_dropped, st0.conns_dropped);
     CHECK_EQ_I64(st1.connects, 1);
 
@@ -647,7 +647,7 @@ static void test_busy_server_is_a_failure_until_script_kill(void)
     sleep_ms(300);   /* past the threshold: BUSY from now on */
 
     ON_ERROR_EACH(p) {
-        hirate_stats st0 = fault_stats(lims[p]);
+        hirate_counters st0 = fault_stats(lims[p]);
         int bad = 0;
         int64_t worst = 0;
         for (int i = 0; i < 3; i++, sleep_ms(40)) {   /* the first call, then probes */
@@ -655,7 +655,7 @@ static void test_busy_server_is_a_failure_until_script_kill(void)
             bad += !policy_decided(&e[p], rc, &d, 1, HIRATE_ESERVER, "BUSY");
             if (dt > worst) worst = dt;
         }
-        hirate_stats st1 = fault_stats(lims[p]);
+        hirate_counters st1 = fault_stats(lims[p]);
         printf("  BUSY, on_error %s: %" PRIu64 " calls sent, slowest %.1f ms, \"%.40s...\"\n",
                hirate_on_error_name(p), st1.evalsha - st0.evalsha, (double)worst / MS,
                fault_errmsg(lims[p]));
@@ -746,7 +746,7 @@ static void test_auth_errors_are_returned_under_every_policy(void)
             /* DEL is not a script: only the AUTH errors stop it. */
             CHECK_EQ_I64(hirate_reset(lim, "k", 1), cases[i].rc == HIRATE_EAUTH ? cases[i].rc : 0);
             leaks += !errmsg_is_clean(lim);
-            hirate_stats st = fault_stats(lim);
+            hirate_counters st = fault_stats(lim);
             if (bad)
                 fprintf(stderr, "  %s, on_error %s: %d calls gave another code (%s)\n",
                         cases[i].rule, hirate_on_error_name(p), bad, fault_errmsg(lim));
@@ -765,7 +765,7 @@ static void test_auth_errors_are_returned_under_every_policy(void)
     /* A URL refused before any connection: its message has no password either. */
     static const char *const bad_urls[] = {
         "redis://u:" CANARY "@127.0.0.1:99999", "redis://u:" CANARY "@127.0.0.1/notadb",
-        "rediss://u:" CANARY "@127.0.0.1:6379",
+        "rediss://u:" CANARY "@127.0.0.1:99999",
     };
     for (size_t i = 0; i < sizeof bad_urls / sizeof bad_urls[0]; i++) {
         hirate_options o;

@@ -15,7 +15,7 @@
 #include "check.h"
 #include "test_time.h"
 #include "hirate.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 
 #define CANARY "s3cr3t-canary"
 #define MS 1000LL
@@ -74,11 +74,11 @@ static inline int64_t fault_bound_us(fcfg c)
     return (int64_t)(t + ct + SLACK_MS) * MS;
 }
 
-static inline hirate_stats fault_stats(hirate_limiter *lim)
+static inline hirate_counters fault_stats(hirate_limiter *lim)
 {
-    hirate_stats st;
+    hirate_counters st;
     memset(&st, 0, sizeof st);
-    hirate__stats(lim, &st);
+    hirate_counters_get(lim, &st);
     return st;
 }
 

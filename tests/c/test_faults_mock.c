@@ -331,7 +331,7 @@ static int run_case(const mcase *c, int policy)
     set_case(c);
 
     int rc = timed_allow(lim, "k", 1, &d, &dt);
-    hirate_stats st = fault_stats(lim);
+    hirate_counters st = fault_stats(lim);
     if (c->want == 0) {
         CHECK(redis_decided(rc, &d, 1, 4, what));
         CHECK_EQ_I64(d.time_us, 1700000000000000LL);

@@ -17,7 +17,7 @@
 #include "bucket.h"
 #include "check.h"
 #include "hirate.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 #include "memory.h"
 
 #define SECOND 1000000LL
@@ -57,14 +57,14 @@ static int64_t mem_decide(hirate_memory *m, const hirate_bucket_cfg *cfg, const 
 static int64_t lim_decide(hirate_limiter *lim, const char *key, int64_t now, int64_t cost,
                           int spend, hirate_decision *d)
 {
-    int rc = hirate__decide_at(lim, key, strlen(key), cost, spend, now, d);
+    int rc = hirate_decide_at(lim, key, strlen(key), cost, spend, now, d);
     return rc < 0 ? -1000 + rc : d->remaining;
 }
 
 static size_t lim_keys(hirate_limiter *lim)
 {
-    hirate_stats st;
-    hirate__stats(lim, &st);
+    hirate_counters st;
+    hirate_counters_get(lim, &st);
     return st.memory_keys;
 }
 
@@ -147,13 +147,13 @@ static void keys_with_nul_bytes_are_whole_keys(void)
 {
     hirate_limiter *lim = make_limiter(10, 1, 100);
     hirate_decision d;
-    CHECK_EQ_I64(hirate__decide_at(lim, "a\0b", 3, 10, 1, 0, &d), 0);
+    CHECK_EQ_I64(hirate_decide_at(lim, "a\0b", 3, 10, 1, 0, &d), 0);
     CHECK_EQ_I64(d.remaining, 0);
-    CHECK_EQ_I64(hirate__decide_at(lim, "a\0c", 3, 1, 0, 0, &d), 0);
+    CHECK_EQ_I64(hirate_decide_at(lim, "a\0c", 3, 1, 0, 0, &d), 0);
     CHECK_EQ_I64(d.remaining, 10);
-    CHECK_EQ_I64(hirate__decide_at(lim, "a", 1, 1, 0, 0, &d), 0);
+    CHECK_EQ_I64(hirate_decide_at(lim, "a", 1, 1, 0, 0, &d), 0);
     CHECK_EQ_I64(d.remaining, 10);
-    CHECK_EQ_I64(hirate__decide_at(lim, "a\0b", 3, 1, 0, 0, &d), 0);
+    CHECK_EQ_I64(hirate_decide_at(lim, "a\0b", 3, 1, 0, 0, &d), 0);
     CHECK_EQ_I64(d.remaining, 0);
     hirate_limiter_free(lim);
 }
@@ -192,7 +192,7 @@ static void the_table_never_holds_more_than_max_keys(void)
         int n = snprintf(key, sizeof key, "key-%d", i);
         hirate_decision d;
         CHECK_EQ_I64(hirate_memory_decide(m, &cfg, key, (size_t)n, i, 1, 1, &d), 0);
-        if (hirate__decide_at(lim, key, (size_t)n, 1, 1, i, &d) != 0 || !d.allowed)
+        if (hirate_decide_at(lim, key, (size_t)n, 1, 1, i, &d) != 0 || !d.allowed)
             refused++;
         if (i % 1000 == 999) {
             size_t c = hirate_memory_count(m), cl = lim_keys(lim);
@@ -359,7 +359,7 @@ static void *allow_many(void *arg)
         int n = snprintf(key, sizeof key, "shared-%d", k);
         hirate_decision d;
         /* time stands still: only the spending changes the buckets */
-        if (hirate__decide_at(w->lim, key, (size_t)n, 1, 1, SECOND, &d) != 0 || !d.allowed)
+        if (hirate_decide_at(w->lim, key, (size_t)n, 1, 1, SECOND, &d) != 0 || !d.allowed)
             w->errors++;
         else
             atomic_fetch_add(&allows_on[k], 1);
@@ -387,7 +387,7 @@ static void threads_spend_exactly_what_they_were_allowed(void)
         char key[16];
         int n = snprintf(key, sizeof key, "shared-%d", k);
         hirate_decision d;
-        CHECK_EQ_I64(hirate__decide_at(lim, key, (size_t)n, 0, 0, SECOND, &d), 0);
+        CHECK_EQ_I64(hirate_decide_at(lim, key, (size_t)n, 0, 0, SECOND, &d), 0);
         long made = atomic_load(&allows_on[k]);
         total += made;
         if (d.remaining != BIG_CAPACITY - made) {
@@ -436,8 +436,8 @@ static int child_uses_the_limiter(hirate_limiter *lim)
         if (hirate_allow(lim, key, (size_t)n, 0, &d) != 0 || hirate_reset(lim, key, (size_t)n) != 0)
             return 4;
     }
-    hirate_stats st;
-    hirate__stats(lim, &st);
+    hirate_counters st;
+    hirate_counters_get(lim, &st);
     if (st.memory_keys < 2)
         return 5;
     hirate_limiter_free(lim);

@@ -35,7 +35,7 @@
 #include "check.h"
 #include "test_time.h"
 #include "hirate.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 #include "redis_harness.h"
 
 #define CANARY "s3cr3t-canary"
@@ -100,11 +100,11 @@ static cfg outage_cfg(int on_error, const char *prefix)
                  .backoff_min_ms = BACKOFF_MIN_MS, .backoff_max_ms = BACKOFF_MAX_MS};
 }
 
-static hirate_stats stats(hirate_limiter *lim)
+static hirate_counters stats(hirate_limiter *lim)
 {
-    hirate_stats st;
+    hirate_counters st;
     memset(&st, 0, sizeof st);
-    hirate__stats(lim, &st);
+    hirate_counters_get(lim, &st);
     return st;
 }
 
@@ -321,7 +321,7 @@ static void policy_decides_during_an_outage(int policy, int o)
     if (o == STOPPED) e.errors[0] = HIRATE_ETIMEDOUT;
     if (o == OOM) e.errors[0] = HIRATE_ESERVER;   /* only a write meets OOM: "k" is fresh */
 
-    hirate_stats st0 = stats(lim);
+    hirate_counters st0 = stats(lim);
     long long conns0 = o == KILLED ? 0 : server_connections();
     int printed = 0;
     begin_outage(o);
@@ -340,7 +340,7 @@ static void policy_decides_during_an_outage(int policy, int o)
     if (o == KILLED) CHECK_EQ_I64(d.error, HIRATE_ECONNECT);
     if (o == STOPPED) CHECK(dt >= TIMEOUT_MS * 0.8);
     CHECK(dt <= TIMEOUT_MS + SLACK_MS);
-    hirate_stats st1 = stats(lim);
+    hirate_counters st1 = stats(lim);
     CHECK_EQ_I64(st1.breaker_opens, 1);
 
     /* A cost above the capacity: never, whatever the policy. */
@@ -353,18 +353,18 @@ static void policy_decides_during_an_outage(int policy, int o)
     int64_t b0 = mono_us();
     int n = 0;   /* a deadline, so that a limiter without a breaker fails here, not hangs */
     for (; n < BURST && mono_us() - b0 < 5 * SECOND; n++) {
-        hirate_stats sa = stats(lim);
+        hirate_counters sa = stats(lim);
         int64_t c0 = mono_us();
         rc = allow_s(lim, "k", 1, &d);
         double cdt = (double)(mono_us() - c0) / MS;
-        hirate_stats sb = stats(lim);
+        hirate_counters sb = stats(lim);
         sent_calls += (int)(sb.evalsha + sb.eval - sa.evalsha - sa.eval);
         if (cdt > worst) worst = cdt;
         bad += !policy_ok(&e, rc, &d, 1, what, &printed);
         allowed += rc == 0 && d.allowed;
     }
     double burst_ms = (double)(mono_us() - b0) / MS;
-    hirate_stats st2 = stats(lim);
+    hirate_counters st2 = stats(lim);
     long long conns = (long long)(st2.connects - st0.connects);
 
     end_outage(o);
@@ -388,7 +388,7 @@ static void policy_decides_during_an_outage(int policy, int o)
 
     /* Recovery: the next probe, at most 1.25 x 400 ms after the last failure
      * (which was before the recovery), finds Redis. */
-    hirate_stats st3 = stats(lim);
+    hirate_counters st3 = stats(lim);
     double back = wait_for_redis(lim, "probe", 2000);
     printf("  %s: Redis decides again %.1f ms after the recovery\n", what, back);
     CHECK(back >= 0 && back <= MAX_WAIT_US / MS + SLACK_MS);
@@ -398,7 +398,7 @@ static void policy_decides_during_an_outage(int policy, int o)
     CHECK_EQ_I64(d.error, 0);
     CHECK_EQ_I64(d.allowed, 1);
     CHECK_EQ_I64(d.remaining, 9);
-    hirate_stats st4 = stats(lim);
+    hirate_counters st4 = stats(lim);
     /* A restarted server forgot the script: one EVAL, then EVALSHA again. */
     CHECK_EQ_I64(st4.eval - st3.eval, o == KILLED ? 1 : 0);
     hirate_limiter_free(lim);
@@ -519,7 +519,7 @@ static uint64_t hammer_for_a_second(hirate_limiter *lim, int error, double *t_ms
     /* One failure opens the breaker before the threads start: calls already
      * under way when it opens may all reach Redis, which is not what this
      * counts. */
-    hirate_stats st0 = stats(lim);
+    hirate_counters st0 = stats(lim);
     int64_t opened = mono_us();
     int rc = allow_s(lim, "hammered", 1, &d);
     CHECK_EQ_I64(rc, 0);
@@ -541,7 +541,7 @@ static uint64_t hammer_for_a_second(hirate_limiter *lim, int error, double *t_ms
     *t_ms = (double)(mono_us() - opened) / MS;
     CHECK_EQ_I64(bad, 0);
     CHECK(calls > 1000);
-    hirate_stats st1 = stats(lim);
+    hirate_counters st1 = stats(lim);
     *sent = st1.evalsha + st1.eval - st0.evalsha - st0.eval;
     return st1.connects - st0.connects;
 }
@@ -659,11 +659,11 @@ static void test_breaker_backoff_starts_when_the_failure_is_known(void)
     int rc = allow_s(lim, "k", 1, &d);
     int64_t first_ms = (mono_us() - t0) / MS;
     int64_t retry = d.retry_after_us;
-    hirate_stats sa = stats(lim);
+    hirate_counters sa = stats(lim);
     t0 = mono_us();
     int rc2 = allow_s(lim, "k", 1, &d);
     int64_t second_ms = (mono_us() - t0) / MS;
-    hirate_stats sb = stats(lim);
+    hirate_counters sb = stats(lim);
     rh_resume(&S);
     printf("  timeout 150 ms, backoff 100 ms: first call %" PRId64 " ms (retry_after %" PRId64
            " us), the next %" PRId64 " ms, %" PRIu64 " sent\n", first_ms, retry, second_ms,
@@ -767,7 +767,7 @@ static void test_configuration_errors_are_returned_under_every_policy(void)
             CHECK_EQ_I64(hirate_allow_many(lim, items, 3), 0);
             for (int i = 0; i < 3; i++) bad += items[i].rc != cases[c].rc;
             CHECK_EQ_I64(bad, 0);
-            hirate_stats st = stats(lim);
+            hirate_counters st = stats(lim);
             CHECK_EQ_I64(st.breaker_opens, 0);
             CHECK_EQ_I64(st.policy, 0);
             char msg[HIRATE_ERRMSG_SIZE];
@@ -796,7 +796,7 @@ static void test_deny_cache_spares_redis_all_but_one_call_per_refill(void)
     hirate_limiter *lim = make((cfg){.capacity = CAPACITY, .rate = rate, .prefix = "dc-hammer:"});
     if (!lim) return;
     load_script();
-    hirate_stats st0 = stats(lim);
+    hirate_counters st0 = stats(lim);
     long long calls = 0, allowed = 0, cached = 0, redis_refused = 0, bad = 0;
     int64_t t0 = mono_us();
     while (mono_us() - t0 < SECOND) {
@@ -812,7 +812,7 @@ static void test_deny_cache_spares_redis_all_but_one_call_per_refill(void)
                             d.retry_after_us > 100 * MS || d.limit != CAPACITY));
     }
     double secs = (double)(mono_us() - t0) / SECOND;
-    hirate_stats st1 = stats(lim);
+    hirate_counters st1 = stats(lim);
     uint64_t redis_calls = st1.evalsha + st1.eval - st0.evalsha - st0.eval;
     printf("  deny cache, capacity 5 at 10/s for %.2f s: %lld calls, %lld allowed, %lld from "
            "the cache, %" PRIu64 " to Redis (%lld of them refused)\n", secs, calls, allowed,
@@ -882,8 +882,8 @@ static void test_deny_cache_gives_exactly_the_decisions_redis_gives(void)
         hirate_decision a, b;
         memset(&a, 0, sizeof a);
         memset(&b, 0, sizeof b);
-        int ra = hirate__decide_at(on, keys[k], 1, cost, spend, t, &a);
-        int rb = hirate__decide_at(off, keys[k], 1, cost, spend, t, &b);
+        int ra = hirate_decide_at(on, keys[k], 1, cost, spend, t, &a);
+        int rb = hirate_decide_at(off, keys[k], 1, cost, spend, t, &b);
         int same = ra == 0 && rb == 0 && a.allowed == b.allowed && a.remaining == b.remaining &&
                    a.limit == b.limit && a.retry_after_us == b.retry_after_us &&
                    a.reset_after_us == b.reset_after_us && a.time_us == b.time_us &&
@@ -907,7 +907,7 @@ static void test_deny_cache_gives_exactly_the_decisions_redis_gives(void)
             if (b.retry_after_us != HIRATE_NEVER) retry_at[k] = t + b.retry_after_us;
         }
     }
-    hirate_stats sa = stats(on), sb = stats(off);
+    hirate_counters sa = stats(on), sb = stats(off);
     printf("  deny cache equivalence: %d steps, %d refusals, %d answered by the cache, %d by "
            "Redis, %d jumps to a retry moment (%d allowed there)\n",
            STEPS, refused, cached, redis, edges, allowed_at_edge);
@@ -975,7 +975,7 @@ static void test_deny_cache_holds_at_most_deny_cache_keys(void)
         hirate_decision d = {0};
         bad += allow_s(lim, names[k], 1, &d) != 0 || d.allowed;
     }
-    hirate_stats st = stats(lim);
+    hirate_counters st = stats(lim);
     if (st.cache_keys > most) most = st.cache_keys;
     printf("  deny cache of 100 keys after %d refused keys: at most %zu held, %" PRIu64
            " of the last 50 keys answered by it\n", KEYS, most, st.cache_hits);
@@ -1002,7 +1002,7 @@ static void test_without_the_deny_cache_every_decision_is_redis(void)
                             {"cold", 4, 5, 0, {0}}, {"cold", 4, 1, 0, {0}}};
     CHECK_EQ_I64(hirate_allow_many(lim, items, 4), 0);
     for (int i = 0; i < 4; i++) bad += items[i].rc != 0 || items[i].decision.source != HIRATE_SOURCE_REDIS;
-    hirate_stats st = stats(lim);
+    hirate_counters st = stats(lim);
     CHECK_EQ_I64(bad, 0);
     CHECK(refused > 1000);   /* there was plenty to cache */
     CHECK_EQ_I64(st.cache_hits, 0);
@@ -1100,11 +1100,11 @@ static void test_a_batch_decides_as_single_calls_in_one_round_trip(void)
     int64_t t0 = mono_us();
     for (int round = 0; round < 2; round++) {
         fill_items(items);
-        hirate_stats s0 = stats(batch);
+        hirate_counters s0 = stats(batch);
         long long reads0 = rh_info_int(&S, "total_reads_processed");
         CHECK_EQ_I64(hirate_allow_many(batch, items, NB), 0);
         long long reads1 = rh_info_int(&S, "total_reads_processed");
-        hirate_stats s1 = stats(batch);
+        hirate_counters s1 = stats(batch);
 
         CHECK_EQ_I64(items[5].rc, HIRATE_EKEY);    /* the empty key fails alone */
         CHECK_EQ_I64(items[11].rc, HIRATE_ECOST);  /* so does the negative cost */
@@ -1164,10 +1164,10 @@ static void test_noscript_in_a_batch_costs_one_eval(void)
     CHECK_EQ_I64(allow_s(lim, "warm", 1, &d), 0);
     CHECK(reply_is(rh_command(&S, "SCRIPT FLUSH"), "OK"));
     long long eval0 = cmdstat("eval", "calls"), evalsha0 = cmdstat("evalsha", "calls");
-    hirate_stats s0 = stats(lim);
+    hirate_counters s0 = stats(lim);
     for (int i = 0; i < N; i++) items[i] = (hirate_item){"ns", 2, 1, 12345, {0}};
     CHECK_EQ_I64(hirate_allow_many(lim, items, N), 0);
-    hirate_stats s1 = stats(lim);
+    hirate_counters s1 = stats(lim);
     for (int i = 0; i < N; i++) {
         CHECK_EQ_I64(items[i].rc, 0);
         CHECK_EQ_I64(items[i].decision.allowed, 1);
@@ -1214,7 +1214,7 @@ static void test_a_batch_in_an_outage_is_decided_by_the_policy(void)
                                   "batch on a refused connection", &printed);
             }
         }
-        hirate_stats st = stats(lim);
+        hirate_counters st = stats(lim);
         CHECK_EQ_I64(bad, 0);
         CHECK_EQ_I64(st.policy, 2 * NB_VALID);
         CHECK_EQ_I64(st.breaker_opens, 1);

@@ -20,7 +20,7 @@
 #include "check.h"
 #include "test_time.h"
 #include "hirate.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 #include "redis_harness.h"
 
 #define CANARY "s3cr3t-canary"
@@ -319,15 +319,15 @@ static void test_keys_are_stored_byte_exactly_under_the_prefix(void)
 
 /* ---- (b) EVALSHA first, EVAL only after NOSCRIPT ------------------------- */
 
-static void stats(hirate_limiter *lim, hirate_stats *st)
+static void stats(hirate_limiter *lim, hirate_counters *st)
 {
     memset(st, 0, sizeof *st);
-    hirate__stats(lim, st);
+    hirate_counters_get(lim, st);
 }
 
 static void test_evalsha_first_and_one_eval_after_noscript(void)
 {
-    hirate_stats st;
+    hirate_counters st;
     hirate_decision d;
     CHECK(reply_is(rh_command(&S, "SCRIPT FLUSH"), "OK"));
     /* No deny cache: this counts what goes on the wire. */
@@ -427,7 +427,7 @@ static void run_threads(hirate_limiter *lim, const char *key, int n, int calls, 
 /* Several connections at once: each may meet NOSCRIPT once, none twice. */
 static void test_script_flush_costs_at_most_one_eval_per_connection(void)
 {
-    hirate_stats st0, st1;
+    hirate_counters st0, st1;
     worker sum;
     hirate_limiter *lim = make((cfg){.capacity = 1000, .rate = 0.001, .timeout_ms = 2000,
                                      .connect_timeout_ms = 2000, .pool_size = 8,
@@ -541,7 +541,7 @@ typedef struct child_report {
 static void test_forked_processes_share_one_budget_and_the_parent_survives(void)
 {
     enum { CHILDREN = 4, THREADS = 25 };
-    hirate_stats st0, st1;
+    hirate_counters st0, st1;
     hirate_decision d;
     worker warm;
     hirate_limiter *lim = make((cfg){.capacity = 10, .rate = 0.001, .timeout_ms = 2000,
@@ -789,7 +789,7 @@ static void test_stopped_server_times_out_and_no_reply_is_misattributed(void)
 {
     enum { CAP = 100 };
     hirate_decision d;
-    hirate_stats st0, st1, sa, sb;
+    hirate_counters st0, st1, sa, sb;
     hirate_limiter *lim = make((cfg){.capacity = CAP, .rate = 0.001, .timeout_ms = 100,
                                      .connect_timeout_ms = 250,
                                      .on_error = HIRATE_ON_ERROR_CLOSED});
@@ -880,7 +880,7 @@ static void test_killed_server_fails_fast_and_recovers_after_restart(void)
     enum { CONNECT_MS = 250, TIMEOUT_MS = 100 };
     const double bound = CONNECT_MS + TIMEOUT_MS + 650;
     hirate_decision d;
-    hirate_stats st0, st1, st2;
+    hirate_counters st0, st1, st2;
     hirate_limiter *lim = make((cfg){.capacity = 5, .rate = 0.001, .timeout_ms = TIMEOUT_MS,
                                      .connect_timeout_ms = CONNECT_MS,
                                      .on_error = HIRATE_ON_ERROR_CLOSED});

@@ -28,7 +28,7 @@
 
 #include "check.h"
 #include "test_time.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 #include "redis_harness.h"
 
 #define THREADS 64
@@ -163,8 +163,8 @@ static void *memory_worker(worker *w)
             break;
         }
         case 2: {
-            hirate_stats st;
-            hirate__stats(mem.hot, &st);
+            hirate_counters st;
+            hirate_counters_get(mem.hot, &st);
             if (st.memory_keys > 1 + THREADS)
                 fail("stats: more keys than could exist");
             break;
@@ -223,12 +223,12 @@ static void memory_backend(void)
         exact += mem.key_admitted[k] == KEY_CAPACITY && s == KEY_CAPACITY;
     }
     CHECK_EQ_I64(exact, KEYS);
-    hirate_stats st;
-    hirate__stats(mem.hot, &st);
+    hirate_counters st;
+    hirate_counters_get(mem.hot, &st);
     CHECK_EQ_I64(st.memory_keys, 1);   /* every "other" key was reset */
-    hirate__stats(mem.many, &st);
+    hirate_counters_get(mem.many, &st);
     CHECK_EQ_I64(st.memory_keys, KEYS);
-    hirate__stats(mem.small, &st);
+    hirate_counters_get(mem.small, &st);
     CHECK(st.memory_keys <= SMALL_TABLE);
     CHECK(st.memory_keys >= SMALL_TABLE / 2);
     hirate_limiter_free(mem.hot);

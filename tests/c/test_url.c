@@ -56,7 +56,8 @@ typedef struct bad_case {
 static const bad_case rejected[] = {
     {"an empty URL", "", NULL},
     {"http:// is not Redis", "http://h:6379", NULL},
-    {"rediss:// says TLS is not supported in this build", "rediss://h:6379", "TLS"},
+    {"rediss:// keeps every rule of redis://: port 0", "rediss://h:0", "port"},
+    {"rediss:// needs a host", "rediss://", "host"},
     {"a scheme without slashes", "redis:h", NULL},
     {"no scheme at all", "localhost:6379", NULL},
     {"port 0", "redis://h:0", "port"},
@@ -105,11 +106,31 @@ static const char *const canary_urls[] = {
     "redis://u:" CANARY "@h?x=1",
     "redis://u:" CANARY "%zz@h",
     "redis://u:s3cr3t%2Dcanary@h:0",
-    "rediss://u:" CANARY "@h",
+    "rediss://u:" CANARY "@h:0",
     "http://u:" CANARY "@h",
     "unix://u:" CANARY "@/tmp/r.sock?db=z",
     "unix://:" CANARY "@relative.sock",
 };
+
+/* rediss:// is redis:// over TLS: the same fields, and tls set. */
+static void test_rediss_is_redis_over_tls(void)
+{
+    static const struct { const char *url; int tls; const char *host; int port; int db; } cases[] = {
+        {"rediss://cache.example:6380", 1, "cache.example", 6380, 0},
+        {"rediss://u:p@[::1]/2", 1, "::1", 6379, 2},
+        {"redis://cache.example:6380", 0, "cache.example", 6380, 0},
+        {"unix:///tmp/r.sock", 0, "", 6379, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hirate_url u;
+        char err[HIRATE_ERRMSG_SIZE] = "";
+        CHECK_EQ_I64(hirate_url_parse(cases[i].url, &u, err, sizeof err), 0);
+        CHECK_EQ_I64(u.tls, cases[i].tls);
+        CHECK_EQ_STR(u.host, cases[i].host);
+        CHECK_EQ_I64(u.port, cases[i].port);
+        CHECK_EQ_I64(u.db, cases[i].db);
+    }
+}
 
 static void test_accepts_each_form_with_exact_fields(void)
 {
@@ -222,6 +243,7 @@ static void test_message_fits_a_small_buffer(void)
 
 int main(void)
 {
+    test_rediss_is_redis_over_tls();
     test_accepts_each_form_with_exact_fields();
     test_rejects_malformed_urls_with_eurl();
     test_lengths_stop_exactly_at_the_field_size();

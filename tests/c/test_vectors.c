@@ -20,7 +20,7 @@
 
 #include "check.h"
 #include "hirate.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 #include "redis_harness.h"
 
 #define EXACT_POW_53 9007199254740992.0   /* 2^53: every vector number is within ±2^53 */
@@ -267,7 +267,7 @@ static void run_step(where *w, hirate_limiter *lim, const cJSON *step)
 
     hirate_decision d;
     memset(&d, 0xa5, sizeof d);   /* a field the library forgets cannot match by luck */
-    int rc = hirate__decide_at(lim, key, keylen, cost, spend, t_us, &d);
+    int rc = hirate_decide_at(lim, key, keylen, cost, spend, t_us, &d);
     free(key);
 
     if (cJSON_IsString(expect_error)) {

@@ -1,6 +1,6 @@
 /*
  * Keys, prefixes and costs: what hirate_allow(), hirate_peek() and
- * hirate_reset() accept on a memory limiter, and what hirate__op_start()
+ * hirate_reset() accept on a memory limiter, and what hirate_op_start()
  * accepts and builds on a limiter with a URL (no connection is made: the op
  * API only builds the request).
  *
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "fuzz_util.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 
 #define CAPACITY 100
 
@@ -102,15 +102,15 @@ static void in_memory(const char *prefix, const void *key, size_t keylen, int64_
         FUZZ_CHECK_EQ(d.limit, CAPACITY);
         FUZZ_CHECK_EQ(d.remaining, fits && !peek ? CAPACITY - cost : CAPACITY);
         FUZZ_CHECK_EQ(d.retry_after_us, fits ? 0 : HIRATE_NEVER);
-        hirate_stats st;
-        hirate__stats(lim, &st);
+        hirate_counters st;
+        hirate_counters_get(lim, &st);
         FUZZ_CHECK_EQ(st.memory_keys, fits && !peek && cost > 0);
     }
     int reset_want = expected_rc(key, keylen, 0);
     FUZZ_CHECK_EQ(hirate_reset(lim, key, keylen), reset_want);
     if (reset_want == 0) {
-        hirate_stats st;
-        hirate__stats(lim, &st);
+        hirate_counters st;
+        hirate_counters_get(lim, &st);
         FUZZ_CHECK_EQ(st.memory_keys, 0);
     }
     hirate_limiter_free(lim);
@@ -177,14 +177,14 @@ static void on_the_op_path(const char *prefix, const void *key, size_t keylen, i
     hirate_item items[3] = {{"a", 1, 1, 0, {0}}, {key, keylen, cost, 0, {0}}, {"z", 1, 2, 0, {0}}};
     hirate_op *op = NULL;
     int want = expected_rc(key, keylen, cost);
-    FUZZ_CHECK_EQ(hirate__op_start(lim, items, 3, 1, now_us, &op), 1);
+    FUZZ_CHECK_EQ(hirate_op_start(lim, items, 3, 1, now_us, &op), 1);
     FUZZ_CHECK(op != NULL);
     FUZZ_CHECK_EQ(items[1].rc, want == 0 ? 1 : want);
     if (want < 0)
         check_message(lim, want, keylen, cost);
 
     size_t len, pos = 0, plen = strlen(prefix);
-    const char *req = hirate__op_request(op, &len);
+    const char *req = hirate_op_request(op, &len);
     for (int i = 0; i < 3; i++) {
         if (items[i].rc != 1)
             continue;
@@ -211,9 +211,9 @@ static void on_the_op_path(const char *prefix, const void *key, size_t keylen, i
     }
     FUZZ_CHECK_EQ(pos, len);   /* nothing but the calls */
 
-    hirate__op_fail(op, HIRATE_ETIMEDOUT);
-    FUZZ_CHECK_EQ(hirate__op_drop(op), 1);
-    hirate__op_free(op);
+    hirate_op_fail(op, HIRATE_ETIMEDOUT, NULL);
+    FUZZ_CHECK_EQ(hirate_op_drop(op), 1);
+    hirate_op_free(op);
     for (int i = 0; i < 3; i++) {
         if (i == 1 && want < 0) {
             FUZZ_CHECK_EQ(items[i].rc, want);

@@ -1,12 +1,12 @@
 /*
- * The no-I/O op API (hirate__op_start/feed/fail) fed the input as the
+ * The no-I/O op API (hirate_op_start/feed/fail) fed the input as the
  * server's reply bytes, as asyncio or OpenResty would feed what they read.
  *
  * Two batches on limiters with a URL (no connection is made): one call "a"
  * under the local policy, and two calls "a", "b" under a policy chosen by
  * the input. Each is fed three ways: all bytes at once, one byte at a time,
  * and in pieces drawn from a PRNG seeded by the input; when the bytes run
- * out before the op is done, the connection "closes" (hirate__op_fail with
+ * out before the op is done, the connection "closes" (hirate_op_fail with
  * HIRATE_EIO). Whatever the bytes:
  *   - no crash, no leak, no large allocation (run.sh passes -malloc_limit_mb);
  *   - the op ends, every item has an rc the API documents, and a decision
@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "fuzz_util.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 
 #define CAPACITY 10
 #define NOW_US 5000000000LL   /* injected, so that every decision is repeatable */
@@ -30,7 +30,7 @@ enum { WHOLE, BYTE, SPLIT };
 typedef struct outcome {
     hirate_item items[2];
     int drop;
-    hirate_stats st;
+    hirate_counters st;
 } outcome;
 
 static hirate_limiter *make(int on_error)
@@ -83,42 +83,42 @@ static void run(const uint8_t *data, size_t size, int mode, uint64_t seed, size_
     out->items[0] = (hirate_item){"a", 1, 1, 0, {0}};
     out->items[1] = (hirate_item){"b", 1, 3, 0, {0}};
     hirate_op *op = NULL;
-    FUZZ_CHECK_EQ(hirate__op_start(lim, out->items, n, 1, NOW_US, &op), 1);
+    FUZZ_CHECK_EQ(hirate_op_start(lim, out->items, n, 1, NOW_US, &op), 1);
     size_t len;
-    FUZZ_CHECK(hirate__op_request(op, &len) != NULL && len > 0);
+    FUZZ_CHECK(hirate_op_request(op, &len) != NULL && len > 0);
 
     size_t off = 0, avail = mode == WHOLE ? size : 0;
     int sends = 1;
     for (;;) {
         size_t used = (size_t)-1;
-        int r = hirate__op_feed(op, (const char *)data + off, avail - off, &used);
+        int r = hirate_op_feed(op, (const char *)data + off, avail - off, &used);
         FUZZ_CHECK(used <= avail - off);
         off += used;
-        if (r == HIRATE_OP_DONE)
+        if (r == HIRATE_IO_DONE)
             break;
-        if (r == HIRATE_OP_SEND) {
+        if (r == HIRATE_IO_SEND) {
             /* Only after NOSCRIPT, and only once: the calls again, the first
              * as EVAL. */
             FUZZ_CHECK(++sends == 2);
-            const char *req = hirate__op_request(op, &len);
+            const char *req = hirate_op_request(op, &len);
             FUZZ_CHECK(len > 14 && memcmp(req, "*9\r\n$4\r\nEVAL\r\n", 14) == 0);
             continue;
         }
-        FUZZ_CHECK_EQ(r, HIRATE_OP_MORE);
+        FUZZ_CHECK_EQ(r, HIRATE_IO_MORE);
         FUZZ_CHECK(used == 0 || avail - off < avail);
         if (avail == size) {
             /* The server closed the connection mid-reply. */
-            hirate__op_fail(op, HIRATE_EIO);
+            hirate_op_fail(op, HIRATE_EIO, NULL);
             break;
         }
         size_t piece = mode == BYTE ? 1 : fuzz_piece(&seed);
         avail = size - avail < piece ? size : avail + piece;
     }
-    out->drop = hirate__op_drop(op);
-    hirate__op_free(op);
+    out->drop = hirate_op_drop(op);
+    hirate_op_free(op);
     for (size_t i = 0; i < n; i++)
         check_item(&out->items[i], on_error);
-    hirate__stats(lim, &out->st);
+    hirate_counters_get(lim, &out->st);
     hirate_limiter_free(lim);
 }
 

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "fuzz_util.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 
 #define STEPS_MAX 16
 
@@ -157,7 +157,7 @@ static void check_decision(const hirate_decision *d, int64_t capacity, int64_t c
 static int passes_at(hirate_limiter *lim, int64_t at, int64_t cost)
 {
     hirate_decision d;
-    FUZZ_CHECK_EQ(hirate__decide_at(lim, "k", 1, cost, 0, at, &d), 0);
+    FUZZ_CHECK_EQ(hirate_decide_at(lim, "k", 1, cost, 0, at, &d), 0);
     return d.allowed;
 }
 
@@ -182,7 +182,7 @@ static void decide(hirate_limiter *lim, int64_t capacity, fuzz_reader *in)
         }
         int spend = !(sel & 8);
         hirate_decision d;
-        int rc = hirate__decide_at(lim, "k", 1, cost, spend, t, &d);
+        int rc = hirate_decide_at(lim, "k", 1, cost, spend, t, &d);
         if (cost < 0 || cost > HIRATE_EXACT_MAX) {
             FUZZ_CHECK_EQ(rc, HIRATE_ECOST);
             continue;

@@ -18,15 +18,14 @@
 #include <string.h>
 
 #include "fuzz_util.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 #include "proto.h"
 #include "url.h"
 
 /* Everything url.c can say; the numbers are those of its limits. */
 static const char *const messages[] = {
     "invalid Redis URL: it is empty",
-    "invalid Redis URL: rediss:// (TLS) is not supported by this build",
-    "invalid Redis URL: it must start with redis:// or unix://",
+    "invalid Redis URL: it must start with redis://, rediss:// or unix://",
     "invalid Redis URL: the user name is malformed or too long",
     "invalid Redis URL: the password is malformed or too long",
     "invalid Redis URL: a user name needs a password (user:password@)",
@@ -184,14 +183,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(lim == NULL && strcmp(why, err) == 0);
     } else {
         hirate_endpoint ep;
-        FUZZ_CHECK_EQ(hirate__endpoint(lim, &ep), 0);
+        FUZZ_CHECK_EQ(hirate_endpoint_get(lim, &ep), 0);
         FUZZ_CHECK(ep.is_unix == u.is_unix && ep.port == u.port);
         FUZZ_CHECK(strcmp(ep.host, u.host) == 0 && strcmp(ep.path, u.path) == 0);
-        char hs[1024];
-        int replies;
-        size_t n = hirate__handshake(lim, hs, sizeof hs, &replies);
-        FUZZ_CHECK(n <= sizeof hs);
-        FUZZ_CHECK_EQ(replies, (u.password[0] != 0) + (u.db != 0));
+        FUZZ_CHECK(ep.tls == u.tls);
+        /* The handshake: AUTH when there is a password, SELECT when a
+         * database other than 0, then PING; each answered +OK, +PONG. */
+        hirate_handshake *hs;
+        char msg[HIRATE_ERRMSG_SIZE];
+        FUZZ_CHECK_EQ(hirate_handshake_start(lim, &hs, msg, sizeof msg), 0);
+        size_t n, used;
+        hirate_handshake_request(hs, &n);
+        FUZZ_CHECK(n > 0);
+        static const char oks[] = "+OK\r\n+OK\r\n";
+        size_t nok = 5 * (size_t)((u.password[0] != 0) + (u.db != 0));
+        int state = nok ? hirate_handshake_feed(hs, oks, nok, &used) : HIRATE_IO_MORE;
+        FUZZ_CHECK_EQ(state, HIRATE_IO_MORE);
+        FUZZ_CHECK_EQ(hirate_handshake_feed(hs, "+PONG\r\n", 7, &used), HIRATE_IO_DONE);
+        FUZZ_CHECK_EQ(hirate_handshake_result(hs, msg, sizeof msg), 0);
+        hirate_handshake_free(hs);
         hirate_limiter_free(lim);
     }
     free(url);

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 #include "redis_harness.h"
 
 #define MIB (1024 * 1024)
@@ -138,7 +138,7 @@ static const opt_case opt_cases[] = {
     {"a URL with a negative database", F_URL, 0, 0, "redis://127.0.0.1/-1", HIRATE_EURL,
      "invalid Redis URL: the database must be a number from 0 up"},
     {"a URL of another scheme", F_URL, 0, 0, "http://127.0.0.1", HIRATE_EURL,
-     "invalid Redis URL: it must start with redis:// or unix://"},
+     "invalid Redis URL: it must start with redis://, rediss:// or unix://"},
     {"no options at all", F_NULL_OPTS, 0, 0, NULL, HIRATE_EINVAL,
      "hirate_limiter_new needs out and opts"},
     {"nowhere to put the limiter", F_NULL_OUT, 0, 0, NULL, HIRATE_EINVAL,
@@ -210,13 +210,13 @@ static void test_extreme_valid_rates(void)
         hirate_limiter *lim;
         CHECK_EQ_I64(hirate_limiter_new(&lim, &o, NULL, 0), 0);
         hirate_decision d;
-        CHECK_EQ_I64(hirate__decide_at(lim, "k", 1, 5, 1, 1000, &d), 0);
+        CHECK_EQ_I64(hirate_decide_at(lim, "k", 1, 5, 1, 1000, &d), 0);
         CHECK(d.allowed && d.remaining == 0);
-        CHECK_EQ_I64(hirate__decide_at(lim, "k", 1, 1, 1, 1000, &d), 0);
+        CHECK_EQ_I64(hirate_decide_at(lim, "k", 1, 1, 1, 1000, &d), 0);
         CHECK(!d.allowed);
         CHECK_EQ_I64(d.retry_after_us, 1);
         CHECK_EQ_I64(d.reset_after_us, 1);
-        CHECK_EQ_I64(hirate__decide_at(lim, "k", 1, 5, 1, 1001, &d), 0);
+        CHECK_EQ_I64(hirate_decide_at(lim, "k", 1, 5, 1, 1001, &d), 0);
         CHECK(d.allowed && d.remaining == 0);
         hirate_limiter_free(lim);
     }
