@@ -261,10 +261,10 @@ local function start_tls(self, sock, verify, session)
     -- name check.
     local done, sess, err = pcall(sock.sslhandshake, sock, session, self.server_name, verify)
     if not done then
-        return false, "ETLS", "TLS handshake: the certificate check of " .. self.server_name
+        return false, "ETLS", "the certificate check of " .. self.server_name
             .. " failed (nginx's error log says why)"
     elseif not sess and err then
-        return false, tls_code(err), "TLS handshake: " .. err
+        return false, tls_code(err), err
     end
     if session ~= false then
         self.tls_session = sess or nil -- resumed by the next new connection
@@ -316,7 +316,7 @@ local function handshake(self, sock, hs, connect_started)
     if self.tls then
         local wait = left_ms(connect_started + self.connect_timeout)
         if not wait then
-            state = hs:fail("ETIMEDOUT", "TLS handshake: timeout")
+            state = hs:fail("ETIMEDOUT", "timeout")
         else
             sock:settimeouts(wait, wait, wait)
             local ok, code, why = start_tls(self, sock, self.tls_verify, self.tls_session)
@@ -331,10 +331,6 @@ local function handshake(self, sock, hs, connect_started)
         local ok, code, why = exchange(self, sock, hs, hs:request(), self.timeout)
         if not ok then
             state = hs:fail(code, why)
-        elseif code then
-            -- More than the handshake's replies: nothing this connection
-            -- carries next could be trusted.
-            state = hs:fail("EIO", "bytes after the handshake's replies")
         end
     end
     if state == "probe" then
@@ -366,11 +362,12 @@ local function open(self)
     local ok, err = sock:connect(self.host, self.port, self.pool_opts)
     if not ok then
         self.healthy = false
-        msg = "connect: " .. err
-        io_failed(self, msg)
+        io_failed(self, "connect: " .. err)
         if hs then
-            hs:fail("ECONNECT", msg)
+            hs:fail("ECONNECT", err)
+            ok, msg, code = hs:result() -- the core's backoff learns of it
             hs:free()
+            return nil, code, msg
         end
         return nil, "ECONNECT", "connect to " .. self.where .. ": " .. err
     end

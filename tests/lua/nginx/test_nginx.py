@@ -64,13 +64,14 @@ class Servers:
             self.mtls = self.started(tls_redis(self.certs, auth_clients="yes"))
             self.bad = {name: self.started(tls_redis(self.certs, name))
                         for name in ("wronghost", "expired", "selfsigned")}
-            self.maxclients = self.started(RedisServer(["--maxclients", "1"]))
+            self.maxclients = self.started(tls_redis(self.certs, extra=["--maxclients", "1"]))
             tls_env = {
                 "HIRATE_TEST_CERTS": self.certs,
                 "HIRATE_TEST_TLS_PORT": str(self.tls.tls_port),
                 "HIRATE_TEST_TLS_PLAIN_PORT": str(self.tls.port),
                 "HIRATE_TEST_MTLS_PORT": str(self.mtls.tls_port),
                 "HIRATE_TEST_MAXCLIENTS_PORT": str(self.maxclients.port),
+                "HIRATE_TEST_MAXCLIENTS_TLS_PORT": str(self.maxclients.tls_port),
                 **{f"HIRATE_TEST_{name.upper()}_PORT": str(srv.tls_port)
                    for name, srv in self.bad.items()},
             }
@@ -402,7 +403,7 @@ class Api(unittest.TestCase):
             self.assertEqual((r["ok"], r["code"]), (False, "EAUTH"), r)
             self.assertNotIn("wrong-canary-pw", json.dumps(r))
         self.assertNotIn("wrong-canary-pw", S.nginx.error_log())
-        self.assertIn("refused the AUTH: WRONGPASS", S.nginx.error_log())
+        self.assertIn("AUTH refused: WRONGPASS", S.nginx.error_log())
         # 40 calls in a row; after a refusal new connections wait 10 ms, then
         # 20, 40 ... (at least 3/4 of each, jittered), up to 1 s. So within
         # `elapsed` each of the 2 workers connects at most 2 + log2(elapsed /
@@ -463,7 +464,15 @@ class Api(unittest.TestCase):
         self.assertGreater(r.elapsed, 0.9)
 
     def test_bad_options_raise_naming_the_option(self):
-        self.assertEqual(call("plain", op="badopts")["value"], [
+        got = call("plain", op="badopts")["value"]
+        # A file that is not there, under the test's own directory.
+        self.assertEqual(got.pop(),
+                         f"bad argument #1 to 'new' (tls_cert_file {S.certs}/nothing.crt: "
+                         "No such file or directory)")
+        cannot = ("bad argument #1 to 'new' ({0} cannot be honoured inside nginx: cosockets "
+                  "trust the CAs that the lua_ssl_trusted_certificate directive names (with "
+                  "lua_ssl_verify_depth); name the file there and leave {0} out)")
+        self.assertEqual(got, [
             'hirate.resty.limit: unknown option "keyy"',
             "hirate.resty.limit: limiter must be a limiter from hirate.new, got table",
             'hirate.resty.limit: key must be "remote_addr", "header:<name>", '
@@ -480,6 +489,11 @@ class Api(unittest.TestCase):
             "86400, got -1)",
             "bad argument #1 to 'new' (backlog must be a whole number from 1 to 65535, got 0)",
             "bad argument #1 to 'new' (unknown option 'pool_sise')",
+            cannot.format("tls_ca_file"),
+            cannot.format("tls_ca_dir"),
+            "bad argument #1 to 'new' (tls_server_name: nginx checks a certificate against a "
+            "host name only, not an address such as 127.0.0.1; give the name the certificate "
+            "is for as tls_server_name)",
         ])
 
     def test_a_unix_socket_url(self):
@@ -579,6 +593,12 @@ class Tls(unittest.TestCase):
                     many = call(f"maxclients_{policy}", op="many", k=fresh("maxc"))["value"]
                     self.assertEqual([(d["allowed"], d["error"]) for d in many],
                                      [(False, "EREFUSED")] * 3)
+                    # Over TLS the server closes during the handshake, which
+                    # nginx calls "handshake failed": ETLS (docs/lua.md).
+                    got = call(f"maxclients_tls_{policy}", k=fresh("maxc"))
+                    self.assertEqual(got, {"ok": False, "code": "ETLS", "err":
+                                           f"TLS handshake with 127.0.0.1:"
+                                           f"{S.maxclients.tls_port}: handshake failed"})
 
     def test_allow_many_keeps_every_items_outcome_when_an_acl_refuses_one(self):
         k = fresh("acl")

@@ -25,6 +25,7 @@ local tls_port = os.getenv("HIRATE_TEST_TLS_PORT")
 local tls_plain_port = os.getenv("HIRATE_TEST_TLS_PLAIN_PORT")
 local mtls_port = os.getenv("HIRATE_TEST_MTLS_PORT")
 local maxclients_port = os.getenv("HIRATE_TEST_MAXCLIENTS_PORT")
+local maxclients_tls_port = os.getenv("HIRATE_TEST_MAXCLIENTS_TLS_PORT")
 local bad_ports = {
     wronghost = os.getenv("HIRATE_TEST_WRONGHOST_PORT"),
     expired = os.getenv("HIRATE_TEST_EXPIRED_PORT"),
@@ -136,6 +137,9 @@ local misconfigured = {
     tls_to_plain = { url = "rediss://127.0.0.1:" .. tls_plain_port,
         tls_server_name = "localhost" },
     maxclients = { url = "redis://127.0.0.1:" .. maxclients_port },
+    -- Over TLS Redis cannot say it: it closes during the TLS handshake.
+    maxclients_tls = { url = "rediss://127.0.0.1:" .. maxclients_tls_port,
+        tls_server_name = "localhost" },
 }
 for name, o in pairs(misconfigured) do
     for _, policy in ipairs { "local", "open", "closed" } do
@@ -285,6 +289,7 @@ function M.call(name)
             try(hirate.new, { url = tls_url, capacity = 1, rate = 1,
                 tls_ca_file = certs .. "/ca.crt" })
             try(hirate.new, { url = tls_url, capacity = 1, rate = 1, tls_ca_dir = certs })
+            try(hirate.new, { url = tls_url, capacity = 1, rate = 1 })
             try(hirate.new, { url = tls_url, capacity = 1, rate = 1,
                 tls_cert_file = certs .. "/nothing.crt", tls_key_file = certs .. "/client.key" })
             return out
