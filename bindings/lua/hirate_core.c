@@ -57,19 +57,22 @@ typedef struct limiter_ud {
     char where[];           /* "memory", or the URL with the password as *** */
 } limiter_ud;
 
-enum { OP_PENDING, OP_DONE, OP_FREED };
+enum { OP_PENDING, OP_DONE };
 
 typedef struct op_ud {
-    hirate_op *op;          /* the core's op, from start to free(): its
-                               messages live in it */
+    hirate_op *op;          /* the core's op while it waits for Redis */
     limiter_ud *lud;        /* while op is held; the uservalue keeps it alive */
     int state;
     int reset;              /* an op of _op_start_reset: result(), not results() */
-    char errmsg[HIRATE_ERRMSG_SIZE]; /* when the core needed no op: the
-                               limiter's message for the items that failed */
+    int drop;               /* once answered: the connection must be closed */
+    int rc;                 /* once answered: a reset's outcome */
     size_t n;
     hirate_item items[];    /* then the keys' bytes: the core points into them */
 } op_ud;
+
+/* An op's uservalue: [1] its limiter's userdata; once the op is answered,
+ * [2 + i] item i's message when it failed ([2]: a reset's). */
+enum { UV_OP_LIMITER = 1, UV_OP_MESSAGES };
 
 enum { HS_RUNNING, HS_DONE, HS_FREED };
 
@@ -1033,6 +1036,36 @@ static void op_release(op_ud *o)
     o->lud = NULL;
 }
 
+/* Keeps message for item i (of a reset: i is 0) in the uservalue of the
+ * op at idx. */
+static void keep_message(lua_State *L, int idx, size_t i, const char *message)
+{
+    hl_getuservalue(L, idx);
+    lua_pushstring(L, message);
+    lua_rawseti(L, -2, UV_OP_MESSAGES + (int)i);
+    lua_pop(L, 1);
+}
+
+/* The op at idx is answered: keep what results() and result() need (the
+ * core's messages), then give back the core's op, so that a closed limiter
+ * goes as soon as nothing waits on it. An error raised meanwhile (out of
+ * memory) leaves the core's op to free() and __gc. */
+static void op_finish(lua_State *L, op_ud *o, int idx)
+{
+    o->state = OP_DONE;
+    o->drop = hirate_op_drop(o->op);
+    o->rc = hirate_op_result(o->op);
+    if (o->reset) {
+        if (o->rc < 0)
+            keep_message(L, idx, 0, hirate_op_errmsg(o->op, 0));
+    } else {
+        for (size_t i = 0; i < o->n; i++)
+            if (o->items[i].rc < 0)
+                keep_message(L, idx, i, hirate_op_errmsg(o->op, i));
+    }
+    op_release(o);
+}
+
 /* Holds the core's op (rc 1 from a start function), or, when the core
  * needed none, keeps the limiter's message for the items that failed. */
 static int op_started(lua_State *L, limiter_ud *u, op_ud *o, int rc, hirate_op *op)
@@ -1044,10 +1077,14 @@ static int op_started(lua_State *L, limiter_ud *u, op_ud *o, int rc, hirate_op *
         o->lud = u;
         o->state = OP_PENDING;
         u->users++;
-    } else {
-        o->state = OP_DONE;
-        hirate_limiter_errmsg(u->lim, o->errmsg, sizeof o->errmsg);
+        return 1;
     }
+    o->state = OP_DONE;
+    char msg[HIRATE_ERRMSG_SIZE];
+    hirate_limiter_errmsg(u->lim, msg, sizeof msg);
+    for (size_t i = 0; i < o->n; i++)
+        if (o->items[i].rc < 0)
+            keep_message(L, -1, i, msg);
     return 1;
 }
 
@@ -1064,7 +1101,7 @@ static int l_op_start(lua_State *L)
         return push_closed(L);
 
     op_ud *o = (op_ud *)new_holder(L, sizeof *o + n * sizeof(hirate_item) + keybytes, OP_MT);
-    o->state = OP_FREED;   /* until the core has answered */
+    o->state = OP_DONE;   /* until the core's op exists */
     o->n = n;
     fill_items(L, 2, o->items, n, (char *)(o->items + n));
     hirate_op *op = NULL;
@@ -1084,7 +1121,7 @@ static int l_op_start_reset(lua_State *L)
         return push_closed(L);
 
     op_ud *o = (op_ud *)new_holder(L, sizeof *o + keylen, OP_MT);
-    o->state = OP_FREED;
+    o->state = OP_DONE;
     o->reset = 1;
     char *copy = (char *)o->items;   /* n is 0: the key's bytes follow */
     memcpy(copy, key, keylen);
@@ -1124,7 +1161,7 @@ static int l_op_feed(lua_State *L)
     check_pending(L, o, "feed");
     int r = hirate_op_feed(o->op, buf, len, &used);
     if (r == HIRATE_IO_DONE)
-        o->state = OP_DONE;
+        op_finish(L, o, 1);
     lua_pushstring(L, state_name(r));
     lua_pushinteger(L, (lua_Integer)used);
     return 2;
@@ -1142,7 +1179,7 @@ static int l_op_fail(lua_State *L)
     const char *why = opt_why(L, 3);
     if (o->state == OP_PENDING) {
         hirate_op_fail(o->op, code, why);
-        o->state = OP_DONE;
+        op_finish(L, o, 1);
     }
     return 0;
 }
@@ -1151,7 +1188,7 @@ static int l_op_fail(lua_State *L)
 static int l_op_drop(lua_State *L)
 {
     op_ud *o = check_op(L);
-    lua_pushboolean(L, o->op ? hirate_op_drop(o->op) : 0);
+    lua_pushboolean(L, o->op ? hirate_op_drop(o->op) : o->drop);
     return 1;
 }
 
@@ -1160,15 +1197,17 @@ static void check_answered(lua_State *L, op_ud *o, const char *what)
     if (o->state == OP_PENDING)
         luaL_error(L, "%s: the op still waits for Redis (feed it the replies, or fail it)",
                    what);
-    if (o->state == OP_FREED)
-        luaL_error(L, "%s: the op is freed", what);
 }
 
-static const char *op_msg(const void *ctx, size_t i, int rc)
+/* The message op_finish kept for item i; the uservalue is at the top. */
+static const char *kept_message(const void *ctx, size_t i, int rc)
 {
-    const op_ud *o = (const op_ud *)ctx;
+    lua_State *L = (lua_State *)(uintptr_t)ctx;
     (void)rc;
-    return o->op ? hirate_op_errmsg(o->op, i) : o->errmsg;
+    lua_rawgeti(L, -2, UV_OP_MESSAGES + (int)i);   /* -2: under the array being built */
+    const char *msg = lua_tostring(L, -1);   /* the uservalue keeps it alive */
+    lua_pop(L, 1);
+    return msg;
 }
 
 /* op:results() -> {outcome, ...}: each item's decision, or its error
@@ -1179,7 +1218,8 @@ static int l_op_results(lua_State *L)
     check_answered(L, o, "results");
     if (o->reset)
         return luaL_error(L, "results: a reset op has one result (result())");
-    push_items(L, o->items, o->n, op_msg, o);
+    hl_getuservalue(L, 1);
+    push_items(L, o->items, o->n, kept_message, (const void *)(uintptr_t)L);
     return 1;
 }
 
@@ -1190,9 +1230,11 @@ static int l_op_result(lua_State *L)
     check_answered(L, o, "result");
     if (!o->reset)
         return luaL_error(L, "result: a decision op has one result per item (results())");
-    int rc = o->op ? hirate_op_result(o->op) : 0;
-    if (rc < 0)
-        return push_error(L, rc, o->op ? hirate_op_errmsg(o->op, 0) : NULL);
+    if (o->rc < 0) {
+        hl_getuservalue(L, 1);
+        lua_rawgeti(L, -1, UV_OP_MESSAGES);
+        return push_error(L, o->rc, lua_tostring(L, -1));
+    }
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -1204,18 +1246,18 @@ static int l_op_result(lua_State *L)
 static int l_op_free(lua_State *L)
 {
     op_ud *o = check_op(L);
-    if (o->state == OP_PENDING)
+    if (o->state == OP_PENDING) {
         hirate_op_fail(o->op, HIRATE_ECLOSED, NULL);
+        op_finish(L, o, 1);
+    }
     op_release(o);
-    o->state = OP_FREED;
     return 0;
 }
 
 static int l_op_tostring(lua_State *L)
 {
     op_ud *o = check_op(L);
-    const char *state = o->state == OP_PENDING ? "waiting" : o->state == OP_DONE ? "done"
-                                                                                 : "freed";
+    const char *state = o->state == OP_PENDING ? "waiting" : "done";
     if (o->reset)
         lua_pushfstring(L, "hirate.op(%s, reset)", state);
     else

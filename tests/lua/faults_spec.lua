@@ -99,14 +99,17 @@ describe("with a wrong password", function()
         local ok, err = pcall(function()
             for _, policy in ipairs { "local", "open", "closed" } do
                 local lim = limiter("redis://:" .. canary .. "@127.0.0.1:" .. srv.port, policy)
+                -- allow_many: the error in the item's place.
+                local item = lim:allow_many { { "k", 1 } }[1]
                 for _, r in ipairs { pack(lim:allow("k")), pack(lim:peek("k")),
-                    pack(lim:allow_many { { "k", 1 } }), pack(lim:reset("k")) } do
+                    pack(nil, item.message, item.error), pack(lim:reset("k")) } do
                     assert.equal(3, r.n)
                     assert.is_nil(r[1])
                     assert.equal("EAUTH", r[3])
                     assert.truthy(r[2]:find("WRONGPASS", 1, true), r[2])
                     assert.is_nil(r[2]:find(canary, 1, true), r[2])
                 end
+                assert.same({ false, nil }, { item.allowed, item.source })
                 assert.is_nil(tostring(lim):find(canary, 1, true))
                 lim:close()
             end
