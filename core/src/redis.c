@@ -4,181 +4,160 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 
-#include <hiredis/hiredis.h>
-
 #include "errors.h"
+#include "link.h"
 #include "memory.h"
 #include "redis.h"
-
-/* Reconnection backoff after a failed connect: doubles from the first to the
- * last, each wait jittered by ±25% so that processes do not connect in step. */
-#define BACKOFF_FIRST_MS 10
-#define BACKOFF_LAST_MS 1000
+#include "transport.h"
 
 typedef struct conn {
-    redisContext *ctx;      /* opened the socket; not used for I/O afterwards */
-    int fd;
-    int timeo_changed;      /* SO_RCVTIMEO shortened for the rest of a call */
-    int reads;              /* recv() calls in this round trip */
+    hirate_sock sock;
+    int slot;               /* its place in the pool, and so its TLS session */
+    int reads;              /* reads in this round trip */
     struct conn *next;      /* in the idle list */
     size_t rstart, rlen;    /* unread replies are rbuf[rstart, rlen) */
     char rbuf[HIRATE_PROTO_MAX_REPLY];
 } conn;
 
+/* A place in the pool. The TLS session stays with the place across
+ * reconnects, offered only by the connection that holds it: never shared
+ * between threads. */
+typedef struct slot {
+    conn *c;
+    int taken;          /* c is open or being opened */
+    void *session;      /* SSL_SESSION * to resume, or NULL */
+} slot;
+
 struct hirate_redis {
-    hirate_redis_cfg cfg;
+    hirate_link *link;
+    int pool_size;
+    int timeout_ms;
     pthread_mutex_t lock;
     pthread_cond_t freed;       /* a connection went back to the pool */
-    conn **all;                 /* cfg.pool_size slots, NULL when free */
+    slot *slots;                /* cfg.pool_size */
     conn *idle;
     int open;                   /* connections open or being opened */
     int waiting;                /* threads waiting for a connection */
-    int failing;                /* the last connect failed */
-    int backoff_ms;
-    int64_t next_connect_us;
-    uint64_t jitter_state;
-    int connect_rc;             /* and its code, given again during the backoff */
-    char connect_err[160];
     hirate_redis_stats stats;   /* updated with relaxed atomics */
 };
 
 #define STAT_INC(r, field) __atomic_fetch_add(&(r)->stats.field, 1, __ATOMIC_RELAXED)
 
-static struct timeval ms_to_tv(int ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    return tv;
-}
-
-/* "127.0.0.1:6379" or the socket path, for messages (never the password). */
-static void describe_server(const hirate_url *u, char *buf, size_t len)
-{
-    if (u->is_unix)
-        snprintf(buf, len, "%s", u->path);
-    else if (strchr(u->host, ':'))
-        snprintf(buf, len, "[%s]:%d", u->host, u->port);
-    else
-        snprintf(buf, len, "%s:%d", u->host, u->port);
-}
-
 /* ---- one connection -------------------------------------------------------- */
 
-static void conn_close(conn *c)
+/* quiet: after fork(), not a byte sent and the parent's TLS state left alone. */
+static void conn_close(hirate_redis *r, conn *c, int quiet)
 {
-    redisFree(c->ctx);   /* close(2) only: nothing is sent */
+    hirate_sock_close(&c->sock, quiet, quiet ? NULL : &r->slots[c->slot].session);
     free(c);
 }
 
-/* Did a hiredis command fail by running out of time? hiredis 1.x says so
- * with REDIS_ERR_TIMEOUT; 0.14 reports an I/O error with errno EAGAIN. */
-static int hiredis_timed_out(const redisContext *ctx)
+/* One exchange of the handshake on s: its request, then replies until the
+ * op is done with them or wants something else. The deadline runs from the
+ * sending. Bytes after the handshake's replies are kept in buf[*len]. */
+static int exchange(hirate_handshake *hs, hirate_sock *s, int64_t deadline, char *buf, size_t cap,
+                    size_t *len)
 {
-#ifdef REDIS_ERR_TIMEOUT
-    if (ctx->err == REDIS_ERR_TIMEOUT)
-        return 1;
-#endif
-    return ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+    char why[HIRATE_ERRMSG_SIZE];
+    size_t reqlen, used;
+    const char *req = hirate_handshake_request(hs, &reqlen);
+    int rc = hirate_sock_send(s, req, reqlen, deadline, why, sizeof why);
+    if (rc < 0)
+        return hirate_handshake_fail(hs, rc, why);
+    *len = 0;
+    for (;;) {
+        long n = *len == cap ? HIRATE_EIO
+                             : hirate_sock_recv(s, buf + *len, cap - *len, deadline, why, sizeof why);
+        if (n < 0) {
+            if (*len == cap)
+                snprintf(why, sizeof why, "a handshake reply over %zu bytes", cap);
+            return hirate_handshake_fail(hs, (int)n, why);
+        }
+        *len += (size_t)n;
+        int state = hirate_handshake_feed(hs, buf, *len, &used);
+        memmove(buf, buf + used, *len - used);
+        *len -= used;
+        if (state != HIRATE_IO_MORE)
+            return state;
+    }
 }
 
-/* AUTH and SELECT through hiredis, before hirate takes over the socket. */
-static int handshake(hirate_redis *r, redisContext *ctx, char *err, size_t errlen)
+/* The mismatch probe: the other transport, to the same address, within the
+ * probe's own timeout; whatever it learns, its connection is closed. */
+static int probe(hirate_handshake *hs, const hirate_endpoint *ep, char *buf, size_t cap)
 {
-    const hirate_url *u = &r->cfg.url;
-    const char *argv[3];
-    size_t lens[3];
-    char db[16];
-    redisReply *rep;
-    int argc;
-
-    if ((argc = hirate_url_auth_argv(u, argv, lens)) > 0) {
-        rep = redisCommandArgv(ctx, argc, argv, lens);
-        if (!rep)
-            return hirate__fail(err, errlen, hiredis_timed_out(ctx) ? HIRATE_ETIMEDOUT : HIRATE_EIO,
-                                "AUTH: %s", ctx->errstr);
-        if (rep->type == REDIS_REPLY_ERROR) {
-            int rc = hirate__fail(err, errlen, HIRATE_EAUTH, "AUTH refused: %.100s", rep->str);
-            freeReplyObject(rep);
-            return rc;
-        }
-        freeReplyObject(rep);
-    }
-    if ((argc = hirate_url_select_argv(u, db, argv, lens)) > 0) {
-        rep = redisCommandArgv(ctx, argc, argv, lens);
-        if (!rep)
-            return hirate__fail(err, errlen, hiredis_timed_out(ctx) ? HIRATE_ETIMEDOUT : HIRATE_EIO,
-                                "SELECT: %s", ctx->errstr);
-        if (rep->type == REDIS_REPLY_ERROR) {
-            int rc = hirate_proto_error_class(rep->str, rep->len);
-            rc = hirate__fail(err, errlen, rc < 0 ? rc : HIRATE_EREPLY,
-                              "SELECT %d refused: %.100s", u->db, rep->str);
-            freeReplyObject(rep);
-            return rc;
-        }
-        freeReplyObject(rep);
-    }
-    return 0;
+    char why[HIRATE_ERRMSG_SIZE];
+    int tls = hirate_handshake_probe_tls(hs);
+    int64_t deadline = hirate_monotonic_us() + (int64_t)ep->probe_timeout_ms * 1000;
+    hirate_sock s;
+    size_t len;
+    int rc = hirate_sock_connect(&s, ep, tls ? hirate_tls_probe_ctx() : NULL,
+                                 tls ? HIRATE_SOCK_TLS_NOVERIFY : HIRATE_SOCK_PLAIN, NULL, deadline,
+                                 why, sizeof why);
+    if (rc < 0)
+        return hirate_handshake_fail(hs, rc, why);
+    int state = exchange(hs, &s, deadline, buf, cap, &len);
+    hirate_sock_close(&s, 1, NULL);
+    return state;
 }
 
-static int conn_open(hirate_redis *r, conn **out, char *err, size_t errlen)
+/* Opens a connection for the pool's place i: the link says whether one may
+ * be tried now (the backoff), the handshake op what to send and what the
+ * replies mean. */
+static int conn_open(hirate_redis *r, int i, conn **out, char *err, size_t errlen)
 {
-    const hirate_url *u = &r->cfg.url;
-    char where[300];
-    struct timeval ctv = ms_to_tv(r->cfg.connect_timeout_ms);
-
-    STAT_INC(r, connects);
-    describe_server(u, where, sizeof where);
-    redisContext *ctx = u->is_unix ? redisConnectUnixWithTimeout(u->path, ctv)
-                                   : redisConnectWithTimeout(u->host, u->port, ctv);
-    if (!ctx)
-        return hirate__fail(err, errlen, HIRATE_ENOMEM, "connect to %s: out of memory", where);
-    if (ctx->err) {
-        int rc = hirate__fail(err, errlen, HIRATE_ECONNECT, "connect to %s: %s", where, ctx->errstr);
-        redisFree(ctx);
-        return rc;
-    }
-    if (!u->is_unix)
-        redisEnableKeepAlive(ctx);
-    int rc = redisSetTimeout(ctx, ms_to_tv(r->cfg.timeout_ms)) == REDIS_OK
-             ? handshake(r, ctx, err, errlen)
-             : hirate__fail(err, errlen, HIRATE_EIO, "connect to %s: %s", where, ctx->errstr);
-    if (rc < 0) {
-        redisFree(ctx);
-        return rc;
-    }
+    hirate_link *k = r->link;
+    hirate_handshake *hs;
+    hirate_endpoint ep;
+    char why[HIRATE_ERRMSG_SIZE];
+    size_t left = 0;
+    int rc = hirate_link_handshake(k, &hs, err, errlen);
+    if (rc < 0)
+        return rc;   /* not now: fail fast with the last failure's code */
     conn *c = calloc(1, sizeof *c);
     if (!c) {
-        redisFree(ctx);
-        return hirate__fail(err, errlen, HIRATE_ENOMEM, "connect to %s: out of memory", where);
+        hirate_handshake_free(hs);
+        return hirate__fail(err, errlen, HIRATE_ENOMEM, "connect to Redis: out of memory");
     }
-    c->ctx = ctx;
-    c->fd = ctx->fd;
+    c->slot = i;
+    hirate_link_endpoint(k, &ep);
+    int state;
+    rc = hirate_sock_connect(&c->sock, &ep, k->tls, ep.tls ? HIRATE_SOCK_TLS : HIRATE_SOCK_PLAIN,
+                             &r->slots[i].session,
+                             hirate_monotonic_us() + (int64_t)ep.connect_timeout_ms * 1000, why,
+                             sizeof why);
+    if (rc < 0)
+        state = hirate_handshake_fail(hs, rc, why);
+    else
+        state = exchange(hs, &c->sock, hirate_monotonic_us() + (int64_t)ep.timeout_ms * 1000,
+                         c->rbuf, sizeof c->rbuf, &left);
+    if (state == HIRATE_IO_PROBE)
+        state = probe(hs, &ep, c->rbuf, sizeof c->rbuf);
+    if (state == HIRATE_IO_PROBE)   /* one probe answers the question */
+        state = hirate_handshake_fail(hs, HIRATE_EIO, "the probe found nothing");
+    rc = hirate_handshake_result(hs, err, errlen);
+    hirate_handshake_free(hs);
+    if (rc == 0 && left)
+        rc = hirate__fail(err, errlen, HIRATE_EPROTO,
+                          "malformed reply from Redis: bytes after the handshake's replies");
+    if (rc < 0) {
+        conn_close(r, c, 0);
+        return rc;
+    }
+    c->rstart = c->rlen = 0;
     *out = c;
     return 0;
 }
 
-static int conn_send(hirate_redis *r, conn *c, const char *buf, size_t len, char *err, size_t errlen)
+static int conn_send(hirate_redis *r, conn *c, const char *buf, size_t len, int64_t deadline,
+                     char *err, size_t errlen)
 {
-    while (len) {
-        /* MSG_NOSIGNAL: a peer that closed must not SIGPIPE the process. */
-        ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
-        if (n > 0) {
-            buf += n;
-            len -= (size_t)n;
-        } else if (n < 0 && errno == EINTR) {
-            continue;
-        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return hirate__fail(err, errlen, HIRATE_ETIMEDOUT,
-                                "sending to Redis took over %d ms", r->cfg.timeout_ms);
-        } else {
-            return hirate__fail(err, errlen, HIRATE_EIO, "send to Redis: %s",
-                                n < 0 ? strerror(errno) : "nothing written");
-        }
-    }
-    return 0;
+    int rc = hirate_sock_send(&c->sock, buf, len, deadline, err, errlen);
+    if (rc == HIRATE_ETIMEDOUT)
+        hirate__fail(err, errlen, rc, "sending to Redis took over %d ms", r->timeout_ms);
+    return rc;
 }
 
 /* Reads the next reply of the stream by deadline. The reply points into
@@ -206,41 +185,26 @@ static int conn_read(hirate_redis *r, conn *c, int64_t deadline, hirate_reply *r
             return hirate__fail(err, errlen, HIRATE_EPROTO,
                                 "malformed reply from Redis: longer than %zu bytes",
                                 sizeof c->rbuf);
-        /* After the first read of a round trip, wait only for what is left
-         * of its deadline, so that neither a trickle of bytes nor one of
-         * whole replies (in a batch) can stretch the call. */
-        if (c->reads++) {
-            int64_t left = deadline - hirate_monotonic_us();
-            if (left <= 0)
-                return hirate__fail(err, errlen, HIRATE_ETIMEDOUT,
-                                    "no whole reply from Redis within %d ms", r->cfg.timeout_ms);
-            struct timeval tv = {(time_t)(left / 1000000), (suseconds_t)(left % 1000000)};
-            setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-            c->timeo_changed = 1;
-        }
-        ssize_t n = recv(c->fd, c->rbuf + c->rlen, sizeof c->rbuf - c->rlen, 0);
-        if (n > 0)
-            c->rlen += (size_t)n;
-        else if (n == 0)
-            return hirate__fail(err, errlen, HIRATE_EIO, "Redis closed the connection");
-        else if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return hirate__fail(err, errlen, HIRATE_ETIMEDOUT, "no reply from Redis within %d ms",
-                                r->cfg.timeout_ms);
-        else if (errno != EINTR)
-            return hirate__fail(err, errlen, HIRATE_EIO, "receive from Redis: %s", strerror(errno));
+        /* Every wait is for what is left of the round trip's deadline, so
+         * that neither a trickle of bytes nor one of whole replies (in a
+         * batch) can stretch the call. */
+        long n = hirate_sock_recv(&c->sock, c->rbuf + c->rlen, sizeof c->rbuf - c->rlen, deadline,
+                                  err, errlen);
+        if (n == HIRATE_ETIMEDOUT)
+            return hirate__fail(err, errlen, HIRATE_ETIMEDOUT, "no %sreply from Redis within %d ms",
+                                c->reads ? "whole " : "", r->timeout_ms);
+        if (n < 0)
+            return (int)n;
+        c->reads++;
+        c->rlen += (size_t)n;
     }
 }
 
-/* Starts a round trip: the deadline, the full receive timeout again. */
+/* Starts a round trip: its deadline. */
 static int64_t begin_roundtrip(hirate_redis *r, conn *c)
 {
-    if (c->timeo_changed) {
-        struct timeval tv = ms_to_tv(r->cfg.timeout_ms);
-        setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        c->timeo_changed = 0;
-    }
     c->reads = 0;
-    return hirate_monotonic_us() + (int64_t)r->cfg.timeout_ms * 1000;
+    return hirate_monotonic_us() + (int64_t)r->timeout_ms * 1000;
 }
 
 /* Ends a round trip: a byte nobody asked for means the stream is out of
@@ -271,25 +235,30 @@ hirate_redis *hirate_redis_new(const hirate_redis_cfg *cfg)
     hirate_redis *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
-    r->cfg = *cfg;
-    r->all = calloc((size_t)cfg->pool_size, sizeof *r->all);
-    if (!r->all) {
+    r->link = cfg->link;
+    r->pool_size = cfg->pool_size;
+    r->timeout_ms = cfg->link->timeout_ms;
+    r->slots = calloc((size_t)cfg->pool_size, sizeof *r->slots);
+    if (!r->slots) {
         free(r);
         return NULL;
     }
     pthread_mutex_init(&r->lock, NULL);
     init_cond(&r->freed);
-    r->jitter_state = (uint64_t)(uintptr_t)r ^ (uint64_t)hirate_monotonic_us();
     return r;
 }
 
-static void close_all(hirate_redis *r)
+/* Closes every connection (quietly after fork()) and forgets the sessions. */
+static void close_all(hirate_redis *r, int quiet)
 {
-    for (int i = 0; i < r->cfg.pool_size; i++) {
-        if (r->all[i]) {
-            conn_close(r->all[i]);
-            r->all[i] = NULL;
-        }
+    for (int i = 0; i < r->pool_size; i++) {
+        slot *sl = &r->slots[i];
+        if (sl->c)
+            conn_close(r, sl->c, quiet);
+        /* In a child the sessions are copies of the parent's: resuming them
+         * from two processes would make them one client to the server. */
+        hirate_sock_session_free(sl->session);
+        memset(sl, 0, sizeof *sl);
     }
     r->idle = NULL;
     r->open = 0;
@@ -299,52 +268,26 @@ void hirate_redis_free(hirate_redis *r)
 {
     if (!r)
         return;
-    close_all(r);
+    close_all(r, 0);
     pthread_cond_destroy(&r->freed);
     pthread_mutex_destroy(&r->lock);
-    free(r->all);
-    /* The password lived in cfg.url: do not leave it in freed memory. */
-    memset(&r->cfg, 0, sizeof r->cfg);
+    free(r->slots);
     free(r);
-}
-
-static int jittered(hirate_redis *r, int ms)
-{
-    uint64_t x = r->jitter_state;   /* xorshift64, under the lock */
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    r->jitter_state = x;
-    return ms * 3 / 4 + (int)(x % (uint64_t)(ms / 2 + 1));
 }
 
 /* Closes a connection of the pool for good; under the lock. */
 static void forget(hirate_redis *r, conn *c)
 {
-    for (int i = 0; i < r->cfg.pool_size; i++) {
-        if (r->all[i] == c) {
-            r->all[i] = NULL;
-            break;
-        }
-    }
+    slot *sl = &r->slots[c->slot];
+    sl->c = NULL;
+    sl->taken = 0;
     r->open--;
     STAT_INC(r, dropped);
-    conn_close(c);
+    conn_close(r, c, 0);
 }
 
-/* Has the server closed this idle connection (its `timeout`, CLIENT KILL, a
- * restart), or sent bytes nobody asked for? A server's close reaches us as
- * end-of-file (or a reset) that a peek sees without blocking. Then no call
- * can be sent on it; one found before sending provably did not run. */
-static int conn_gone(const conn *c)
-{
-    char byte;
-    ssize_t n = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
-/* Takes an idle connection, opens a new one while the pool has room and no
- * backoff is running, or waits for one to be released. */
+/* Takes an idle connection, opens a new one while the pool has room (when
+ * the link's backoff lets it), or waits for one to be released. */
 static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
 {
     struct timespec until = {0, 0};   /* set before the first wait */
@@ -354,9 +297,11 @@ static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
         if (r->idle) {
             conn *c = r->idle;
             r->idle = c->next;
-            if (conn_gone(c)) {
-                /* Closed while idle: nothing of this call was sent on it,
-                 * so another connection may carry it. */
+            /* Has the server closed this idle connection (its `timeout`,
+             * CLIENT KILL, a restart), or sent bytes nobody asked for?
+             * Then nothing of this call was sent on it, so another
+             * connection may carry it. */
+            if (hirate_sock_gone(&c->sock)) {
                 forget(r, c);
                 continue;
             }
@@ -364,51 +309,23 @@ static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
             pthread_mutex_unlock(&r->lock);
             return 0;
         }
-        if (r->open < r->cfg.pool_size) {
-            int64_t now = hirate_monotonic_us();
-            if (r->failing && now < r->next_connect_us) {
-                /* The same code as the failure itself: a wrong password
-                 * stays a configuration error, not an outage. */
-                int rc = hirate__fail(err, errlen, r->connect_rc,
-                                      "not reconnecting for %lld ms after: %s",
-                                      (long long)((r->next_connect_us - now + 999) / 1000),
-                                      r->connect_err);
-                pthread_mutex_unlock(&r->lock);
-                return rc;
-            }
-            if (r->failing) {
-                /* Only this caller probes; the others keep failing fast. */
-                r->backoff_ms = r->backoff_ms ? r->backoff_ms * 2 : BACKOFF_FIRST_MS;
-                if (r->backoff_ms > BACKOFF_LAST_MS)
-                    r->backoff_ms = BACKOFF_LAST_MS;
-                r->next_connect_us = now + (int64_t)jittered(r, r->backoff_ms) * 1000;
-            }
+        if (r->open < r->pool_size) {
+            int i = 0;
+            while (r->slots[i].taken)
+                i++;
+            r->slots[i].taken = 1;
             r->open++;
             pthread_mutex_unlock(&r->lock);
 
             conn *c = NULL;
-            int rc = conn_open(r, &c, err, errlen);
+            int rc = conn_open(r, i, &c, err, errlen);
 
             pthread_mutex_lock(&r->lock);
             if (rc < 0) {
+                r->slots[i].taken = 0;
                 r->open--;
-                if (!r->failing) {
-                    r->failing = 1;
-                    r->backoff_ms = BACKOFF_FIRST_MS;
-                    r->next_connect_us = hirate_monotonic_us() +
-                                         (int64_t)jittered(r, r->backoff_ms) * 1000;
-                }
-                r->connect_rc = rc;
-                snprintf(r->connect_err, sizeof r->connect_err, "%s", err ? err : "");
             } else {
-                r->failing = 0;
-                r->backoff_ms = 0;
-                for (int i = 0; i < r->cfg.pool_size; i++) {
-                    if (!r->all[i]) {
-                        r->all[i] = c;
-                        break;
-                    }
-                }
+                r->slots[i].c = c;
                 *out = c;
             }
             pthread_mutex_unlock(&r->lock);
@@ -416,8 +333,8 @@ static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
         }
         if (until.tv_sec == 0) {
             clock_gettime(CLOCK_MONOTONIC, &until);
-            until.tv_sec += r->cfg.timeout_ms / 1000;
-            until.tv_nsec += (long)(r->cfg.timeout_ms % 1000) * 1000000L;
+            until.tv_sec += r->timeout_ms / 1000;
+            until.tv_nsec += (long)(r->timeout_ms % 1000) * 1000000L;
             if (until.tv_nsec >= 1000000000L) {
                 until.tv_sec++;
                 until.tv_nsec -= 1000000000L;
@@ -430,7 +347,7 @@ static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
             pthread_mutex_unlock(&r->lock);
             return hirate__fail(err, errlen, HIRATE_ETIMEDOUT,
                                 "all %d Redis connections stayed busy for %d ms",
-                                r->cfg.pool_size, r->cfg.timeout_ms);
+                                r->pool_size, r->timeout_ms);
         }
     }
 }
@@ -479,7 +396,7 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
             carried[i] = rcs[i] == select;
     }
     int64_t deadline = begin_roundtrip(r, c);
-    int io = conn_send(r, c, buf, len, err, errlen);
+    int io = conn_send(r, c, buf, len, deadline, err, errlen);
     if (buf != stackbuf)
         free(buf);
 
@@ -561,7 +478,7 @@ int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, co
     if (rc < 0)
         return rc;
     int64_t deadline = begin_roundtrip(r, c);
-    rc = conn_send(r, c, req, len, err, errlen);
+    rc = conn_send(r, c, req, len, deadline, err, errlen);
     if (rc == 0)
         rc = conn_read(r, c, deadline, &rep, err, errlen);
     int drop = 0;
@@ -581,7 +498,7 @@ int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, co
 
 void hirate_redis_stats_get(hirate_redis *r, hirate_redis_stats *out)
 {
-    out->connects = __atomic_load_n(&r->stats.connects, __ATOMIC_RELAXED);
+    out->connects = 0;
     out->evalsha = __atomic_load_n(&r->stats.evalsha, __ATOMIC_RELAXED);
     out->eval = __atomic_load_n(&r->stats.eval, __ATOMIC_RELAXED);
     out->dropped = __atomic_load_n(&r->stats.dropped, __ATOMIC_RELAXED);
@@ -599,24 +516,12 @@ void hirate_redis_fork_parent(hirate_redis *r)
 
 void hirate_redis_fork_child(hirate_redis *r)
 {
-    /* The sockets belong to the parent: close our copies without a word
-     * (no QUIT, no shutdown()), and start the pool afresh. */
-    close_all(r);
+    /* The sockets and their TLS state belong to the parent: close our
+     * copies without a word (no QUIT, no close_notify, no shutdown()), and
+     * start the pool afresh. */
+    close_all(r, 1);
     r->waiting = 0;
-    r->failing = 0;
-    r->backoff_ms = 0;
     pthread_mutex_unlock(&r->lock);
     pthread_cond_destroy(&r->freed);
     init_cond(&r->freed);
-}
-
-const hirate_url *hirate_redis_url(const hirate_redis *r)
-{
-    return &r->cfg.url;
-}
-
-int hirate_redis_timeouts(const hirate_redis *r, int *timeout_ms)
-{
-    *timeout_ms = r->cfg.timeout_ms;
-    return r->cfg.connect_timeout_ms;
 }

@@ -1,14 +1,16 @@
 /*
- * The Redis backend: a bounded pool of connections shared by all threads.
- * hiredis opens each connection (timeouts, keepalive, unix sockets) and runs
- * the AUTH/SELECT handshake; after that hirate owns the socket and speaks
- * through proto.c, with no allocation per call.
+ * The Redis backend of the blocking client: a bounded pool of connections
+ * shared by all threads. Each connection is hirate's own (transport.c: TCP
+ * or a unix socket, TLS), opened through the link's handshake op, which
+ * sends AUTH/SELECT/PING and judges the replies; calls go through proto.c
+ * with no allocation per call.
  *
  * Rules it keeps: a connection that met any error is closed, never reused; a
  * call is sent twice only after NOSCRIPT (as EVAL); a timeout is an unknown
- * outcome and is never retried; new connections after a failure wait out an
- * exponential backoff; after fork() the child closes the inherited sockets
- * without sending a byte.
+ * outcome and is never retried; new connections after a failure wait out
+ * the link's backoff; each place in the pool keeps its TLS session for the
+ * next connection in that place, never shared; after fork() the child
+ * closes the inherited connections without sending a byte.
  */
 #ifndef HIRATE_REDIS_H
 #define HIRATE_REDIS_H
@@ -24,11 +26,13 @@ typedef struct hirate_redis hirate_redis;
 struct hirate_link;
 
 typedef struct hirate_redis_cfg {
-    struct hirate_link *link;   /* the URL, timeouts, TLS and the backoff */
+    struct hirate_link *link;   /* the URL, timeouts, TLS and the backoff; outlives the pool */
+    int pool_size;
+    /* Not read: the link holds them. (Still filled by limiter.c; the pool
+     * keeps no copy, so no second copy of the password either.) */
     hirate_url url;
     int connect_timeout_ms;
     int timeout_ms;
-    int pool_size;
 } hirate_redis_cfg;
 
 hirate_redis *hirate_redis_new(const hirate_redis_cfg *cfg);
@@ -47,16 +51,12 @@ int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n
 int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, const void *key,
                        size_t keylen, char *err, size_t errlen);
 
+/* The pool's counters. Connection attempts are the link's: connects stays 0. */
 typedef struct hirate_redis_stats {
     uint64_t connects, evalsha, eval, dropped;
 } hirate_redis_stats;
 
 void hirate_redis_stats_get(hirate_redis *r, hirate_redis_stats *out);
-
-/* For bindings with sockets of their own: where to connect, and the
- * timeouts (returns the connect timeout, *timeout_ms the command timeout). */
-const hirate_url *hirate_redis_url(const hirate_redis *r);
-int hirate_redis_timeouts(const hirate_redis *r, int *timeout_ms);
 
 /* fork(): prepare takes the pool lock, parent releases it, child releases it
  * and closes every inherited connection. */
