@@ -91,12 +91,6 @@ function M:cli(...)
     return (run(table.concat(args, " ")):gsub("\n$", ""))
 end
 
---- The connections the server has accepted (INFO's
--- total_connections_received), this question's own included.
-function M:connections()
-    return tonumber(self:cli("INFO", "stats"):match("total_connections_received:(%d+)"))
-end
-
 -- os.execute returns true (5.2 and later) or 0 (5.1, LuaJIT) for success.
 local function succeeds(cmd)
     local r = os.execute(cmd)

@@ -545,6 +545,14 @@ class Tls(unittest.TestCase):
         self.assertEqual((d["allowed"], d["remaining"], d["source"]), (True, 4, "redis"))
         self.assertEqual(redis_commands(S.mtls.port, ("EXISTS", f"t-mtls:{k}")), [1])
 
+    def test_mutual_tls_without_a_client_certificate_is_etls_under_every_policy(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                got = call(f"nocert_{policy}", k=fresh("nocert"))
+                self.assertEqual(got, {"ok": False, "code": "ETLS", "err":
+                                       f"TLS handshake with 127.0.0.1:{S.mtls.tls_port}: "
+                                       "handshake failed"})
+
     def test_every_vector_over_tls(self):
         r = get(S.port, "/vectors?deny_cache=0&tls=1", timeout=60)
         self.assertEqual(r.status, 200, r)

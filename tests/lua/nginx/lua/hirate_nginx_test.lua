@@ -133,6 +133,8 @@ local misconfigured = {
         tls_server_name = "localhost" },
     -- The right server, the wrong name: "certificate host mismatch".
     badname = { url = tls_url, tls_server_name = "wrong.invalid" },
+    -- Mutual TLS without a client certificate.
+    nocert = { url = "rediss://127.0.0.1:" .. mtls_port, tls_server_name = "localhost" },
     plain_to_tls = { url = "redis://127.0.0.1:" .. tls_port },
     tls_to_plain = { url = "rediss://127.0.0.1:" .. tls_plain_port,
         tls_server_name = "localhost" },
