@@ -57,7 +57,9 @@ typedef struct limiter_ud {
     char where[];           /* "memory", or the URL with the password as *** */
 } limiter_ud;
 
-enum { OP_PENDING, OP_DONE };
+/* Zeroed memory is an op that is done with nothing held: what __gc meets
+ * when making the op's userdata raised (out of memory) halfway. */
+enum { OP_DONE, OP_PENDING };
 
 typedef struct op_ud {
     hirate_op *op;          /* the core's op while it waits for Redis */
@@ -74,7 +76,8 @@ typedef struct op_ud {
  * [2 + i] item i's message when it failed ([2]: a reset's). */
 enum { UV_OP_LIMITER = 1, UV_OP_MESSAGES };
 
-enum { HS_RUNNING, HS_DONE, HS_FREED };
+/* Zeroed memory is a freed handshake, as for ops. */
+enum { HS_FREED, HS_RUNNING, HS_DONE };
 
 typedef struct hs_ud {
     hirate_handshake *hs;   /* the core's handshake, until free() */
@@ -1246,7 +1249,7 @@ static int l_op_result(lua_State *L)
 static int l_op_free(lua_State *L)
 {
     op_ud *o = check_op(L);
-    if (o->state == OP_PENDING) {
+    if (o->state == OP_PENDING && o->op) {
         hirate_op_fail(o->op, HIRATE_ECLOSED, NULL);
         op_finish(L, o, 1);
     }
