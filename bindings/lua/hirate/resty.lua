@@ -411,7 +411,7 @@ local function converse(self, op)
         sock:close()
         self.healthy = false
         io_failed(self, why)
-        return op:fail(left, why)
+        return op:fail(left, self.where .. ": " .. why)
     end
     -- A connection is reused only in a known state: nothing left unread,
     -- nothing the core distrusts.

@@ -363,6 +363,14 @@ class Api(unittest.TestCase):
         d = decision(call("many", op="peek", k=k)["value"])
         self.assertEqual((d["allowed"], d["remaining"], d["reset_after"]), (True, 5, 0.0))
 
+    def test_reset_returns_its_failure(self):
+        # reset has no policy: Redis unreachable is nil, message, code.
+        got = call("dead", op="reset", k=fresh("reset"))
+        self.assertEqual((got["ok"], got["code"]), (False, "ECONNECT"), got)
+        self.assertIn("127.0.0.1:", got["err"])
+        got = call("tls_to_plain_open", op="reset", k=fresh("reset"))
+        self.assertEqual((got["ok"], got["code"]), (False, "ETLS"), got)
+
     def test_argument_errors_raise_at_the_callers_line_and_name_the_method(self):
         # As the C module's errors do in plain Lua: "<caller>:<line>: bad argument ..."
         # (LuaJIT shortens a long chunk name to "...<its end>").
