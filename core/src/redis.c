@@ -54,6 +54,26 @@ static void conn_close(hirate_redis *r, conn *c, int quiet)
     free(c);
 }
 
+/* The words of a failed connect for hirate_handshake_fail, which names the
+ * server itself: transport.c's message without its "connect to <where>: "
+ * or "TLS handshake with <where>: ". A TLS handshake that failed for want
+ * of an answer says so, since the op calls that "connect to <where>". */
+static const char *connect_words(const char *msg, int rc, const hirate_endpoint *ep, char *buf,
+                                 size_t len)
+{
+    const char *verbs[] = {"connect to ", "TLS handshake with "};
+    for (int i = 0; i < 2; i++) {
+        size_t v = strlen(verbs[i]), w = strlen(ep->where);
+        if (strncmp(msg, verbs[i], v) == 0 && strncmp(msg + v, ep->where, w) == 0 &&
+            strncmp(msg + v + w, ": ", 2) == 0) {
+            snprintf(buf, len, "%s%s", i == 1 && rc != HIRATE_ETLS ? "TLS handshake: " : "",
+                     msg + v + w + 2);
+            return buf;
+        }
+    }
+    return msg;
+}
+
 /* One exchange of the handshake on s: its request, then replies until the
  * op is done with them or wants something else. The deadline runs from the
  * sending. Bytes after the handshake's replies are kept in buf[*len]. */
@@ -93,11 +113,12 @@ static int probe(hirate_handshake *hs, const hirate_endpoint *ep, char *buf, siz
     int64_t deadline = hirate_monotonic_us() + (int64_t)ep->probe_timeout_ms * 1000;
     hirate_sock s;
     size_t len;
+    char words[HIRATE_ERRMSG_SIZE];
     int rc = hirate_sock_connect(&s, ep, tls ? hirate_tls_probe_ctx() : NULL,
                                  tls ? HIRATE_SOCK_TLS_NOVERIFY : HIRATE_SOCK_PLAIN, NULL, deadline,
                                  why, sizeof why);
     if (rc < 0)
-        return hirate_handshake_fail(hs, rc, why);
+        return hirate_handshake_fail(hs, rc, connect_words(why, rc, ep, words, sizeof words));
     int state = exchange(hs, &s, deadline, buf, cap, &len);
     hirate_sock_close(&s, 1, NULL);
     return state;
@@ -111,7 +132,7 @@ static int conn_open(hirate_redis *r, int i, conn **out, char *err, size_t errle
     hirate_link *k = r->link;
     hirate_handshake *hs;
     hirate_endpoint ep;
-    char why[HIRATE_ERRMSG_SIZE];
+    char why[HIRATE_ERRMSG_SIZE], words[HIRATE_ERRMSG_SIZE];
     size_t left = 0;
     int rc = hirate_link_handshake(k, &hs, err, errlen);
     if (rc < 0)
@@ -129,7 +150,7 @@ static int conn_open(hirate_redis *r, int i, conn **out, char *err, size_t errle
                              hirate_monotonic_us() + (int64_t)ep.connect_timeout_ms * 1000, why,
                              sizeof why);
     if (rc < 0)
-        state = hirate_handshake_fail(hs, rc, why);
+        state = hirate_handshake_fail(hs, rc, connect_words(why, rc, &ep, words, sizeof words));
     else
         state = exchange(hs, &c->sock, hirate_monotonic_us() + (int64_t)ep.timeout_ms * 1000,
                          c->rbuf, sizeof c->rbuf, &left);
@@ -177,10 +198,13 @@ static int conn_read(hirate_redis *r, conn *c, int64_t deadline, hirate_reply *r
                                     rep->why);
         }
         /* What is left of a reply goes to the front, so that the buffer has
-         * room for the rest (and all of it when every byte was used). */
-        memmove(c->rbuf, c->rbuf + c->rstart, c->rlen - c->rstart);
-        c->rlen -= c->rstart;
-        c->rstart = 0;
+         * room for the rest (and all of it when every byte was used). At
+         * the first read of a round trip there is nothing to move. */
+        if (c->rstart) {
+            memmove(c->rbuf, c->rbuf + c->rstart, c->rlen - c->rstart);
+            c->rlen -= c->rstart;
+            c->rstart = 0;
+        }
         if (c->rlen == sizeof c->rbuf)
             return hirate__fail(err, errlen, HIRATE_EPROTO,
                                 "malformed reply from Redis: longer than %zu bytes",

@@ -418,8 +418,10 @@ static int tls_refused(hirate_sock *s, char *err, size_t errlen)
     return alert;
 }
 
-int hirate_sock_send(hirate_sock *s, const char *buf, size_t len, int64_t deadline_us, char *err,
-                     size_t errlen)
+/* The rest of a send: TLS, a partial send() or a full socket buffer. Out of
+ * line, so that the usual plain send stays a few instructions. */
+__attribute__((noinline)) static int send_rest(hirate_sock *s, const char *buf, size_t len,
+                                               int64_t deadline_us, char *err, size_t errlen)
 {
     SSL *ssl = s->ssl;
     while (len) {
@@ -458,8 +460,26 @@ int hirate_sock_send(hirate_sock *s, const char *buf, size_t len, int64_t deadli
     return 0;
 }
 
-long hirate_sock_recv(hirate_sock *s, char *buf, size_t cap, int64_t deadline_us, char *err,
-                      size_t errlen)
+int hirate_sock_send(hirate_sock *s, const char *buf, size_t len, int64_t deadline_us, char *err,
+                     size_t errlen)
+{
+    /* The usual case: plain, and the whole request taken at once. */
+    if (!s->ssl) {
+        ssize_t n = send(s->fd, buf, len, MSG_NOSIGNAL);
+        if (n == (ssize_t)len)
+            return 0;
+        if (n > 0) {
+            buf += n;
+            len -= (size_t)n;
+        }
+    }
+    return send_rest(s, buf, len, deadline_us, err, errlen);
+}
+
+/* The rest of a receive: TLS, a wait cut short, the end, or a new
+ * timeout to set. Out of line, as send_rest. */
+__attribute__((noinline)) static long recv_rest(hirate_sock *s, char *buf, size_t cap,
+                                                int64_t deadline_us, char *err, size_t errlen)
 {
     SSL *ssl = s->ssl;
     for (;;) {
@@ -516,18 +536,35 @@ long hirate_sock_recv(hirate_sock *s, char *buf, size_t cap, int64_t deadline_us
     }
 }
 
-int hirate_sock_gone(hirate_sock *s)
+long hirate_sock_recv(hirate_sock *s, char *buf, size_t cap, int64_t deadline_us, char *err,
+                      size_t errlen)
 {
-    char byte;
-    ssize_t n = recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0)
-        return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
-    if (n == 0 || !s->ssl)
-        return 1;   /* end of file, or bytes nobody asked for */
-    /* TLS: records that carry no data (TLS 1.3 session tickets, sent after
-     * the handshake) are read and forgotten; data, an alert or the end of
-     * the stream mean the connection cannot carry a call. */
+    /* The usual case: plain, the timeout set is what is left of the
+     * deadline (to the millisecond, rounded up), and bytes come. */
+    if (!s->ssl) {
+        int64_t left = deadline_us - hirate_monotonic_us();
+        if ((uint64_t)((int64_t)s->rcvtimeo_ms * 1000 - left) < 1000 && left > 0) {
+            ssize_t n = recv(s->fd, buf, cap, 0);
+            if (n > 0)
+                return (long)n;
+            if (n == 0)
+                return hirate__fail(err, errlen, HIRATE_EIO, "Redis closed the connection");
+            if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
+                return hirate__fail(err, errlen, HIRATE_EIO, "receive from Redis: %s",
+                                    strerror(errno));
+        }
+    }
+    return recv_rest(s, buf, cap, deadline_us, err, errlen);
+}
+
+/* hirate_sock_gone when TLS bytes have arrived. */
+__attribute__((noinline)) static int tls_gone(hirate_sock *s)
+{
+    /* Records that carry no data (TLS 1.3 session tickets, sent after the
+     * handshake) are read and forgotten; data, an alert or the end of the
+     * stream mean the connection cannot carry a call. */
     SSL *ssl = s->ssl;
+    char byte;
     if (SSL_pending(ssl) > 0)
         return 1;
     BIO *bio = SSL_get_rbio(ssl);
@@ -540,7 +577,7 @@ int hirate_sock_gone(hirate_sock *s)
             break;
         if (SSL_pending(ssl) > 0)
             break;
-        n = recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        ssize_t n = recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             gone = 0;   /* all that came were records without data */
             break;
@@ -551,6 +588,17 @@ int hirate_sock_gone(hirate_sock *s)
     ERR_clear_error();
     bio_set(bio, s->fd, 0);
     return gone;
+}
+
+int hirate_sock_gone(hirate_sock *s)
+{
+    char byte;
+    ssize_t n = recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0)
+        return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    if (n == 0 || !s->ssl)
+        return 1;   /* end of file, or bytes nobody asked for */
+    return tls_gone(s);
 }
 
 /* ---- closing --------------------------------------------------------------------- */

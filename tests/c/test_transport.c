@@ -21,6 +21,7 @@
 
 #include "check.h"
 #include "hirate.h"
+#include "hirate_io.h"
 #include "memory.h"
 #include "redis_harness.h"
 #include "tls.h"
@@ -552,6 +553,173 @@ static void test_ctx_errors(void)
     CHECK(hirate_tls_probe_ctx() == hirate_tls_probe_ctx());
 }
 
+/* ---- the blocking client (redis.c) over these connections ------------------------ */
+
+typedef struct lcfg {
+    const char *url, *ca, *cert, *key, *server_name;
+    int no_verify, on_error;
+} lcfg;
+
+static hirate_limiter *limiter(lcfg c)
+{
+    hirate_options o;
+    hirate_options_init(&o);
+    o.url = c.url;
+    o.capacity = 5;
+    o.rate = 0.001;
+    o.prefix = "tr:";
+    o.deny_cache = 0;   /* every decision on the wire */
+    o.connect_timeout_ms = CONNECT_MS;
+    o.timeout_ms = 500;
+    o.on_error = c.on_error;
+    o.tls_ca_file = c.ca ? cert(c.ca) : NULL;
+    o.tls_cert_file = c.cert ? cert(c.cert) : NULL;
+    o.tls_key_file = c.key ? cert(c.key) : NULL;
+    o.tls_server_name = c.server_name;
+    o.tls_verify = !c.no_verify;
+    char err[256];
+    hirate_limiter *lim = NULL;
+    if (hirate_limiter_new(&lim, &o, err, sizeof err) != 0)
+        fprintf(stderr, "hirate_limiter_new(%s): %s\n", c.url, err);
+    return lim;
+}
+
+static const char *errmsg(hirate_limiter *lim)
+{
+    static char buf[HIRATE_ERRMSG_SIZE];
+    return hirate_limiter_errmsg(lim, buf, sizeof buf);
+}
+
+/* Exactly the capacity over TLS, one connection, through every name. */
+static void test_limiter_over_tls(void)
+{
+    char url[128], key[32];
+    CHECK(serve_cert("server", 0) == 0);
+    const char *hosts[] = {"localhost", "127.0.0.1", "[::1]"};
+    for (int h = 0; h < 3; h++) {
+        snprintf(url, sizeof url, "rediss://%s:%d", hosts[h], tls_port);
+        hirate_limiter *lim = limiter((lcfg){.url = url, .ca = "ca.crt"});
+        CHECK(lim != NULL);
+        if (!lim)
+            continue;
+        snprintf(key, sizeof key, "cap-%d", h);
+        hirate_decision d;
+        for (int i = 0; i < 6; i++) {
+            CHECK_EQ_I64(hirate_allow(lim, key, strlen(key), 1, &d), 0);
+            CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
+            CHECK_EQ_I64(d.allowed, i < 5);
+            CHECK_EQ_I64(d.remaining, i < 5 ? 4 - i : 0);
+        }
+        hirate_counters st;
+        hirate_counters_get(lim, &st);
+        CHECK_EQ_I64(st.connects, 1);
+        CHECK_EQ_I64(st.conns_dropped, 0);
+        hirate_limiter_free(lim);
+    }
+    /* Mutual TLS: with the client's certificate. */
+    CHECK(serve_cert("server", 1) == 0);
+    snprintf(url, sizeof url, "rediss://localhost:%d", tls_port);
+    hirate_limiter *lim = limiter((lcfg){.url = url, .ca = "ca.crt", .cert = "client.crt",
+                                         .key = "client.key"});
+    hirate_decision d;
+    CHECK_EQ_I64(hirate_allow(lim, "mtls", 4, 1, &d), 0);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
+    CHECK_EQ_I64(d.remaining, 4);
+    hirate_limiter_free(lim);
+    /* Without it: a misconfiguration, under the open policy too. */
+    lim = limiter((lcfg){.url = url, .ca = "ca.crt", .on_error = HIRATE_ON_ERROR_OPEN});
+    CHECK_EQ_I64(hirate_allow(lim, "mtls", 4, 1, &d), HIRATE_ETLS);
+    CHECK(strstr(errmsg(lim), "certificate required") != NULL);
+    hirate_limiter_free(lim);
+    CHECK(serve_cert("server", 0) == 0);
+}
+
+/* A server that closes idle connections: the pool reconnects, once per
+ * close, and nothing is decided twice. */
+static void test_limiter_reconnects_over_tls(void)
+{
+    char url[128];
+    CHECK(serve_cert("server", 0) == 0);
+    snprintf(url, sizeof url, "rediss://localhost:%d", tls_port);
+    hirate_limiter *lim = limiter((lcfg){.url = url, .ca = "ca.crt"});
+    hirate_decision d;
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_I64(hirate_allow(lim, "again", 5, 1, &d), 0);
+        CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
+        CHECK_EQ_I64(d.remaining, 4 - i);
+        redisReply *r = rh_command(&tls_srv, "CLIENT KILL TYPE normal SKIPME yes");
+        CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+        if (r)
+            freeReplyObject(r);
+        struct timespec pause = {0, 20 * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    hirate_counters st;
+    hirate_counters_get(lim, &st);
+    CHECK_EQ_I64(st.connects, 3);
+    CHECK_EQ_I64(st.conns_dropped, 2);
+    CHECK_EQ_I64(st.evalsha + st.eval, 3);
+    hirate_limiter_free(lim);
+}
+
+/* Misconfigurations are returned under every policy, with their words. */
+static void test_limiter_tls_misconfigured(void)
+{
+    char url[128], want[400];
+    hirate_decision d;
+    CHECK(serve_cert("wronghost", 0) == 0);
+    snprintf(url, sizeof url, "rediss://localhost:%d", tls_port);
+    hirate_limiter *lim = limiter((lcfg){.url = url, .ca = "ca.crt",
+                                         .on_error = HIRATE_ON_ERROR_OPEN});
+    CHECK_EQ_I64(hirate_allow(lim, "bad", 3, 1, &d), HIRATE_ETLS);
+    snprintf(want, sizeof want,
+             "TLS handshake with localhost:%d: certificate verify failed: hostname mismatch "
+             "(the certificate is not for localhost)", tls_port);
+    CHECK_EQ_STR(errmsg(lim), want);
+    hirate_limiter_free(lim);
+    /* The name to check, given apart from the host. */
+    lim = limiter((lcfg){.url = url, .ca = "ca.crt", .server_name = "wrong.invalid"});
+    CHECK_EQ_I64(hirate_allow(lim, "bad", 3, 1, &d), 0);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
+    hirate_limiter_free(lim);
+    /* Verification off: accepted. */
+    lim = limiter((lcfg){.url = url, .no_verify = 1});
+    CHECK_EQ_I64(hirate_allow(lim, "bad", 3, 1, &d), 0);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
+    hirate_limiter_free(lim);
+    CHECK(serve_cert("server", 0) == 0);
+
+    /* rediss:// to a plain port, and redis:// to a TLS port. */
+    snprintf(url, sizeof url, "rediss://127.0.0.1:%d", plain_srv.port);
+    lim = limiter((lcfg){.url = url, .ca = "ca.crt", .on_error = HIRATE_ON_ERROR_OPEN});
+    CHECK_EQ_I64(hirate_allow(lim, "mismatch", 8, 1, &d), HIRATE_ETLS);
+    snprintf(want, sizeof want,
+             "the TLS handshake with 127.0.0.1:%d got no answer, and the port answers plain "
+             "Redis: use redis://, or the TLS port", plain_srv.port);
+    CHECK_EQ_STR(errmsg(lim), want);
+    hirate_limiter_free(lim);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", tls_port);
+    lim = limiter((lcfg){.url = url, .on_error = HIRATE_ON_ERROR_OPEN});
+    CHECK_EQ_I64(hirate_allow(lim, "mismatch", 8, 1, &d), HIRATE_ETLS);
+    snprintf(want, sizeof want,
+             "127.0.0.1:%d closed the connection at the first command, and the port speaks TLS: "
+             "use rediss://", tls_port);
+    CHECK_EQ_STR(errmsg(lim), want);
+    hirate_limiter_free(lim);
+
+    /* An outage stays one: the policy decides, and the words name it once. */
+    int port = free_port();
+    snprintf(url, sizeof url, "rediss://127.0.0.1:%d", port);
+    lim = limiter((lcfg){.url = url, .ca = "ca.crt",
+                         .on_error = HIRATE_ON_ERROR_CLOSED});
+    CHECK_EQ_I64(hirate_allow(lim, "down", 4, 1, &d), 0);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_FAIL_CLOSED);
+    CHECK_EQ_I64(d.error, HIRATE_ECONNECT);
+    snprintf(want, sizeof want, "connect to 127.0.0.1:%d: Connection refused", port);
+    CHECK_EQ_STR(errmsg(lim), want);
+    hirate_limiter_free(lim);
+}
+
 int main(void)
 {
     const char *src = getenv("HIRATE_SOURCE_DIR");
@@ -593,6 +761,9 @@ int main(void)
     test_gone();
     test_resumption();
     test_stopped_server();
+    test_limiter_over_tls();
+    test_limiter_reconnects_over_tls();
+    test_limiter_tls_misconfigured();
 
     rh_stop(&tls_srv);
     rh_stop(&plain_srv);
