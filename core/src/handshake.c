@@ -264,7 +264,9 @@ int hirate_handshake_fail(hirate_handshake *hs, int code, const char *why)
         return alien_answer(hs);   /* it said something, and it was not Redis */
     int tls = hs->k->url.tls, tcp = !hs->k->url.is_unix;
     why = why && *why ? why : hirate_strerror(code);
-    if (!hs->sent)
+    if (strstr(why, hs->where))
+        hirate__fail(hs->err, sizeof hs->err, 0, "%s", why);   /* it names the server already */
+    else if (!hs->sent)
         hirate__fail(hs->err, sizeof hs->err, 0, "%s %s: %s",
                  code == HIRATE_ETLS ? "TLS handshake with" : "connect to", hs->where, why);
     else

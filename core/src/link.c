@@ -83,6 +83,14 @@ int hirate_link_init(hirate_link *k, const hirate_options *o, char *err, size_t 
         rc = hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory");
         goto fail;
     }
+    if (k->url.tls) {
+        /* Made now, so that a certificate or key OpenSSL cannot use is
+         * reported by hirate_limiter_new, not by the first call. */
+        hirate_tls_cfg tc = {k->tls_ca_file, k->tls_ca_dir, k->tls_cert_file, k->tls_key_file,
+                             k->tls_verify};
+        if (!(k->tls = hirate_tls_ctx_new(&tc, &rc, err, errlen)))
+            goto fail;
+    }
     return 0;
 fail:
 #define HIRATE_FREE_(f) free(k->f); k->f = NULL;
@@ -102,6 +110,7 @@ void hirate_link_start(hirate_link *k)
 
 void hirate_link_destroy(hirate_link *k)
 {
+    hirate_tls_ctx_free(k->tls);
 #define HIRATE_FREE_(f) free(k->f);
     TLS_STRINGS(HIRATE_FREE_)
 #undef HIRATE_FREE_

@@ -54,26 +54,6 @@ static void conn_close(hirate_redis *r, conn *c, int quiet)
     free(c);
 }
 
-/* The words of a failed connect for hirate_handshake_fail, which names the
- * server itself: transport.c's message without its "connect to <where>: "
- * or "TLS handshake with <where>: ". A TLS handshake that failed for want
- * of an answer says so, since the op calls that "connect to <where>". */
-static const char *connect_words(const char *msg, int rc, const hirate_endpoint *ep, char *buf,
-                                 size_t len)
-{
-    const char *verbs[] = {"connect to ", "TLS handshake with "};
-    for (int i = 0; i < 2; i++) {
-        size_t v = strlen(verbs[i]), w = strlen(ep->where);
-        if (strncmp(msg, verbs[i], v) == 0 && strncmp(msg + v, ep->where, w) == 0 &&
-            strncmp(msg + v + w, ": ", 2) == 0) {
-            snprintf(buf, len, "%s%s", i == 1 && rc != HIRATE_ETLS ? "TLS handshake: " : "",
-                     msg + v + w + 2);
-            return buf;
-        }
-    }
-    return msg;
-}
-
 /* One exchange of the handshake on s: its request, then replies until the
  * op is done with them or wants something else. The deadline runs from the
  * sending. Bytes after the handshake's replies are kept in buf[*len]. */
@@ -113,12 +93,11 @@ static int probe(hirate_handshake *hs, const hirate_endpoint *ep, char *buf, siz
     int64_t deadline = hirate_monotonic_us() + (int64_t)ep->probe_timeout_ms * 1000;
     hirate_sock s;
     size_t len;
-    char words[HIRATE_ERRMSG_SIZE];
     int rc = hirate_sock_connect(&s, ep, tls ? hirate_tls_probe_ctx() : NULL,
                                  tls ? HIRATE_SOCK_TLS_NOVERIFY : HIRATE_SOCK_PLAIN, NULL, deadline,
                                  why, sizeof why);
     if (rc < 0)
-        return hirate_handshake_fail(hs, rc, connect_words(why, rc, ep, words, sizeof words));
+        return hirate_handshake_fail(hs, rc, why);
     int state = exchange(hs, &s, deadline, buf, cap, &len);
     hirate_sock_close(&s, 1, NULL);
     return state;
@@ -132,7 +111,7 @@ static int conn_open(hirate_redis *r, int i, conn **out, char *err, size_t errle
     hirate_link *k = r->link;
     hirate_handshake *hs;
     hirate_endpoint ep;
-    char why[HIRATE_ERRMSG_SIZE], words[HIRATE_ERRMSG_SIZE];
+    char why[HIRATE_ERRMSG_SIZE];
     size_t left = 0;
     int rc = hirate_link_handshake(k, &hs, err, errlen);
     if (rc < 0)
@@ -150,7 +129,7 @@ static int conn_open(hirate_redis *r, int i, conn **out, char *err, size_t errle
                              hirate_monotonic_us() + (int64_t)ep.connect_timeout_ms * 1000, why,
                              sizeof why);
     if (rc < 0)
-        state = hirate_handshake_fail(hs, rc, connect_words(why, rc, &ep, words, sizeof words));
+        state = hirate_handshake_fail(hs, rc, why);
     else
         state = exchange(hs, &c->sock, hirate_monotonic_us() + (int64_t)ep.timeout_ms * 1000,
                          c->rbuf, sizeof c->rbuf, &left);
@@ -444,7 +423,7 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
         for (size_t i = 0; i < n; i++)
             if (!select || !carried || carried[i])
                 rcs[i] = io;   /* out of step: none of this stream's replies can be trusted */
-    if (carried != smallmap)
+    if (carried && carried != smallmap)
         free(carried);
     if (io < 0 || drop)
         *healthy = 0;

@@ -52,6 +52,9 @@ static hirate_tls_ctx *ctx_make(int verify, int *rc, char *err, size_t errlen)
      * ticket), so that the caller's deadline, not each recv's timeout,
      * bounds a read. */
     SSL_CTX_clear_mode(c->ssl, SSL_MODE_AUTO_RETRY);
+    /* A record in one recv() rather than its header and then its body: a
+     * lone call stays one send and one receive over TLS too. */
+    SSL_CTX_set_read_ahead(c->ssl, 1);
     SSL_CTX_set_verify(c->ssl, verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
     return c;
 }

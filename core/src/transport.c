@@ -25,7 +25,7 @@
 
 SSL_CTX *hirate__tls_ssl_ctx(hirate_tls_ctx *ctx);   /* tls.c */
 
-/* TCP keepalive as hiredis set it for us before: probe after 15 s idle,
+/* TCP keepalive as hiredis sets it: probe after 15 s idle,
  * every 5 s, give up after 3, so that a dead peer is noticed in ~30 s. */
 #define KEEPALIVE_IDLE_S 15
 #define KEEPALIVE_INTVL_S 5
@@ -577,6 +577,8 @@ __attribute__((noinline)) static int tls_gone(hirate_sock *s)
             break;
         if (SSL_pending(ssl) > 0)
             break;
+        if (SSL_has_pending(ssl))
+            continue;   /* more records already read ahead */
         ssize_t n = recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             gone = 0;   /* all that came were records without data */
@@ -594,8 +596,10 @@ int hirate_sock_gone(hirate_sock *s)
 {
     char byte;
     ssize_t n = recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0)
-        return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        return 1;
+    if (n < 0)   /* nothing on the socket; TLS may hold records read ahead */
+        return s->ssl && SSL_has_pending((SSL *)s->ssl) ? tls_gone(s) : 0;
     if (n == 0 || !s->ssl)
         return 1;   /* end of file, or bytes nobody asked for */
     return tls_gone(s);

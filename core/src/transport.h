@@ -29,8 +29,9 @@ enum { HIRATE_SOCK_PLAIN, HIRATE_SOCK_TLS, HIRATE_SOCK_TLS_NOVERIFY };
 /* Connects to ep by deadline_us: plain, or TLS through ctx with ep's server
  * name (verified unless HIRATE_SOCK_TLS_NOVERIFY or !ep->tls_verify).
  * *session, when not NULL and set, is offered for resumption (SSL_SESSION *).
- * Returns 0, or HIRATE_ECONNECT (refused, unreachable, no such host),
- * HIRATE_ETIMEDOUT, HIRATE_EIO (closed or reset during the TLS handshake) or
+ * Returns 0, or HIRATE_ECONNECT (refused, unreachable, no such host, or no
+ * TCP connection by the deadline), HIRATE_ETIMEDOUT (a TLS handshake that
+ * got no answer by the deadline), HIRATE_EIO (closed or reset during the TLS handshake) or
  * HIRATE_ETLS (the peer failed verification, or spoke no TLS), with the
  * message in err ("connect to 127.0.0.1:6380: Connection refused",
  * "TLS handshake with localhost:6380: certificate verify failed: ..."). */

@@ -210,10 +210,22 @@ static size_t script_reply(char *buf, size_t cap, const char *head, const char *
     return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }
 
+/* Commands between two readings other than the handshakes' PINGs: each
+ * connection the server accepted sent exactly one. */
+static uint64_t calls(const mock_stats *m0, const mock_stats *m1)
+{
+    return (m1->commands - m0->commands) - (m1->accepted - m0->accepted);
+}
+
 static void handler(void *arg, const mock_cmd *cmd, mock_reply *r)
 {
     static char buf[2048];   /* the server thread's own; valid until the next command */
     (void)arg;
+    /* A new connection's handshake: its PING proves the server is Redis. */
+    if (cmd->argc == 1 && cmd->lens[0] == 4 && memcmp(cmd->argv[0], "PING", 4) == 0) {
+        mock_send_str(r, "+PONG\r\n");
+        return;
+    }
     int mode, trickle_ms;
     const mcase *c = playing(&mode, &trickle_ms);
     /* EVALSHA sha 1 key ... and EVAL script 1 key ...: the key is the fourth. */
@@ -358,7 +370,7 @@ static int run_case(const mcase *c, int policy)
     mock_get_stats(M, &m1);
     CHECK_EQ_I64(m1.accepted - m0.accepted, 1);
     /* NOSCRIPT is answered once with EVAL; a second NOSCRIPT ends it. */
-    CHECK_EQ_I64(m1.commands - m0.commands, strstr(c->rule, "NOSCRIPT") ? 2 : 1);
+    CHECK_EQ_I64(calls(&m0, &m1), strstr(c->rule, "NOSCRIPT") ? 2 : 1);
 
     if (c->want && !c->returned) {
         /* The breaker keeps the next calls away from the broken server. */
@@ -369,7 +381,7 @@ static int run_case(const mcase *c, int policy)
         }
         CHECK_EQ_I64(bad, 0);
         mock_get_stats(M, &m1);
-        CHECK(m1.commands - m0.commands <= 2);   /* a probe or so, if the machine is slow */
+        CHECK(calls(&m0, &m1) <= 2);   /* a probe or so, if the machine is slow */
         CHECK(fault_stats(lim).connects <= 2);
         /* The server answers properly again: Redis decides, from the next probe on. */
         set_case(&cases[GOOD]);
@@ -422,7 +434,7 @@ static void test_noscript_after_eval_is_returned_not_looped(void)
             mock_get_stats(M, &m0);
             CHECK_EQ_I64(run_case(&returned_cases[i], p), 0);
             mock_get_stats(M, &m1);
-            CHECK_EQ_I64(m1.commands - m0.commands, 4);   /* EVALSHA, EVAL; twice */
+            CHECK_EQ_I64(calls(&m0, &m1), 4);   /* EVALSHA, EVAL; twice */
         }
     }
 }

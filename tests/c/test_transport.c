@@ -8,11 +8,13 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -720,6 +722,127 @@ static void test_limiter_tls_misconfigured(void)
     hirate_limiter_free(lim);
 }
 
+/* A TLS server stopped before the handshake: an outage (the policy
+ * decides), found within the connect timeout, the plain probe included. */
+static void test_limiter_stopped_tls_server(void)
+{
+    char url[128], want[300];
+    CHECK(serve_cert("server", 0) == 0);
+    snprintf(url, sizeof url, "rediss://localhost:%d", tls_port);
+    hirate_limiter *lim = limiter((lcfg){.url = url, .ca = "ca.crt",
+                                         .on_error = HIRATE_ON_ERROR_CLOSED});
+    if (!lim)
+        return;
+    rh_pause(&tls_srv);
+    hirate_decision d;
+    int64_t t0 = hirate_monotonic_us();
+    CHECK_EQ_I64(hirate_allow(lim, "stopped", 7, 1, &d), 0);
+    int64_t took_ms = (hirate_monotonic_us() - t0) / 1000;
+    rh_resume(&tls_srv);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_FAIL_CLOSED);
+    CHECK_EQ_I64(d.error, HIRATE_ETIMEDOUT);
+    CHECK(took_ms >= CONNECT_MS * 3 / 4 && took_ms < CONNECT_MS + 150);
+    hirate_endpoint ep;
+    CHECK_EQ_I64(hirate_endpoint_get(lim, &ep), 0);
+    snprintf(want, sizeof want, "TLS handshake with localhost:%d: no answer within %d ms",
+             tls_port, ep.connect_timeout_ms);
+    CHECK_EQ_STR(errmsg(lim), want);
+    hirate_limiter_free(lim);
+}
+
+/* fork(): a child never writes on the parent's TLS connections (a
+ * close_notify, or a record out of the parent's sequence, would break
+ * them). The parent's connection carries on; the child decides on its own. */
+static void test_fork_over_tls(void)
+{
+    char url[128];
+    CHECK(serve_cert("server", 0) == 0);
+    snprintf(url, sizeof url, "rediss://localhost:%d", tls_port);
+    hirate_limiter *lim = limiter((lcfg){.url = url, .ca = "ca.crt"});
+    if (!lim)
+        return;
+    hirate_decision d;
+    CHECK_EQ_I64(hirate_allow(lim, "fork", 4, 1, &d), 0);
+    CHECK_EQ_I64(d.remaining, 4);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGALRM, SIG_DFL);
+        alarm(20);
+        int ok = hirate_allow(lim, "fork", 4, 1, &d) == 0 && d.source == HIRATE_SOURCE_REDIS &&
+                 d.remaining == 3;
+        hirate_limiter_free(lim);   /* closes the inherited connection: quietly */
+        _exit(ok ? 0 : 3);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* The parent's own connection still works: no reconnect, nothing dropped. */
+    CHECK_EQ_I64(hirate_allow(lim, "fork", 4, 1, &d), 0);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
+    CHECK_EQ_I64(d.remaining, 2);
+    hirate_counters st;
+    hirate_counters_get(lim, &st);
+    CHECK_EQ_I64(st.connects, 1);
+    CHECK_EQ_I64(st.conns_dropped, 0);
+    hirate_limiter_free(lim);
+}
+
+/* Threads share the pool over TLS: exactly the capacity passes. */
+enum { THREADS = 8, CALLS = 25 };
+
+static void *allow_many_times(void *arg)
+{
+    hirate_limiter *lim = arg;
+    long allowed = 0;
+    for (int i = 0; i < CALLS; i++) {
+        hirate_decision d;
+        if (hirate_allow(lim, "threads", 7, 1, &d) == 0 && d.source == HIRATE_SOURCE_REDIS)
+            allowed += d.allowed;
+        else
+            allowed += 1000;   /* an error or a policy decision: counted apart */
+    }
+    return (void *)allowed;
+}
+
+static void test_threads_over_tls(void)
+{
+    char url[128];
+    CHECK(serve_cert("server", 0) == 0);
+    snprintf(url, sizeof url, "rediss://localhost:%d", tls_port);
+    hirate_options o;
+    hirate_options_init(&o);
+    o.url = url;
+    o.capacity = 100;
+    o.rate = 0.001;
+    o.prefix = "tr:";
+    o.deny_cache = 0;
+    o.pool_size = 4;
+    o.timeout_ms = 2000;
+    o.connect_timeout_ms = 2000;
+    o.tls_ca_file = cert("ca.crt");
+    char err[256];
+    hirate_limiter *lim = NULL;
+    CHECK_EQ_I64(hirate_limiter_new(&lim, &o, err, sizeof err), 0);
+    if (!lim)
+        return;
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        CHECK_EQ_I64(pthread_create(&t[i], NULL, allow_many_times, lim), 0);
+    long allowed = 0;
+    for (int i = 0; i < THREADS; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        allowed += (long)r;
+    }
+    CHECK_EQ_I64(allowed, 100);
+    hirate_counters st;
+    hirate_counters_get(lim, &st);
+    CHECK(st.connects >= 1 && st.connects <= 4);
+    CHECK_EQ_I64(st.conns_dropped, 0);
+    hirate_limiter_free(lim);
+}
+
 int main(void)
 {
     const char *src = getenv("HIRATE_SOURCE_DIR");
@@ -764,6 +887,9 @@ int main(void)
     test_limiter_over_tls();
     test_limiter_reconnects_over_tls();
     test_limiter_tls_misconfigured();
+    test_limiter_stopped_tls_server();
+    test_fork_over_tls();
+    test_threads_over_tls();
 
     rh_stop(&tls_srv);
     rh_stop(&plain_srv);
