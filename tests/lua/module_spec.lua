@@ -87,6 +87,7 @@ describe("tostring(limiter)", function()
             { "redis://app:hunter%40two@[::1]:7000", "redis://app:***@[::1]:7000" },
             { "unix://:hunter2@/run/redis.sock?db=2", "unix://:***@/run/redis.sock?db=2" },
             { "unix:///run/redis.sock", "unix:///run/redis.sock" },
+            { "rediss://app:hunter2@redis.internal:6380/1", "rediss://app:***@redis.internal:6380/1" },
         }
         for _, c in ipairs(cases) do
             local lim = hirate.new { capacity = 1, rate = 1, url = c[1] }
