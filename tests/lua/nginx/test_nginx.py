@@ -547,6 +547,11 @@ class Tls(unittest.TestCase):
         self.assertGreaterEqual(ports[S.tls.tls_port], 1, clients)
         self.assertGreaterEqual(ports[S.tls.port], 2, clients)   # this CLIENT LIST's own too
 
+    def test_tls_verify_false_checks_nothing(self):
+        # A self-signed certificate, and an address for a name: both pass.
+        d = decision(call("unverified", k=fresh("unverified"))["value"])
+        self.assertEqual((d["allowed"], d["remaining"], d["source"]), (True, 4, "redis"))
+
     def test_mutual_tls(self):
         k = fresh("mtls")
         d = decision(call("mtls", k=k)["value"])

@@ -117,6 +117,9 @@ local direct = {
     mtls = redis { url = "rediss://127.0.0.1:" .. mtls_port, tls_server_name = "localhost",
         tls_cert_file = certs .. "/client.crt", tls_key_file = certs .. "/client.key",
         capacity = 5, rate = 0.001, prefix = "t-mtls:" },
+    -- No check at all (the address is fine then): for tests only.
+    unverified = redis { url = "rediss://127.0.0.1:" .. bad_ports.selfsigned,
+        tls_verify = false, capacity = 5, rate = 0.001, prefix = "t-unverified:" },
     tls_exact_plain = redis { url = "redis://127.0.0.1:" .. tls_plain_port, capacity = 20,
         rate = 0.001, prefix = "t-exact:" },
     -- A user who may touch t-acl:ok:* only.
