@@ -71,9 +71,10 @@ static void usage(FILE *f)
         "  bench             load generator: threads deciding on random keys\n"
         "\n"
         "Options (before or after the command; -- ends them):\n"
-        "  --url URL             redis://[[user]:password@]host[:port][/db] or\n"
-        "                        unix:///path[?db=N]; default $REDIS_URL, else in memory\n"
-        "                        (\"\" also means in memory)\n"
+        "  --url URL             redis://[[user]:password@]host[:port][/db],\n"
+        "                        rediss://... (TLS) or unix:///path[?db=N];\n"
+        "                        default $REDIS_URL, else in memory (\"\" also means\n"
+        "                        in memory)\n"
         "  --capacity N          bucket size, whole tokens (required: allow, peek, bench)\n"
         "  --rate R              tokens added per second (required: allow, peek, bench)\n"
         "  --cost N              tokens to spend, or for peek to test; default 1\n"
@@ -84,6 +85,15 @@ static void usage(FILE *f)
         "  --json                print one JSON object instead of a line of text\n"
         "  -h, --help            print this help and exit\n"
         "  --version             print the version and exit\n"
+        "\n"
+        "TLS options (rediss:// URLs only):\n"
+        "  --tls-ca-file FILE    trusted CAs, PEM; default the system's trust store\n"
+        "  --tls-ca-dir DIR      a directory of trusted CAs (c_rehash layout)\n"
+        "  --tls-cert-file FILE  client certificate, PEM (mutual TLS)\n"
+        "  --tls-key-file FILE   its private key, PEM\n"
+        "  --tls-server-name N   the name sent (SNI) and verified; default the URL's host\n"
+        "  --tls-no-verify       do NOT verify the server's certificate: anyone on the\n"
+        "                        path can then read and change every call\n"
         "\n"
         "bench options:\n"
         "  --threads N           threads sharing one limiter; default 4\n"
@@ -217,7 +227,15 @@ static int cmd_key(const cli_config *c, const char *cmd, const char *key)
     int status;
     if (rc < 0) {
         char why[HIRATE_ERRMSG_SIZE];
-        cli_error("%s", cli_limiter_error(lim, rc, why, sizeof why));
+        /* What went wrong with Redis is named by its code too, as a
+         * decision's error= names it, so that a script tells HIRATE_ETLS
+         * from HIRATE_EAUTH without reading the message. A bad input (a
+         * key) is the message alone, as for the options. */
+        if (rc <= HIRATE_ECONNECT)
+            cli_error("%s (%s)", cli_limiter_error(lim, rc, why, sizeof why),
+                      hirate_err_name(rc));
+        else
+            cli_error("%s", cli_limiter_error(lim, rc, why, sizeof why));
         status = CLI_ERROR;
     } else if (strcmp(cmd, "reset") == 0) {
         printf(c->json ? "{\"reset\":true}\n" : "reset\n");
@@ -249,7 +267,9 @@ static int cmd_script(const cli_config *c)
 enum {
     OPT_URL = 256, OPT_CAPACITY, OPT_RATE, OPT_COST, OPT_PREFIX, OPT_ON_ERROR,
     OPT_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_JSON, OPT_VERSION, OPT_SHA1,
-    OPT_THREADS, OPT_KEYS, OPT_DURATION, OPT_BATCH
+    OPT_THREADS, OPT_KEYS, OPT_DURATION, OPT_BATCH,
+    OPT_TLS_CA_FILE, OPT_TLS_CA_DIR, OPT_TLS_CERT_FILE, OPT_TLS_KEY_FILE, OPT_TLS_SERVER_NAME,
+    OPT_TLS_NO_VERIFY
 };
 
 static const struct option long_options[] = {
@@ -269,6 +289,12 @@ static const struct option long_options[] = {
     {"keys", required_argument, NULL, OPT_KEYS},
     {"duration", required_argument, NULL, OPT_DURATION},
     {"batch", required_argument, NULL, OPT_BATCH},
+    {"tls-ca-file", required_argument, NULL, OPT_TLS_CA_FILE},
+    {"tls-ca-dir", required_argument, NULL, OPT_TLS_CA_DIR},
+    {"tls-cert-file", required_argument, NULL, OPT_TLS_CERT_FILE},
+    {"tls-key-file", required_argument, NULL, OPT_TLS_KEY_FILE},
+    {"tls-server-name", required_argument, NULL, OPT_TLS_SERVER_NAME},
+    {"tls-no-verify", no_argument, NULL, OPT_TLS_NO_VERIFY},
     {NULL, 0, NULL, 0}
 };
 
@@ -336,6 +362,14 @@ static int take_option(int opt, const char *v, cli_config *c, cli_args *a)
         c->opts.connect_timeout_ms = (int)n;
         return 0;
     case OPT_JSON: c->json = 1; return 0;
+    /* The library checks them (a TLS option with a plain URL, a file it
+     * cannot read): the tool passes them on as given. */
+    case OPT_TLS_CA_FILE: c->opts.tls_ca_file = v; return 0;
+    case OPT_TLS_CA_DIR: c->opts.tls_ca_dir = v; return 0;
+    case OPT_TLS_CERT_FILE: c->opts.tls_cert_file = v; return 0;
+    case OPT_TLS_KEY_FILE: c->opts.tls_key_file = v; return 0;
+    case OPT_TLS_SERVER_NAME: c->opts.tls_server_name = v; return 0;
+    case OPT_TLS_NO_VERIFY: c->opts.tls_verify = 0; return 0;
     case 'h': a->help = 1; return 0;
     case OPT_VERSION: a->version = 1; return 0;
     case OPT_SHA1: c->sha1 = 1; return 0;

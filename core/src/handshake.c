@@ -258,8 +258,10 @@ int hirate_handshake_fail(hirate_handshake *hs, int code, const char *why)
         return HIRATE_IO_DONE;
     if (hs->phase == PROBE)
         return finish(hs, hs->rc);   /* nothing there either: the first failure stands */
-    if (code == HIRATE_ECLOSED)
+    if (code == HIRATE_ECLOSED) {
+        hirate__fail(hs->err, sizeof hs->err, 0, "the handshake with %s was given up", hs->where);
         return finish(hs, HIRATE_ECLOSED);
+    }
     if (hs->nalien)
         return alien_answer(hs);   /* it said something, and it was not Redis */
     int tls = hs->k->url.tls, tcp = !hs->k->url.is_unix;

@@ -183,9 +183,6 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
         if ((rc = hirate_link_init(&link, o, err, errlen)) < 0)
             return rc;
         memset(&rcfg, 0, sizeof rcfg);
-        rcfg.url = link.url;
-        rcfg.connect_timeout_ms = o->connect_timeout_ms;
-        rcfg.timeout_ms = o->timeout_ms;
         rcfg.pool_size = o->pool_size;
         /* N instances falling back at once share the limit N ways. */
         int64_t share = o->capacity / o->instances;
@@ -193,7 +190,6 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
             hirate_bucket_cfg_init(&local_cfg, share > 0 ? share : 1, o->rate / o->instances,
                                    err, errlen) < 0) {
             hirate_link_destroy(&link);
-            memset(&rcfg, 0, sizeof rcfg);
             return hirate__fail(err, errlen, HIRATE_ERANGE,
                                 "the local share of the limit (capacity %lld, rate %g over %d "
                                 "instances) takes over 2^53 us to refill",
@@ -204,10 +200,8 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
 
     hirate_limiter *l = calloc(1, sizeof *l);
     if (!l) {
-        if (o->url) {
+        if (o->url)
             hirate_link_destroy(&link);
-            memset(&rcfg, 0, sizeof rcfg);
-        }
         return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory");
     }
     l->cfg = cfg;
@@ -224,10 +218,10 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
     int ok = 1;
     if (o->url) {
         l->link = link;
+        memset(&link, 0, sizeof link);   /* the password: one copy is enough */
         hirate_link_start(&l->link);
         rcfg.link = &l->link;
         ok = (l->redis = hirate_redis_new(&rcfg)) != NULL;
-        memset(&rcfg, 0, sizeof rcfg);   /* the password: one copy is enough */
         if (ok && o->deny_cache)
             ok = (l->cache = hirate_memory_new(o->deny_cache_keys)) != NULL;
     }
@@ -708,7 +702,7 @@ void hirate_counters_get(hirate_limiter *l, hirate_counters *out)
     if (l->redis) {
         hirate_redis_stats rs;
         hirate_redis_stats_get(l->redis, &rs);
-        out->connects = rs.connects + __atomic_load_n(&l->link.connects, __ATOMIC_RELAXED);
+        out->connects = __atomic_load_n(&l->link.connects, __ATOMIC_RELAXED);
         out->evalsha = rs.evalsha;
         out->eval = rs.eval;
         out->conns_dropped = rs.dropped;

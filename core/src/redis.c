@@ -501,7 +501,6 @@ int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, co
 
 void hirate_redis_stats_get(hirate_redis *r, hirate_redis_stats *out)
 {
-    out->connects = 0;
     out->evalsha = __atomic_load_n(&r->stats.evalsha, __ATOMIC_RELAXED);
     out->eval = __atomic_load_n(&r->stats.eval, __ATOMIC_RELAXED);
     out->dropped = __atomic_load_n(&r->stats.dropped, __ATOMIC_RELAXED);

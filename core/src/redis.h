@@ -28,11 +28,6 @@ struct hirate_link;
 typedef struct hirate_redis_cfg {
     struct hirate_link *link;   /* the URL, timeouts, TLS and the backoff; outlives the pool */
     int pool_size;
-    /* Not read: the link holds them. (Still filled by limiter.c; the pool
-     * keeps no copy, so no second copy of the password either.) */
-    hirate_url url;
-    int connect_timeout_ms;
-    int timeout_ms;
 } hirate_redis_cfg;
 
 hirate_redis *hirate_redis_new(const hirate_redis_cfg *cfg);
@@ -51,9 +46,9 @@ int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n
 int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, const void *key,
                        size_t keylen, char *err, size_t errlen);
 
-/* The pool's counters. Connection attempts are the link's: connects stays 0. */
+/* The pool's counters (connection attempts are the link's). */
 typedef struct hirate_redis_stats {
-    uint64_t connects, evalsha, eval, dropped;
+    uint64_t evalsha, eval, dropped;
 } hirate_redis_stats;
 
 void hirate_redis_stats_get(hirate_redis *r, hirate_redis_stats *out);

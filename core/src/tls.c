@@ -117,7 +117,6 @@ void hirate_tls_ctx_free(hirate_tls_ctx *ctx)
 }
 
 /* For transport.c: the SSL_CTX inside. */
-SSL_CTX *hirate__tls_ssl_ctx(hirate_tls_ctx *ctx);
 SSL_CTX *hirate__tls_ssl_ctx(hirate_tls_ctx *ctx)
 {
     return ctx->ssl;

@@ -21,6 +21,9 @@ typedef struct hirate_tls_cfg {
 hirate_tls_ctx *hirate_tls_ctx_new(const hirate_tls_cfg *cfg, int *rc, char *err, size_t errlen);
 void hirate_tls_ctx_free(hirate_tls_ctx *ctx);
 
+/* The OpenSSL context inside (an SSL_CTX *), for transport.c. */
+struct ssl_ctx_st *hirate__tls_ssl_ctx(hirate_tls_ctx *ctx);
+
 /* A context that verifies nothing, for the mismatch probe (made once). */
 hirate_tls_ctx *hirate_tls_probe_ctx(void);
 

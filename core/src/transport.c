@@ -23,7 +23,6 @@
 #include "memory.h"
 #include "transport.h"
 
-SSL_CTX *hirate__tls_ssl_ctx(hirate_tls_ctx *ctx);   /* tls.c */
 
 /* TCP keepalive as hiredis sets it: probe after 15 s idle,
  * every 5 s, give up after 3, so that a dead peer is noticed in ~30 s. */
@@ -71,22 +70,25 @@ static void set_timeo(int fd, int opt, int ms)
 /* OpenSSL's socket BIO writes with write(2), which raises SIGPIPE on a
  * connection the peer reset; changing the process' disposition is not a
  * library's to do. This BIO sends with MSG_NOSIGNAL instead. Its data is the
- * descriptor shifted left once, the low bit asking for MSG_DONTWAIT (the
- * idle check and the last close_notify must never block). It never closes
- * the descriptor: hirate_sock_close does. */
+ * hirate_sock: its dontwait asks for MSG_DONTWAIT (the idle check and the
+ * last close_notify must never block), and its deadline bounds every read
+ * that SSL_read makes for one record, so that a record that trickles in
+ * cannot stretch a call read by read. It never closes the descriptor:
+ * hirate_sock_close does. */
 static BIO_METHOD *bio_method;
 static pthread_once_t bio_once = PTHREAD_ONCE_INIT;
 
 static int bio_fd(BIO *b, int *flags)
 {
-    intptr_t d = (intptr_t)BIO_get_data(b);
-    *flags = (d & 1) ? MSG_DONTWAIT : 0;
-    return (int)(d >> 1);
+    hirate_sock *s = BIO_get_data(b);
+    *flags = s->dontwait ? MSG_DONTWAIT : 0;
+    return s->fd;
 }
 
-static void bio_set(BIO *b, int fd, int dontwait)
+static void bio_set(BIO *b, hirate_sock *s, int dontwait)
 {
-    BIO_set_data(b, (void *)(((intptr_t)fd << 1) | (dontwait ? 1 : 0)));
+    s->dontwait = dontwait;
+    BIO_set_data(b, s);
 }
 
 static int bio_retry(BIO *b, int writing)
@@ -113,7 +115,21 @@ static int bio_read(BIO *b, char *buf, int len)
 {
     int flags;
     int fd = bio_fd(b, &flags);
+    hirate_sock *s = BIO_get_data(b);
     BIO_clear_retry_flags(b);
+    if (!flags && s->deadline_us) {
+        /* Only what is left of the call's deadline; the timeout is set
+         * again only when that differs from the one set. */
+        int ms = ms_left(s->deadline_us);
+        if (ms == 0) {
+            errno = EAGAIN;
+            return bio_retry(b, 0);
+        }
+        if (ms != s->rcvtimeo_ms) {
+            set_timeo(fd, SO_RCVTIMEO, ms);
+            s->rcvtimeo_ms = ms;
+        }
+    }
     ssize_t n = recv(fd, buf, (size_t)len, flags);
     return n >= 0 ? (int)n : bio_retry(b, 0);
 }
@@ -322,7 +338,7 @@ static int tls_handshake(hirate_sock *s, const hirate_endpoint *ep, hirate_tls_c
         return hirate__fail(err, errlen, HIRATE_ENOMEM, "TLS handshake with %s: out of memory",
                             ep->where);
     }
-    bio_set(bio, s->fd, 0);
+    bio_set(bio, s, 0);
     SSL_set_bio(ssl, bio, bio);
     s->ssl = ssl;
 
@@ -376,6 +392,8 @@ int hirate_sock_connect(hirate_sock *s, const hirate_endpoint *ep, hirate_tls_ct
     s->fd = -1;
     s->ssl = NULL;
     s->rcvtimeo_ms = 0;
+    s->dontwait = 0;
+    s->deadline_us = 0;
     int rc = ep->is_unix ? connect_unix(ep, deadline_us, &s->fd, err, errlen)
                          : connect_tcp(ep, deadline_us, &s->fd, err, errlen);
     if (rc == 0 && mode != HIRATE_SOCK_PLAIN && !ep->is_unix)
@@ -407,14 +425,14 @@ static int tls_refused(hirate_sock *s, char *err, size_t errlen)
     SSL *ssl = s->ssl;
     char byte;
     ERR_clear_error();
-    bio_set(SSL_get_rbio(ssl), s->fd, 1);
+    bio_set(SSL_get_rbio(ssl), s, 1);
     int r = SSL_read(ssl, &byte, 1);
     int alert = r <= 0 && SSL_get_error(ssl, r) == SSL_ERROR_SSL &&
                 ERR_GET_REASON(ERR_peek_last_error()) >= SSL_AD_REASON_OFFSET;
     if (alert)
         hirate__fail(err, errlen, HIRATE_ETLS, "send to Redis: TLS: %s", ssl_reason());
     ERR_clear_error();
-    bio_set(SSL_get_rbio(ssl), s->fd, 0);
+    bio_set(SSL_get_rbio(ssl), s, 0);
     return alert;
 }
 
@@ -506,7 +524,9 @@ __attribute__((noinline)) static long recv_rest(hirate_sock *s, char *buf, size_
         }
         ERR_clear_error();
         errno = 0;
+        s->deadline_us = deadline_us;
         int n = SSL_read(ssl, buf, cap > INT_MAX ? INT_MAX : (int)cap);
+        s->deadline_us = 0;
         if (n > 0)
             return n;
         int e = errno;
@@ -568,7 +588,7 @@ __attribute__((noinline)) static int tls_gone(hirate_sock *s)
     if (SSL_pending(ssl) > 0)
         return 1;
     BIO *bio = SSL_get_rbio(ssl);
-    bio_set(bio, s->fd, 1);
+    bio_set(bio, s, 1);
     int gone = 1;
     for (int i = 0; i < 16; i++) {
         ERR_clear_error();
@@ -588,7 +608,7 @@ __attribute__((noinline)) static int tls_gone(hirate_sock *s)
             break;
     }
     ERR_clear_error();
-    bio_set(bio, s->fd, 0);
+    bio_set(bio, s, 0);
     return gone;
 }
 
@@ -628,7 +648,7 @@ void hirate_sock_close(hirate_sock *s, int quiet, void **session)
             /* One close_notify if it can go out at once; no waiting for
              * the server's. */
             if (s->fd >= 0) {
-                bio_set(SSL_get_wbio(ssl), s->fd, 1);
+                bio_set(SSL_get_wbio(ssl), s, 1);
                 ERR_clear_error();
                 SSL_shutdown(ssl);
             }

@@ -21,6 +21,8 @@ typedef struct hirate_sock {
     int fd;
     void *ssl;              /* SSL *, NULL for plain */
     int rcvtimeo_ms;        /* the receive timeout now set (0: none) */
+    int dontwait;           /* TLS: the next reads and writes must not block */
+    int64_t deadline_us;    /* TLS: while SSL_read runs, when its reply is due */
 } hirate_sock;
 
 /* TLS modes of hirate_sock_connect. */
@@ -38,12 +40,15 @@ enum { HIRATE_SOCK_PLAIN, HIRATE_SOCK_TLS, HIRATE_SOCK_TLS_NOVERIFY };
 int hirate_sock_connect(hirate_sock *s, const hirate_endpoint *ep, hirate_tls_ctx *ctx, int mode,
                         void **session, int64_t deadline_us, char *err, size_t errlen);
 
-/* Sends all of buf by deadline_us: 0, HIRATE_ETIMEDOUT or HIRATE_EIO. */
+/* Sends all of buf by deadline_us: 0, HIRATE_ETIMEDOUT or HIRATE_EIO, or
+ * HIRATE_ETLS when the server refused us with a TLS alert after the
+ * handshake (TLS 1.3 without the client certificate it requires). */
 int hirate_sock_send(hirate_sock *s, const char *buf, size_t len, int64_t deadline_us,
                      char *err, size_t errlen);
 
 /* Reads what has arrived, waiting for something until deadline_us: the
- * number of bytes (> 0), or HIRATE_ETIMEDOUT, or HIRATE_EIO ("Redis closed
+ * number of bytes (> 0), or HIRATE_ETIMEDOUT, HIRATE_ETLS (an alert, as
+ * above), or HIRATE_EIO ("Redis closed
  * the connection" at end of file). */
 long hirate_sock_recv(hirate_sock *s, char *buf, size_t cap, int64_t deadline_us, char *err,
                       size_t errlen);

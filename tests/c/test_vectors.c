@@ -8,6 +8,8 @@
  *     test_vectors [path/to/token_bucket.json]
  *
  * Without an argument the file is $HIRATE_SOURCE_DIR/tests/vectors/token_bucket.json.
+ * With HIRATE_TEST_TLS=1 the server is reached over TLS (rediss://, the
+ * harness' test CA), so that the script's answers are the same through it.
  * A redis-server that cannot start is a failure, not a skip.
  */
 #include <math.h>
@@ -33,6 +35,9 @@ typedef struct backend {
     int deny_cache;     /* 1: refusals may come from the deny cache instead */
     const char *prefix; /* key prefix before the case id: "vec:" or "vc:" */
 } backend;
+
+/* The CA of the TLS server, when the run is over TLS (HIRATE_TEST_TLS). */
+static const char *g_tls_ca;
 
 /* Refusals the deny cache answered, in place of Redis, with equal values. */
 static int g_cache_hits;
@@ -327,6 +332,7 @@ static void run_case(const backend *b, const cJSON *c)
     o.connect_timeout_ms = 5000;   /* a slow CI machine must not turn into a fallback */
     o.timeout_ms = 5000;
     o.deny_cache = b->deny_cache;
+    if (b->url) o.tls_ca_file = g_tls_ca;
 
     char why[HIRATE_ERRMSG_SIZE] = "";
     hirate_limiter *lim = (hirate_limiter *)&w;   /* must become NULL on failure */
@@ -453,13 +459,17 @@ int main(int argc, char **argv)
 
     rh_server s;
     memset(&s, 0, sizeof s);
+    const char *tls = getenv("HIRATE_TEST_TLS");
+    s.tls = tls && strcmp(tls, "1") == 0;
     if (rh_start(&s) == 0) {
+        if (s.tls) g_tls_ca = s.ca_file;
         check_passed_++;
         rh_watchdog(&s, "test_vectors", 120);
         /* The script itself, then the same with the deny cache, which must
          * give every value Redis gives while answering refusals itself. */
-        const backend redis = {"redis", s.url, HIRATE_SOURCE_REDIS, 0, "vec:"};
-        const backend cached = {"redis+cache", s.url, HIRATE_SOURCE_REDIS, 1, "vc:"};
+        const backend redis = {s.tls ? "rediss" : "redis", s.url, HIRATE_SOURCE_REDIS, 0, "vec:"};
+        const backend cached = {s.tls ? "rediss+cache" : "redis+cache", s.url,
+                                HIRATE_SOURCE_REDIS, 1, "vc:"};
         run_all(&redis, cases);
         CHECK_EQ_I64(g_cache_hits, 0);
         run_all(&cached, cases);

@@ -17,12 +17,13 @@ pass=0
 fail=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hirate-cli.XXXXXX") || exit 2
 redis_pid=
+tls_pids=
 
 cleanup() {
-    if [ -n "$redis_pid" ]; then
-        kill "$redis_pid" 2>/dev/null
-        wait "$redis_pid" 2>/dev/null
-    fi
+    for pid in $redis_pid $tls_pids; do
+        kill "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -277,6 +278,97 @@ assert b["decisions"] == 4 * b["calls"], b
 assert set(b["sources"]) <= {"redis", "cache"}, b  # cache: remembered refusals
 assert sum(b["sources"].values()) == b["decisions"], b
 '; then ok; else bad "redis: bench --batch 4 decides in batches" "exit 0, JSON"; fi
+
+# ---- against Redis over TLS --------------------------------------------------
+
+# tls_server NAME CERT AUTH_CLIENTS: a redis-server with a plain port (for
+# redis-cli here) and a TLS port with certs/CERT.crt; sets NAME_port and
+# NAME_tls to them.
+tls_server() {
+    name=$1 cert=$2 auth=$3
+    p=$(free_port)
+    tp=$(free_port)
+    while [ "$tp" = "$p" ]; do tp=$(free_port); done
+    mkdir -p "$tmp/$name"
+    redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp/$name" \
+        --tls-port "$tp" --tls-cert-file "$certs/$cert.crt" --tls-key-file "$certs/$cert.key" \
+        --tls-ca-cert-file "$certs/ca.crt" --tls-auth-clients "$auth" \
+        --daemonize no >"$tmp/$name/redis.log" 2>&1 &
+    tls_pids="$tls_pids $!"
+    i=0
+    until redis-cli -p "$p" ping >/dev/null 2>&1; do
+        i=$((i + 1))
+        if [ $i -gt 100 ]; then
+            echo "FAIL: the TLS redis-server $name did not start"
+            cat "$tmp/$name/redis.log"
+            return 1
+        fi
+        sleep 0.05
+    done
+    eval "${name}_port=$p ${name}_tls=$tp"
+}
+
+certs=$tmp/certs
+if sh "$SRC/tests/support/make_certs.sh" "$certs" && tls_server good server no &&
+    tls_server wrong wronghost no && tls_server mutual server yes; then
+    CA="--tls-ca-file $certs/ca.crt"
+    T="--capacity 2 --rate 0.001"
+    GOOD=rediss://localhost:$good_tls
+
+    expect "tls: allow over rediss:// with --tls-ca-file spends in Redis" 0 \
+        '{"allowed":true,"remaining":1,"limit":2,"retry_after":0,"reset_after":1000,"source":"redis"}' \
+        "$H" --json allow tina --url "$GOOD" $CA $T
+    if [ "$(redis-cli -p "$good_port" exists rl:tina)" = 1 ]; then ok; else
+        bad "tls: the bucket is in the TLS server" "rl:tina exists"; fi
+    expect_re "tls: the second allow spends the last token" 0 \
+        "\\{\"allowed\":true,\"remaining\":0,\"limit\":2,\"retry_after\":0,\"reset_after\":$N,\"source\":\"redis\"\\}" \
+        "$H" --json allow tina --url "$GOOD" $CA $T
+    expect_re "tls: the third is refused by Redis" 1 \
+        'refused  remaining=0 limit=2 retry_after=(99[0-9]|1000)\.[0-9]{3,6}s reset_after=(199[0-9]|2000)\.[0-9]{3,6}s source=redis' \
+        "$H" allow tina --url "$GOOD" $CA $T
+    expect "tls: reset over TLS" 0 'reset' "$H" reset tina --url "$GOOD" $CA
+    expect "tls: 127.0.0.1 is in the certificate too" 0 \
+        '{"allowed":true,"remaining":1,"limit":2,"retry_after":0,"reset_after":1000,"source":"redis"}' \
+        "$H" --json allow tina --url "rediss://127.0.0.1:$good_tls" $CA $T
+
+    for policy in local open closed; do
+        expect_error "tls: a certificate for another host is HIRATE_ETLS under --on-error $policy" \
+            'HIRATE_ETLS\)$' "$H" allow k --url "rediss://localhost:$wrong_tls" $CA $T \
+            --on-error "$policy"
+        expect_error "tls: redis:// to a TLS port is HIRATE_ETLS under --on-error $policy" \
+            'HIRATE_ETLS\)$' "$H" allow k --url "redis://127.0.0.1:$good_tls" $T \
+            --on-error "$policy"
+        expect_error "tls: rediss:// to a plain port is HIRATE_ETLS under --on-error $policy" \
+            'HIRATE_ETLS\)$' "$H" allow k --url "rediss://localhost:$good_port" $CA $T \
+            --on-error "$policy"
+        expect_error "tls: the system's trust store does not know the test CA ($policy)" \
+            'HIRATE_ETLS\)$' "$H" allow k --url "$GOOD" $T --on-error "$policy"
+    done
+    expect_re "tls: --tls-server-name checks the name the certificate holds" 0 \
+        'allowed  remaining=1 limit=2 reset_after=[0-9.]+s source=redis' \
+        "$H" allow k --url "rediss://localhost:$wrong_tls" $CA $T --tls-server-name wrong.invalid
+    expect_re "tls: --tls-no-verify accepts the wrong host (and the help says why not to)" 0 \
+        'allowed  remaining=1 limit=2 reset_after=[0-9.]+s source=redis' \
+        "$H" allow k-no-verify --url "rediss://localhost:$wrong_tls" $T --tls-no-verify
+    run "$H" --help
+    if printf '%s\n' "$out" | grep -q -- '--tls-no-verify.*NOT verify'; then ok; else
+        bad "--help says loudly what --tls-no-verify does" "--tls-no-verify  do NOT verify"; fi
+    expect_re "tls: mutual TLS with --tls-cert-file and --tls-key-file" 0 \
+        'allowed  remaining=1 limit=2 reset_after=[0-9.]+s source=redis' \
+        "$H" allow k-mutual --url "rediss://localhost:$mutual_tls" $CA $T \
+        --tls-cert-file "$certs/client.crt" --tls-key-file "$certs/client.key"
+    expect_error "tls: mutual TLS without a client certificate is HIRATE_ETLS" 'HIRATE_ETLS\)$' \
+        "$H" allow k --url "rediss://localhost:$mutual_tls" $CA $T --on-error open
+    expect_error "tls: a TLS option with a redis:// URL is refused" 'tls_ca_file' \
+        "$H" allow k --url "redis://127.0.0.1:$good_port" $CA $T
+    expect_error "tls: an unreadable --tls-ca-file is named" "tls_ca_file $tmp/no-such-ca.crt" \
+        "$H" allow k --url "$GOOD" --tls-ca-file "$tmp/no-such-ca.crt" $T
+    expect_error "tls: a password in a rediss:// URL is never printed" '.' \
+        "$H" allow k --url "rediss://:$CANARY@localhost:$wrong_tls" $CA $T
+else
+    fail=$((fail + 1))
+    echo "FAIL: the TLS servers did not start: the TLS half did not run"
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -52,8 +52,11 @@ static hirate_limiter *make(int on_error)
 static void check_item(const hirate_item *it, int on_error)
 {
     /* Outages are the policy's to answer; configuration errors are returned. */
+    if (!(it->rc == 0 || it->rc == HIRATE_EAUTH || it->rc == HIRATE_ENOPERM ||
+          it->rc == HIRATE_EREPLY || it->rc == HIRATE_EREFUSED))
+        fprintf(stderr, "item rc %s\n", hirate_err_name(it->rc));
     FUZZ_CHECK(it->rc == 0 || it->rc == HIRATE_EAUTH || it->rc == HIRATE_ENOPERM ||
-               it->rc == HIRATE_EREPLY);
+               it->rc == HIRATE_EREPLY || it->rc == HIRATE_EREFUSED);
     if (it->rc != 0)
         return;
     const hirate_decision *d = &it->decision;

@@ -1,8 +1,9 @@
 /*
  * Option and number validation: hirate_limiter_new() with every field of
  * hirate_options decoded from the input (capacity and rate as raw bits too,
- * so NaN, infinities, subnormals and 2^53 neighbours all occur), then, on an
- * accepted memory limiter, decisions at injected times and costs.
+ * so NaN, infinities, subnormals and 2^53 neighbours all occur; the TLS
+ * options with plain and rediss:// URLs, files that exist and that do not),
+ * then, on an accepted memory limiter, decisions at injected times and costs.
  *
  * The oracle is the rule list of hirate.h and docs/semantics.md, written out
  * again here: the code of every refusal must be the one the rules give, in
@@ -106,7 +107,42 @@ static int out_of(long long v, long long lo, long long hi)
     return v < lo || v > hi;
 }
 
-static verdict rules(const hirate_options *o, int url_ok)
+/* The TLS options: how a file that cannot be read, and an empty string, are
+ * named. */
+static const char *const tls_names[] = {"tls_ca_file", "tls_ca_dir", "tls_cert_file",
+                                        "tls_key_file", "tls_server_name"};
+
+static const char *tls_value(const hirate_options *o, int i)
+{
+    const char *v[] = {o->tls_ca_file, o->tls_ca_dir, o->tls_cert_file, o->tls_key_file,
+                       o->tls_server_name};
+    return v[i];
+}
+
+/* What a readable path is: a file for the files, a directory for the dir. */
+static int unreadable(const char *path)
+{
+    return path && strncmp(path, "/nonexistent", 12) == 0;
+}
+
+static verdict tls_rules(const hirate_options *o, int is_tls)
+{
+    if (o->tls_verify != 0 && o->tls_verify != 1) return (verdict){HIRATE_EOPTION, "tls_verify"};
+    if (!is_tls) {
+        for (int i = 0; i < 5; i++)
+            if (tls_value(o, i)) return (verdict){HIRATE_EOPTION, tls_names[i]};
+        if (!o->tls_verify) return (verdict){HIRATE_EOPTION, "tls_verify"};
+    }
+    if ((o->tls_cert_file == NULL) != (o->tls_key_file == NULL))
+        return (verdict){HIRATE_EOPTION, "tls_cert_file and tls_key_file"};
+    for (int i = 0; i < 5; i++)
+        if (tls_value(o, i) && !tls_value(o, i)[0]) return (verdict){HIRATE_EOPTION, tls_names[i]};
+    for (int i = 0; i < 4; i++)
+        if (unreadable(tls_value(o, i))) return (verdict){HIRATE_ETLS, tls_names[i]};
+    return (verdict){0, NULL};
+}
+
+static verdict rules(const hirate_options *o, int url_ok, int is_tls)
 {
     int rc = bucket_rc(o->capacity, o->rate);
     if (rc == HIRATE_ECAPACITY) return (verdict){rc, "capacity"};
@@ -126,6 +162,10 @@ static verdict rules(const hirate_options *o, int url_ok)
         return (verdict){HIRATE_EOPTION, "deny_cache_keys"};
     if (o->prefix && strlen(o->prefix) > HIRATE_PREFIX_MAX) return (verdict){HIRATE_EOPTION, "prefix"};
     if (o->url && !url_ok) return (verdict){HIRATE_EURL, "Redis URL"};
+    if (o->url) {
+        verdict t = tls_rules(o, is_tls);
+        if (t.rc) return t;
+    }
     if (o->url && o->on_error == HIRATE_ON_ERROR_LOCAL && o->instances > 1) {
         int64_t share = o->capacity / o->instances;
         if (bucket_rc(share > 0 ? share : 1, o->rate / o->instances) < 0)
@@ -230,15 +270,53 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* A URL, with a password that no message may show. */
     static const char *const urls[] = {"redis://:s3cr3t-canary@127.0.0.1:1/3",
                                        "redis://rl:s3cr3t-canary@[::1]:99999",
-                                       "unix://:s3cr3t-canary@/run/r.sock?db=1"};
-    int url_ok = 1;
+                                       "unix://:s3cr3t-canary@/run/r.sock?db=1",
+                                       "rediss://rl:s3cr3t-canary@localhost:1/2"};
+    int url_ok = 1, is_tls = 0;
     if (present & 4096) {
-        int which = fuzz_u8(&in) % 3;
+        int which = fuzz_u8(&in) % 4;
         o.url = urls[which];
         url_ok = which != 1;
+        is_tls = which == 3;
+    }
+    /* The TLS options: which are set (a bit each, then tls_verify from the
+     * input), and to what: a file that serves (make_certs.sh's, in
+     * $HIRATE_FUZZ_CERTS: run.sh makes them), one that does not exist, or
+     * the empty string. */
+    if (present & 8192) {
+        uint8_t which = fuzz_u8(&in), kind = fuzz_u8(&in);
+        static char paths[3][4200];
+        static const char *exists[5];
+        if (!exists[0]) {
+            const char *certs = getenv("HIRATE_FUZZ_CERTS");
+            if (!certs) {
+                fprintf(stderr, "fuzz_options: set HIRATE_FUZZ_CERTS to a directory of "
+                                "tests/support/make_certs.sh (run.sh does)\n");
+                abort();
+            }
+            snprintf(paths[0], sizeof paths[0], "%s/ca.crt", certs);
+            snprintf(paths[1], sizeof paths[1], "%s/client.crt", certs);
+            snprintf(paths[2], sizeof paths[2], "%s/client.key", certs);
+            exists[0] = paths[0];
+            exists[1] = certs;
+            exists[2] = paths[1];
+            exists[3] = paths[2];
+            exists[4] = "localhost";
+        }
+        static const char *const missing[] = {"/nonexistent/ca.pem", "/nonexistent/ca.d",
+                                              "/nonexistent/client.crt",
+                                              "/nonexistent/client.key", "wrong.invalid"};
+        const char **fields[] = {&o.tls_ca_file, &o.tls_ca_dir, &o.tls_cert_file,
+                                 &o.tls_key_file, &o.tls_server_name};
+        for (int i = 0; i < 5; i++) {
+            if (!(which >> i & 1)) continue;
+            int k = (kind >> (2 * (i % 4))) & 3;
+            *fields[i] = k == 1 ? missing[i] : k == 2 ? "" : exists[i];
+        }
+        if (which & 32) o.tls_verify = take_int(&in);
     }
 
-    verdict want = rules(&o, url_ok);
+    verdict want = rules(&o, url_ok, is_tls);
     hirate_limiter *lim = NULL;
     char why[HIRATE_ERRMSG_SIZE] = "";
     int rc = hirate_limiter_new(&lim, &o, why, sizeof why);

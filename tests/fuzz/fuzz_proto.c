@@ -91,7 +91,7 @@ static void meaning(parsed *p, const hirate_reply *rep, int64_t cost, int after_
      * EVAL), an outage for the policy, or a configuration error. */
     FUZZ_CHECK(p->rc == 0 || p->rc == HIRATE_PROTO_NOSCRIPT || p->rc == HIRATE_EPROTO ||
                p->rc == HIRATE_ESERVER || p->rc == HIRATE_EAUTH || p->rc == HIRATE_ENOPERM ||
-               p->rc == HIRATE_EREPLY);
+               p->rc == HIRATE_EREPLY || p->rc == HIRATE_EREFUSED);
     FUZZ_CHECK(p->rc != HIRATE_PROTO_NOSCRIPT || (!after_eval && rep->top.type == '-'));
     if (p->class_rc == HIRATE_EPROTO)
         FUZZ_CHECK(why != NULL);
@@ -103,10 +103,19 @@ static void meaning(parsed *p, const hirate_reply *rep, int64_t cost, int after_
     }
     if (rep->top.type == '-') {
         FUZZ_CHECK(p->rc != 0);
-        /* The server's words, cut short: a hostile error cannot flood a log. */
+        /* The server's words, whole when they fit in the message, else up to
+         * a word and "...", printable bytes only: a hostile error can flood
+         * no log and move no terminal. */
         if (p->rc != HIRATE_PROTO_NOSCRIPT) {
+            size_t n = strlen(p->err);
             FUZZ_CHECK(strncmp(p->err, "Redis replied: ", 15) == 0);
-            FUZZ_CHECK(strlen(p->err) <= 15 + 120);
+            FUZZ_CHECK(n < sizeof p->err);
+            for (size_t i = 0; i < n; i++)
+                FUZZ_CHECK(p->err[i] >= 0x20 && p->err[i] < 0x7f);
+            if (n - 15 < rep->top.len)
+                FUZZ_CHECK(n >= 18 && strcmp(p->err + n - 3, "...") == 0);
+            else
+                FUZZ_CHECK_EQ(n - 15, rep->top.len);
         }
     }
     if (p->rc == 0) {
@@ -231,7 +240,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* The classifiers read any bytes as an error message. */
     int cls = hirate_proto_error_class((const char *)data, size);
     FUZZ_CHECK(cls == HIRATE_PROTO_NOSCRIPT || cls == HIRATE_ESERVER || cls == HIRATE_EAUTH ||
-               cls == HIRATE_ENOPERM || cls == HIRATE_EREPLY);
+               cls == HIRATE_ENOPERM || cls == HIRATE_EREPLY || cls == HIRATE_EREFUSED);
     if (hirate_proto_error_drops_connection((const char *)data, size))
         FUZZ_CHECK(cls == HIRATE_ESERVER);
     return 0;

@@ -70,8 +70,9 @@ static size_t put_encoded(char *out, size_t o, const char *s, const char *keep)
 static void unparse(const hirate_url *u, char *out)
 {
     size_t o = 0;
-    memcpy(out, u->is_unix ? "unix://" : "redis://", u->is_unix ? 7 : 8);
-    o = u->is_unix ? 7 : 8;
+    const char *scheme = u->is_unix ? "unix://" : u->tls ? "rediss://" : "redis://";
+    o = strlen(scheme);
+    memcpy(out, scheme, o);
     if (u->password[0]) {
         o = put_encoded(out, o, u->user, "");
         out[o++] = ':';
@@ -97,10 +98,12 @@ static void check_fields(const hirate_url *u)
     FUZZ_CHECK(u->db >= 0 && u->db <= 1000000);
     FUZZ_CHECK(strlen(u->user) < sizeof u->user && strlen(u->password) < sizeof u->password);
     FUZZ_CHECK(!u->user[0] || u->password[0]);   /* a user always comes with a password */
+    FUZZ_CHECK(u->tls == 0 || u->tls == 1);
     if (u->is_unix) {
         FUZZ_CHECK(u->path[0] == '/');
         FUZZ_CHECK(strlen(u->path) < sizeof u->path);
         FUZZ_CHECK(u->host[0] == '\0' && u->port == 6379);
+        FUZZ_CHECK(u->tls == 0);   /* unix:// stays plain */
     } else {
         FUZZ_CHECK(u->host[0] != '\0' && strlen(u->host) < sizeof u->host);
         FUZZ_CHECK(u->port >= 1 && u->port <= 65535);

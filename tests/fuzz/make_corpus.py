@@ -5,8 +5,10 @@ The replies are real: captured from redis-server 7.0.15 running
 lua/token_bucket.lua (EVALSHA on a fresh server, EVAL, a drained bucket, a
 cost above the capacity, a peek, injected times), plus the error replies a
 server sends (NOSCRIPT, OOM, WRONGPASS, NOPERM, READONLY, BUSY, LOADING,
-MOVED). The structured inputs of fuzz_key and fuzz_options follow the layout
-their sources describe. Run it again after changing a layout; the files are
+MOVED). The handshake replies (fuzz_handshake) are redis-server 7.0.15's to AUTH,
+SELECT and PING, and what other servers send first (an SSH banner, an HTTP
+error, a TLS alert). The structured inputs of fuzz_key and fuzz_options
+follow the layout their sources describe. Run it again after changing a layout; the files are
 small and named after what they hold.
 """
 import os
@@ -158,11 +160,113 @@ def options():
         "backoff-reversed": struct.pack("<H", 64 | 128) + cap_small(10) + rate_frac(1, 0) +
                             bytes([14, 0]),
     }
+    # The TLS options (present bit 8192, after the URL): which are set, to
+    # what (2 bits each: 0 a file that serves, 1 a missing one, 2 ""), then
+    # tls_verify when bit 32 of `which` says so.
+    def tls(url, which, kind=0, verify=None):
+        data = struct.pack("<H", 4096 | 8192) if url is not None else struct.pack("<H", 8192)
+        data += cap_small(10) + rate_frac(1, 0)
+        if url is not None:
+            data += bytes([url])
+        data += bytes([which, kind])
+        if verify is not None:
+            data += bytes([verify])
+        return data
+    seeds.update({
+        "tls-rediss-every-file": tls(3, 0x1f),
+        "tls-option-with-redis-url": tls(0, 0x01),
+        "tls-option-with-unix-url": tls(2, 0x10),
+        "tls-missing-ca-file": tls(3, 0x01, kind=1),
+        "tls-missing-key": tls(3, 0x0c, kind=0x40),
+        "tls-empty-server-name": tls(3, 0x10, kind=2),
+        "tls-cert-without-key": tls(3, 0x04),
+        "tls-verify-0-with-redis-url": tls(0, 0x20, verify=0),
+        "tls-verify-2": tls(3, 0x20, verify=6),
+        "tls-verify-0-rediss": tls(3, 0x20, verify=0),
+        "tls-options-in-memory": tls(None, 0x3f, verify=0),
+    })
     for name, data in seeds.items():
         write("fuzz_options", name, data)
 
 
+DENIED = (b"-DENIED Redis is running in protected mode because protected mode is enabled and no "
+          b"password is set for the default user. In this mode connections are only accepted "
+          b"from the loopback interface. If you want to connect from external computers to "
+          b"Redis you may adopt one of the following solutions: 1) Just disable protected mode "
+          b"sending the command 'CONFIG SET protected-mode no' from the loopback interface by "
+          b"connecting to Redis from the same host the server is running, however MAKE SURE "
+          b"Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to "
+          b"make this change permanent. 2) Alternatively you can just disable the protected "
+          b"mode by editing the Redis configuration file, and setting the protected mode "
+          b"option to 'no', and then restarting the server. 3) If you started the server "
+          b"manually just for testing, restart it with the '--protected-mode no' option. 4) "
+          b"Setup a an authentication password for the default user. NOTE: You only need to do "
+          b"one of the above things in order for the server to start accepting connections "
+          b"from the outside.\r\n")
+
+
+def handshake_input(url, fail, first, second=b"", early=False):
+    # settings: URL (0 user+password+db, 1 password, 2 none, 3 rediss), the
+    # failure code's index (0 EIO, 1 ETIMEDOUT, 2 ECONNECT, 3 ETLS, 4 ECLOSED),
+    # whether the connection fails before sending; then where the probe's
+    # reply starts.
+    return (bytes([url | fail << 2 | early << 5]) + struct.pack("<H", len(first)) + first +
+            second)
+
+
+def handshake():
+    ok, pong = b"+OK\r\n", b"+PONG\r\n"
+    seeds = {
+        "auth-select-ping": handshake_input(0, 0, ok + ok + pong),
+        "auth-ping": handshake_input(1, 0, ok + pong),
+        "ping": handshake_input(2, 0, pong),
+        "rediss-auth-select-ping": handshake_input(3, 0, ok + ok + pong),
+        "wrongpass": handshake_input(0, 0, ERRORS["wrongpass"]),
+        "noauth": handshake_input(2, 0, b"-NOAUTH Authentication required.\r\n"),
+        "auth-without-password-set": handshake_input(1, 0, (
+            b"-ERR AUTH <password> called without any password configured for the default "
+            b"user. Are you sure your configuration is correct?\r\n")),
+        "select-out-of-range": handshake_input(0, 0, ok + b"-ERR DB index is out of range\r\n"),
+        "noperm-ping": handshake_input(0, 0, ok + ok + (
+            b"-NOPERM this user has no permissions to run the 'ping' command\r\n")),
+        "noperm-select": handshake_input(0, 0, ok + (
+            b"-NOPERM this user has no permissions to run the 'select' command\r\n") + pong),
+        "maxclients": handshake_input(2, 0, b"-ERR max number of clients reached\r\n"),
+        "denied": handshake_input(2, 0, DENIED),
+        "loading": handshake_input(2, 0, b"-LOADING Redis is loading the dataset in memory\r\n"),
+        "ssh": handshake_input(2, 0, b"SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3\r\n"),
+        "http": handshake_input(2, 0, b"HTTP/1.1 400 Bad Request\r\nServer: nginx/1.22.1\r\n"
+                                      b"Content-Length: 0\r\nConnection: close\r\n\r\n"),
+        # A TLS server's answer to plain bytes: an alert record (fatal,
+        # protocol_version / handshake_failure), or a ServerHello's start.
+        "tls-alert": handshake_input(2, 0, bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46])),
+        "tls-alert-handshake": handshake_input(2, 0, bytes([0x15, 0x03, 0x01, 0x00, 0x02,
+                                                            0x02, 0x28])),
+        "tls-server-hello": handshake_input(2, 0, bytes([0x16, 0x03, 0x03, 0x00, 0x7a, 0x02,
+                                                         0x00, 0x00, 0x76, 0x03, 0x03])),
+        # No bytes at all, then the probe over the other transport answers.
+        "reset-then-probe-pong": handshake_input(2, 0, b"", pong),
+        "reset-then-probe-silence": handshake_input(2, 0, b"", b""),
+        "tls-timeout-then-probe-pong": handshake_input(3, 1, b"", pong, early=True),
+        "tls-timeout-then-probe-denied": handshake_input(3, 1, b"", DENIED, early=True),
+        "tls-timeout-then-probe-tls-alert": handshake_input(
+            3, 1, b"", bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46]), early=True),
+        "tls-refused": handshake_input(3, 3, b"", early=True),
+        "connect-refused": handshake_input(2, 2, b"", early=True),
+        "plain-reset-then-probe-pong": handshake_input(0, 0, b"", ok + ok + pong),
+        "cancelled": handshake_input(0, 4, ok),
+        "cut-mid-reply": handshake_input(0, 0, ok + ok + b"+PO"),
+        "pong-then-extra": handshake_input(2, 0, pong + b"+OK\r\n"),
+        "resp3-hello-shape": handshake_input(2, 0, b"%1\r\n+server\r\n+redis\r\n"),
+        "huge-bulk": handshake_input(2, 0, b"$1073741824\r\n"),
+        "deep-array": handshake_input(2, 0, b"*1\r\n" * 200),
+    }
+    for name, data in seeds.items():
+        write("fuzz_handshake", name, data)
+
+
 if __name__ == "__main__":
+    handshake()
     proto()
     op()
     url()

@@ -16,7 +16,7 @@ seconds=${1:-10}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_FUZZ:-$root/build-fuzz}
 here=$root/tests/fuzz
-targets="fuzz_proto fuzz_url fuzz_key fuzz_options fuzz_op"
+targets="fuzz_proto fuzz_url fuzz_key fuzz_options fuzz_op fuzz_handshake"
 
 case $seconds in
     ''|*[!0-9]*) echo "usage: $0 [seconds]" >&2; exit 2 ;;
@@ -25,6 +25,10 @@ command -v clang >/dev/null || { echo "$0: clang is missing (tools/deps.sh fuzz)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/hirate-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
+# The TLS files fuzz_options sets its options to (a CA, a client certificate
+# and its key that a TLS context accepts).
+sh "$root/tests/support/make_certs.sh" "$work/certs"
+export HIRATE_FUZZ_CERTS="$work/certs"
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DHIRATE_BUILD_FUZZ=ON -DHIRATE_BUILD_TESTS=OFF -DHIRATE_BUILD_BENCH=OFF -DHIRATE_WERROR=ON \
@@ -48,7 +52,7 @@ for t in $targets; do
     # get a dictionary of the tokens their inputs are made of.
     extra=""
     case $t in
-        fuzz_proto|fuzz_op) extra="-max_len=12000 -dict=$here/resp.dict" ;;
+        fuzz_proto|fuzz_op|fuzz_handshake) extra="-max_len=12000 -dict=$here/resp.dict" ;;
         fuzz_url) extra="-dict=$here/url.dict" ;;
     esac
     echo "== $t: $seconds s"

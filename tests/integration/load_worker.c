@@ -18,6 +18,9 @@
  *                                       Redis' TIME reads on this host)
  *   S <name> <counter>=<n> ...          what the process decided, by source
  *
+ * With HIRATE_TLS_CA_FILE set, a rediss:// URL is verified against that CA
+ * (the invariants' run over TLS).
+ *
  * Exit status 0, or 1 when a call returned an error (the message on stderr).
  */
 #include <errno.h>
@@ -152,6 +155,8 @@ int main(int argc, char **argv)
     o.on_error = HIRATE_ON_ERROR_CLOSED;
     o.timeout_ms = (int)timeout_ms;
     o.connect_timeout_ms = (int)timeout_ms;
+    const char *ca = getenv("HIRATE_TLS_CA_FILE");
+    if (ca && *ca) o.tls_ca_file = ca;
     hirate_limiter *lim;
     char why[HIRATE_ERRMSG_SIZE];
     if (hirate_limiter_new(&lim, &o, why, sizeof why) < 0) {

@@ -11,6 +11,9 @@
 -- is off, so every call is a round trip and the process paces itself on
 -- Redis.
 --
+-- With HIRATE_TLS_CA_FILE set, a rediss:// URL is verified against that CA
+-- (the invariants' run over TLS).
+--
 -- Plain Lua has no wall clock finer than a second, so a call the policy
 -- answered is logged with the Redis times around it: the last one seen
 -- before the call and the first one after it (0 and "inf" when there is
@@ -26,10 +29,12 @@ assert(log_path and tonumber(threads) == 1, "usage: see the comment at the top")
 local hirate = require "hirate"
 
 local timeout = tonumber(timeout_ms) / 1000
+local ca = os.getenv("HIRATE_TLS_CA_FILE")
 local lim = hirate.new {
     url = url, prefix = prefix, capacity = math.tointeger(tonumber(capacity)),
     rate = tonumber(rate), on_error = "closed", deny_cache = false,
     timeout = timeout, connect_timeout = timeout,
+    tls_ca_file = ca ~= "" and ca or nil,
 }
 drain = drain == "1"
 seconds = tonumber(seconds)

@@ -18,6 +18,9 @@ writes its log in load_worker.c's format:
                                         (time.time_ns, the clock Redis' TIME
                                         reads on this host)
     S <name> <counter>=<n> ...
+
+With HIRATE_TLS_CA_FILE set, a rediss:// URL is verified against that CA
+(the invariants' run over TLS).
 """
 
 import os
@@ -109,8 +112,11 @@ def main(argv):
     (name, url, prefix, key, capacity, rate, seconds, threads, drain, timeout_ms,
      log_path) = argv[1:12]
     timeout = int(timeout_ms) / 1000
+    tls = {}
+    if os.environ.get("HIRATE_TLS_CA_FILE"):
+        tls["tls_ca_file"] = os.environ["HIRATE_TLS_CA_FILE"]
     lim = hirate.Limiter(url, capacity=int(capacity), rate=float(rate), prefix=prefix,
-                         on_error="closed", timeout=timeout, connect_timeout=timeout)
+                         on_error="closed", timeout=timeout, connect_timeout=timeout, **tls)
     args = (key, float(seconds))
     drain = drain == "1"
     if len(argv) == 12:

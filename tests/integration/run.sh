@@ -11,7 +11,7 @@
 #   3. the checker of the invariants test on histories whose verdict is
 #      known (test_checker.py), then the invariants under load
 #      (test_invariants.py): C, Python, a forked Python and Lua 5.4 on one
-#      Redis key for about ten seconds.
+#      Redis key for about ten seconds, and once more over TLS.
 #
 #   tests/integration/run.sh
 #
@@ -47,5 +47,5 @@ step "bad input through the hirate tool"
 step "the invariants checker on known histories"
 "$python" "$root/tests/integration/test_checker.py"
 
-step "invariants under load: C, Python, forked Python and Lua 5.4 on one key"
+step "invariants under load: C, Python, forked Python and Lua 5.4 on one key (and once over TLS)"
 "$python" "$root/tests/integration/test_invariants.py" -v

@@ -15,14 +15,18 @@ admitted decisions holds at most capacity + rate * (t2 - t1), plus the
 possibly admitted. The same must hold when Redis hangs for half a second in
 the middle of a run (calls time out, the breaker opens, the policy answers,
 Redis decides again). A phase with a rate too small to refill anything must
-admit exactly the capacity.
+admit exactly the capacity. The window bound is checked once more with every
+worker on rediss:// (a TLS port, the certificates of
+tests/support/make_certs.sh, the CA given to each worker as
+HIRATE_TLS_CA_FILE).
 
     HIRATE_INTEGRATION_BUILD=<build dir of tests/integration> \\
         python3 tests/integration/test_invariants.py
 
 The build dir holds load_worker, lua-5.4/hirate/core.so and py/hirate
 (tests/integration/run.sh makes it). HIRATE_LOAD_SECONDS changes the ten
-seconds.
+seconds; HIRATE_INVARIANTS_WORKERS (e.g. "c,lua") runs only some of the
+workers ("python" brings "python-fork" with it).
 """
 
 import os
@@ -40,7 +44,7 @@ sys.path.insert(0, str(ROOT / "tests" / "python"))
 sys.path.insert(0, str(HERE))
 
 import check_invariants  # noqa: E402
-from redis_server import RedisServer  # noqa: E402
+from redis_server import RedisServer, free_port  # noqa: E402
 
 CAPACITY = 50
 RATE = 20.0
@@ -62,24 +66,31 @@ def build_dir():
 class Phase:
     """The four workers on one key, started together; their logs in tmp."""
 
-    def __init__(self, url, tmp, key, rate, seconds, drain, timeout_ms=TIMEOUT_MS):
+    def __init__(self, url, tmp, key, rate, seconds, drain, timeout_ms=TIMEOUT_MS, ca_file=None):
         build = build_dir()
         env = dict(os.environ, PYTHONPATH=str(build / "py"),
                    LUA_PATH=f"{ROOT}/bindings/lua/?.lua;;",
                    LUA_CPATH=f"{build}/lua-5.4/?.so;;")
+        env.pop("HIRATE_TLS_CA_FILE", None)
+        if ca_file:
+            env["HIRATE_TLS_CA_FILE"] = ca_file
         common = [url, "inv:", key, str(CAPACITY), repr(rate), str(seconds)]
         tail = [str(int(drain)), str(timeout_ms)]
-        self.logs = {name: str(Path(tmp) / f"{key}.{name}.log")
-                     for name in ("c", "python", "python-fork", "lua")}
+        chosen = os.environ.get("HIRATE_INVARIANTS_WORKERS", "c,python,lua").split(",")
+        names = [n for n in ("c", "python", "python-fork", "lua")
+                 if n in chosen or (n == "python-fork" and "python" in chosen)]
+        self.logs = {name: str(Path(tmp) / f"{key}.{name}.log") for name in names}
         self.expect_ready = set(self.logs)
-        cmds = {
-            "c": [str(build / "load_worker"), "c", *common, "4", *tail, self.logs["c"]],
-            "python": [sys.executable, str(HERE / "load_worker.py"), "python", *common, "3",
-                       *tail, self.logs["python"], "python-fork", "2",
-                       self.logs["python-fork"]],
-            "lua": ["lua5.4", str(HERE / "load_worker.lua"), "lua", *common, "1", *tail,
-                    self.logs["lua"]],
-        }
+        logs, cmds = self.logs, {}
+        if "c" in logs:
+            cmds["c"] = [str(build / "load_worker"), "c", *common, "4", *tail, logs["c"]]
+        if "python" in logs:
+            cmds["python"] = [sys.executable, str(HERE / "load_worker.py"), "python", *common,
+                              "3", *tail, logs["python"], "python-fork", "2",
+                              logs["python-fork"]]
+        if "lua" in logs:
+            cmds["lua"] = ["lua5.4", str(HERE / "load_worker.lua"), "lua", *common, "1", *tail,
+                           logs["lua"]]
         self.procs = {}
         try:
             for name, cmd in cmds.items():
@@ -226,6 +237,64 @@ class InvariantsUnderLoad(unittest.TestCase):
         stored = self.redis.command("GET", "inv:drain")
         self.assertIsNotNone(stored)
         self.assertLess(float(stored.split()[0]), 1.0, stored)
+
+
+class TLSRedisServer(RedisServer):
+    """RedisServer with a TLS port as well (its plain port stays, for
+    command()), the certificates of tests/support/make_certs.sh in certs."""
+
+    def __init__(self, certs):
+        self.certs = certs
+        self.tls_port = free_port()
+        super().__init__(extra=[
+            "--tls-port", str(self.tls_port),
+            "--tls-cert-file", os.path.join(certs, "server.crt"),
+            "--tls-key-file", os.path.join(certs, "server.key"),
+            "--tls-ca-cert-file", os.path.join(certs, "ca.crt"),
+            "--tls-auth-clients", "no"])
+
+    @property
+    def tls_url(self):
+        return f"rediss://localhost:{self.tls_port}"
+
+
+class InvariantsOverTLS(unittest.TestCase):
+    """The window bound once more, every worker on rediss://."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="hirate-invariants-tls-")
+        cls.certs = os.path.join(cls.tmp.name, "certs")
+        subprocess.run(["sh", str(ROOT / "tests" / "support" / "make_certs.sh"), cls.certs],
+                       check=True)
+        cls.redis = TLSRedisServer(cls.certs)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.redis.close()
+        cls.tmp.cleanup()
+
+    def test_every_window_admits_at_most_capacity_plus_refill_over_tls(self):
+        phase = Phase(self.redis.tls_url, self.tmp.name, "tls", RATE, SECONDS, False,
+                      ca_file=os.path.join(self.certs, "ca.crt"))
+        try:
+            status = phase.run(timeout=SECONDS + 90)
+        finally:
+            phase.kill()
+        self.assertEqual(status, dict.fromkeys(status, 0), "a worker failed (see stderr)")
+        logs = check_invariants.parse(phase.logs.values())
+        self.assertEqual(sorted(logs.summaries), sorted(phase.logs))
+        for name, s in logs.summaries.items():
+            self.assertEqual(s["errors"], 0, name)
+            self.assertGreater(s["redis"], 0, f"{name} never reached Redis over TLS: {s}")
+        v = check_invariants.check_windows(logs.admitted, logs.possible, CAPACITY, RATE)
+        report(f"over TLS: {SECONDS:g} s on one key, capacity {CAPACITY}, {RATE:g} tokens/s",
+               logs, ("ok: " if v.ok else "VIOLATED: ") + v.message
+               + f"; {len(logs.possible)} calls of unknown outcome")
+        self.assertTrue(v.ok, v.message)
+        self.assertGreaterEqual(v.admitted_cost, CAPACITY + RATE * SECONDS / 2)
+        # The bucket is in the TLS server (read on its plain port).
+        self.assertIsNotNone(self.redis.command("GET", "inv:tls"))
 
 
 if __name__ == "__main__":

@@ -189,16 +189,27 @@ static void from_server(proxy *p, pair *pr)
     if (mode == PROXY_DROP) p->stats.dropped += (uint64_t)n;
     pthread_mutex_unlock(&p->lock);
     if (mode == PROXY_DROP) return;
-    chunk *c = malloc(sizeof *c + (size_t)n);
-    if (!c) return;
-    c->next = NULL;
-    c->due_us = now_us() + (mode == PROXY_DELAY ? (int64_t)delay_ms * 1000 : 0);
-    c->len = (size_t)n;
-    c->off = 0;
-    memcpy(c->data, buf, (size_t)n);
-    if (pr->tail) pr->tail->next = c;
-    else pr->head = c;
-    pr->tail = c;
+    /* A trickle is one chunk a byte, each delay_ms after the one before it
+     * (or after now, when nothing is queued). */
+    size_t pieces = mode == PROXY_TRICKLE ? (size_t)n : 1;
+    int64_t due = now_us() + (mode == PROXY_DELAY ? (int64_t)delay_ms * 1000 : 0);
+    for (size_t i = 0; i < pieces; i++) {
+        size_t len = mode == PROXY_TRICKLE ? 1 : (size_t)n;
+        chunk *c = malloc(sizeof *c + len);
+        if (!c) return;
+        c->next = NULL;
+        if (mode == PROXY_TRICKLE) {
+            int64_t after = pr->tail && pr->tail->due_us > now_us() ? pr->tail->due_us : now_us();
+            due = after + (int64_t)delay_ms * 1000;
+        }
+        c->due_us = due;
+        c->len = len;
+        c->off = 0;
+        memcpy(c->data, buf + i * len, len);
+        if (pr->tail) pr->tail->next = c;
+        else pr->head = c;
+        pr->tail = c;
+    }
 }
 
 /* Sends what is due, in order. Returns the earliest time still waited for,

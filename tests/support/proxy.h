@@ -21,7 +21,8 @@ typedef struct proxy proxy;
 enum proxy_mode {
     PROXY_PASS,   /* relay server bytes at once */
     PROXY_DELAY,  /* hold each piece of server bytes delay_ms, then relay it */
-    PROXY_DROP    /* discard server bytes (a server that reads and never answers) */
+    PROXY_DROP,   /* discard server bytes (a server that reads and never answers) */
+    PROXY_TRICKLE /* relay server bytes one at a time, delay_ms apart */
 };
 
 typedef struct proxy_stats {
@@ -40,7 +41,8 @@ int proxy_start(proxy **out, int upstream_port);
 /* The loopback port clients connect to, and "redis://127.0.0.1:<port>". */
 int proxy_port(const proxy *p);
 const char *proxy_url(const proxy *p);
-/* Sets the mode (and, for PROXY_DELAY, the delay) for bytes arriving from now on. */
+/* Sets the mode (and, for PROXY_DELAY and PROXY_TRICKLE, the delay) for bytes
+ * arriving from now on. */
 void proxy_set(proxy *p, int mode, int delay_ms);
 void proxy_get_stats(proxy *p, proxy_stats *out);
 /* Closes every connection, stops the thread and frees the proxy. NULL is ignored. */

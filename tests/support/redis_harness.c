@@ -114,14 +114,31 @@ static int spawn(rh_server *s)
     char *argv[RH_MAX_ARGS];
     int n = 0;
 
+    char tls_port[16], cert[340], key[340], ca[340];
     snprintf(port, sizeof port, "%d", s->port);
     snprintf(sock, sizeof sock, "%s", s->unixsock);
     snprintf(log, sizeof log, "%s/redis.log", s->dir);
-    const char *fixed[] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
-                           "--unixsocket", sock, "--unixsocketperm", "700",
+    argv[n++] = "redis-server";
+    argv[n++] = "--bind";
+    argv[n++] = "127.0.0.1";
+    /* A TLS URL names localhost, which may resolve to ::1 too: listen there
+     * as well when the host has IPv6 ("-": skipped if it cannot be bound). */
+    if (s->tls) argv[n++] = "-::1";
+    const char *fixed[] = {"--port", port, "--unixsocket", sock, "--unixsocketperm", "700",
                            "--save", "", "--appendonly", "no", "--dir", s->dir,
                            "--enable-debug-command", "local", "--logfile", log};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) argv[n++] = (char *)fixed[i];
+    if (s->tls) {
+        const char *name = s->tls_cert ? s->tls_cert : "server";
+        snprintf(tls_port, sizeof tls_port, "%d", s->tls_port);
+        snprintf(cert, sizeof cert, "%s/%s.crt", s->certs, name);
+        snprintf(key, sizeof key, "%s/%s.key", s->certs, name);
+        snprintf(ca, sizeof ca, "%s/ca.crt", s->certs);
+        const char *tls[] = {"--tls-port", tls_port, "--tls-cert-file", cert,
+                             "--tls-key-file", key, "--tls-ca-cert-file", ca,
+                             "--tls-auth-clients", s->tls_auth_clients ? "yes" : "no"};
+        for (size_t i = 0; i < sizeof tls / sizeof tls[0]; i++) argv[n++] = (char *)tls[i];
+    }
     if (s->extra) {
         snprintf(extra, sizeof extra, "%s", s->extra);
         for (char *save = NULL, *t = strtok_r(extra, " ", &save); t && n < RH_MAX_ARGS - 1;
@@ -159,7 +176,8 @@ static int spawn(rh_server *s)
     return -1;
 }
 
-/* Removes the flat directory redis wrote into (log, socket; no dump). */
+/* Removes the directory redis wrote into (log, socket; no dump), and the
+ * certificates' directory inside it, if any. */
 static void remove_dir(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -168,11 +186,76 @@ static void remove_dir(const char *dir)
         for (struct dirent *e; (e = readdir(d)) != NULL;) {
             if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
+            if (unlink(path) != 0 && errno == EISDIR) remove_dir(path);
         }
         closedir(d);
     }
     rmdir(dir);
+}
+
+/* ---- TLS material ------------------------------------------------------------------- */
+
+/* tests/support/make_certs.sh: next to this file (CMake compiles it by its
+ * absolute path), unless $HIRATE_SOURCE_DIR says where the checkout is. */
+static void make_certs_path(char *out, size_t cap)
+{
+    const char *src = getenv("HIRATE_SOURCE_DIR");
+    if (src && *src) {
+        snprintf(out, cap, "%s/tests/support/make_certs.sh", src);
+        return;
+    }
+    const char *slash = strrchr(__FILE__, '/');
+    snprintf(out, cap, "%.*smake_certs.sh", slash ? (int)(slash - __FILE__ + 1) : 0, __FILE__);
+}
+
+int rh_certs_make(const char *dir)
+{
+    char script[4096];
+    make_certs_path(script, sizeof script);
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("rh: fork");
+        return -1;
+    }
+    if (pid == 0) {
+        execlp("sh", "sh", script, dir, (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "rh: %s %s failed (status %d)\n", script, dir, status);
+        return -1;
+    }
+    return 0;
+}
+
+int rh_certs_new(char *out, size_t cap)
+{
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp) tmp = "/tmp";
+    if ((size_t)snprintf(out, cap, "%s/hirate-certs-XXXXXX", tmp) >= cap || !mkdtemp(out)) {
+        perror("rh: mkdtemp");
+        out[0] = '\0';
+        return -1;
+    }
+    if (rh_certs_make(out) < 0) {
+        rh_certs_remove(out);
+        return -1;
+    }
+    return 0;
+}
+
+void rh_certs_remove(const char *dir)
+{
+    if (dir && dir[0]) remove_dir(dir);
+}
+
+const char *rh_cert_path(const rh_server *s, const char *name, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/%s", s->certs, name);
+    return out;
 }
 
 int rh_start(rh_server *s)
@@ -190,11 +273,31 @@ int rh_start(rh_server *s)
         return -1;
     }
     snprintf(s->unixsock, sizeof s->unixsock, "%s/redis.sock", s->dir);
+    s->tls_port = 0;
+    s->certs[0] = s->ca_file[0] = '\0';
+    if (s->tls) {
+        if (s->certs_dir) snprintf(s->certs, sizeof s->certs, "%s", s->certs_dir);
+        else snprintf(s->certs, sizeof s->certs, "%s/certs", s->dir);
+        snprintf(s->ca_file, sizeof s->ca_file, "%s/ca.crt", s->certs);
+        if (rh_certs_make(s->certs) < 0) {
+            remove_dir(s->dir);
+            return -1;
+        }
+    }
 
     for (int i = 0; i < RH_START_TRIES; i++) {
         s->port = free_port();
         if (s->port <= 0) continue;
         snprintf(s->url, sizeof s->url, "redis://127.0.0.1:%d", s->port);
+        snprintf(s->plain_url, sizeof s->plain_url, "%s", s->url);
+        if (s->tls) {
+            /* Two free ports at once: the second is asked while the first is
+             * not bound any more, so they may coincide. */
+            do s->tls_port = free_port();
+            while (s->tls_port == s->port);
+            if (s->tls_port <= 0) continue;
+            snprintf(s->url, sizeof s->url, "rediss://localhost:%d", s->tls_port);
+        }
         if (spawn(s) == 0) return 0;
     }
     fprintf(stderr, "rh: could not start redis-server (is it on PATH?)\n");
@@ -290,9 +393,19 @@ long long rh_info_int(rh_server *s, const char *field)
 
 /* What the SIGALRM handler needs, prepared beforehand: it may only make
  * async-signal-safe calls. */
+/* make_certs.sh's files, for a watchdog that must remove a certificates'
+ * directory inside the server's. */
+static const char *const cert_files[] = {
+    "ca.crt", "ca.key", "ca.srl", "other-ca.crt", "server.crt", "server.key", "wronghost.crt",
+    "wronghost.key", "expired.crt", "expired.key", "selfsigned.crt", "selfsigned.key",
+    "client.crt", "client.key", "done",
+};
+#define RH_CERT_FILES (sizeof cert_files / sizeof cert_files[0])
+
 static struct {
     const rh_server *server;
     char message[160], log[300], sock[300];
+    char certs[300], cert_paths[RH_CERT_FILES][340];   /* certs[0] == 0: none to remove */
 } watchdog;
 
 static void on_alarm(int sig)
@@ -307,6 +420,10 @@ static void on_alarm(int sig)
     }
     unlink(watchdog.log);
     unlink(watchdog.sock);
+    if (watchdog.certs[0]) {
+        for (size_t i = 0; i < RH_CERT_FILES; i++) unlink(watchdog.cert_paths[i]);
+        rmdir(watchdog.certs);
+    }
     rmdir(s->dir);
     _exit(2);
 }
@@ -318,6 +435,15 @@ void rh_watchdog(const rh_server *s, const char *program, unsigned seconds)
              "%s: FAILED, timed out after %u s (did a call hang?)\n", program, seconds);
     snprintf(watchdog.log, sizeof watchdog.log, "%s/redis.log", s->dir);
     snprintf(watchdog.sock, sizeof watchdog.sock, "%s", s->unixsock);
+    /* Certificates made inside the server's directory go with it; a shared
+     * directory (certs_dir) is the program's to remove. */
+    watchdog.certs[0] = '\0';
+    if (s->tls && !s->certs_dir) {
+        snprintf(watchdog.certs, sizeof watchdog.certs, "%s", s->certs);
+        for (size_t i = 0; i < RH_CERT_FILES; i++)
+            snprintf(watchdog.cert_paths[i], sizeof watchdog.cert_paths[i], "%s/%s", s->certs,
+                     cert_files[i]);
+    }
     signal(SIGALRM, on_alarm);
     alarm(seconds);
 }
