@@ -11,7 +11,8 @@
 #   3. runs the busted specs (tests/lua/*_spec.lua, the module's) under lua5.4,
 #      luajit, lua5.3, lua5.2 and lua5.1, each with its own tree;
 #   4. runs them once more under valgrind on Lua 5.4: no memory error and no
-#      definite leak, or the run fails;
+#      definite leak, or the run fails (tests/lua/valgrind.supp names the one
+#      exception, the core's once-per-process TLS state);
 #   5. then the OpenResty steps at the end of this file.
 #
 #   tests/lua/run.sh [busted arguments]       e.g. tests/lua/run.sh --filter=vectors
@@ -20,7 +21,8 @@
 # it; JOBS (default 2) bounds the compiler. The steps after the specs may use
 # HIRATE_LUA_TREE_54 and HIRATE_LUA_TREE_JIT (the two luarocks trees) and
 # HIRATE_LUA_TMP (a scratch directory removed on exit). Every redis-server the
-# specs start dies with the process that started it.
+# specs start dies with the process that started it; the TLS specs make their
+# certificates once, with tests/support/make_certs.sh, under $TMPDIR.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${HIRATE_LUA_BUILD:-$root/build-lua}
