@@ -3,8 +3,8 @@
 --   hirate        bindings/lua/hirate.lua         require "hirate"
 --   hirate.resty  bindings/lua/hirate/resty.lua   the OpenResty (cosocket) path
 --                 (with hirate.headers and hirate.client_ip)
---   hirate.core   the C module, with the C core inside (hiredis is its one
---                 run-time dependency)
+--   hirate.core   the C module, with the C core inside (hiredis and OpenSSL
+--                 are its run-time dependencies)
 -- See docs/lua.md for Lua 5.4, LuaJIT and OpenResty.
 rockspec_format = "3.0"
 package = "hirate"
@@ -42,6 +42,11 @@ external_dependencies = {
       header = "hiredis/hiredis.h",
       library = "hiredis",
    },
+   -- TLS (rediss://) in the core's blocking client.
+   OPENSSL = {
+      header = "openssl/ssl.h",
+      library = "ssl",
+   },
 }
 
 build = {
@@ -52,6 +57,8 @@ build = {
       -- Where luarocks found hiredis: CMake's pkg-config lookup searches its
       -- lib/pkgconfig too (e.g. luarocks make HIREDIS_DIR=/opt/hiredis).
       CMAKE_PREFIX_PATH = "$(HIREDIS_DIR)",
+      -- And where it found OpenSSL, for CMake's FindOpenSSL.
+      OPENSSL_ROOT_DIR = "$(OPENSSL_DIR)",
       HIRATE_BUILD_LUA = "ON",
       HIRATE_BUILD_TESTS = "OFF",
       HIRATE_BUILD_BENCH = "OFF",

@@ -22,6 +22,11 @@ local hirate = {
     script_source = core.script_source,
     script_sha1 = core.script_sha1,
     version = core.version,
+    -- The core's limits: a key's bytes, a prefix's bytes, and the largest
+    -- capacity or cost (2^53-1, exact in every Lua).
+    KEY_MAX = core.KEY_MAX,
+    PREFIX_MAX = core.PREFIX_MAX,
+    EXACT_MAX = core.EXACT_MAX,
 }
 
 -- Chosen once, when the module is loaded: a module loaded by nginx's Lua sees

@@ -58,10 +58,13 @@ static inline void *hl_testudata(lua_State *L, int i, const char *tname)
  * always pass a table, so one form serves every version. */
 #if LUA_VERSION_NUM >= 504
 #define hl_setuservalue(L, i) lua_setiuservalue((L), (i), 1)
+#define hl_getuservalue(L, i) ((void)lua_getiuservalue((L), (i), 1))
 #elif LUA_VERSION_NUM >= 502
 #define hl_setuservalue(L, i) lua_setuservalue((L), (i))
+#define hl_getuservalue(L, i) ((void)lua_getuservalue((L), (i)))
 #else
 #define hl_setuservalue(L, i) lua_setfenv((L), (i))
+#define hl_getuservalue(L, i) lua_getfenv((L), (i))
 #endif
 
 /* Whole numbers: 5.3 and later have an integer subtype, so a float such as

@@ -11,14 +11,16 @@
  * Plain Lua uses the core's blocking client (hirate_allow and friends). The
  * methods whose names start with an underscore are the hooks of the
  * OpenResty path (hirate/resty.lua), which does the network I/O itself
- * through cosockets and lets the core encode the calls and read the replies
- * (hirate__op_*), and of the tests (injected time, counters). They are not
- * public API.
+ * through cosockets and lets the core decide everything else through the
+ * public no-I/O API of hirate_io.h (the endpoint, the handshake op, the call
+ * ops), and of the tests (injected time, counters). They are not public API.
+ * Only hirate.h and hirate_io.h are included: the binding knows no more of
+ * the core than any other program could.
  *
  * Memory: nothing here mallocs. Scratch space and keys live in userdata, so
  * an error raised halfway (a longjmp) leaks nothing; the only C allocations
- * are the core's own limiter and op, each stored in its userdata the moment
- * it exists.
+ * are the core's own limiter, ops and handshakes, each stored in its
+ * userdata the moment it exists.
  */
 #include <limits.h>
 #include <math.h>
@@ -27,13 +29,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bucket.h"            /* hirate_bucket_check_cost: the core's words for a bad cost */
 #include "hirate.h"
 #include "hirate_compat.h"
-#include "hirate_internal.h"
+#include "hirate_io.h"
 
 #define LIMITER_MT "hirate.limiter"
 #define OP_MT "hirate.op"
+#define HS_MT "hirate.handshake"
 
 #if defined(__GNUC__)
 #define HL_EXPORT __attribute__((visibility("default")))
@@ -48,25 +50,40 @@ static long live_limiters;
 typedef struct limiter_ud {
     hirate_limiter *lim;    /* NULL once freed */
     int closed;             /* close() was called: every call answers ECLOSED */
-    int ops;                /* ops still waiting on lim: it outlives them */
+    int users;              /* ops and handshakes still holding lim: it outlives them */
     int has_redis;
     int64_t capacity;
     double rate;
     char where[];           /* "memory", or the URL with the password as *** */
 } limiter_ud;
 
-enum { OP_PENDING, OP_DONE };
+/* Zeroed memory is an op that is done with nothing held: what __gc meets
+ * when making the op's userdata raised (out of memory) halfway. */
+enum { OP_DONE, OP_PENDING };
 
 typedef struct op_ud {
     hirate_op *op;          /* the core's op while it waits for Redis */
-    limiter_ud *lud;        /* while pending; the uservalue keeps it alive */
+    limiter_ud *lud;        /* while op is held; the uservalue keeps it alive */
     int state;
-    int drop;               /* the connection must be closed */
-    int rc;                 /* the first failed item's code, or 0 */
-    char errmsg[HIRATE_ERRMSG_SIZE];
+    int reset;              /* an op of _op_start_reset: result(), not results() */
+    int drop;               /* once answered: the connection must be closed */
+    int rc;                 /* once answered: a reset's outcome */
     size_t n;
     hirate_item items[];    /* then the keys' bytes: the core points into them */
 } op_ud;
+
+/* An op's uservalue: [1] its limiter's userdata; once the op is answered,
+ * [2 + i] item i's message when it failed ([2]: a reset's). */
+enum { UV_OP_LIMITER = 1, UV_OP_MESSAGES };
+
+/* Zeroed memory is a freed handshake, as for ops. */
+enum { HS_FREED, HS_RUNNING, HS_DONE };
+
+typedef struct hs_ud {
+    hirate_handshake *hs;   /* the core's handshake, until free() */
+    limiter_ud *lud;        /* while hs is held; the uservalue keeps it alive */
+    int state;
+} hs_ud;
 
 /* ---- errors -------------------------------------------------------------------- */
 
@@ -205,7 +222,7 @@ static const char *check_key(lua_State *L, int idx, int arg, int item, size_t *l
 /* A cost: nil means 1. */
 static int64_t check_cost(lua_State *L, int idx, int arg, int item)
 {
-    char what[32] = "cost", buf[64], err[HIRATE_ERRMSG_SIZE];
+    char what[32] = "cost", buf[64];
     int64_t cost;
     if (lua_isnoneornil(L, idx))
         return 1;
@@ -218,11 +235,10 @@ static int64_t check_cost(lua_State *L, int idx, int arg, int item)
         arg_errorf(L, arg, "%s must be a whole number from 0 to 2^53-1, got %s", what,
                    describe(L, idx, buf, sizeof buf));
     check_int(L, idx, arg, what, &cost);
-    if (hirate_bucket_check_cost(cost, err, sizeof err) < 0) {
-        if (item)
-            arg_errorf(L, arg, "item %d: %s", item, err);
-        arg_errorf(L, arg, "%s", err);
-    }
+    /* The core's words for HIRATE_ECOST, for a cost it would refuse. */
+    if (cost < 0 || cost > HIRATE_EXACT_MAX)
+        arg_errorf(L, arg, "%s must be a whole number from 0 to 2^53-1, got %lld", what,
+                   (long long)cost);
     return cost;
 }
 
@@ -300,18 +316,18 @@ static void fill_items(lua_State *L, int arg, hirate_item *items, size_t n, char
  * the order of HIRATE_SOURCE_* (1..5). */
 static const char *const decision_strings[] = {
     "allowed", "remaining", "limit", "retry_after", "reset_after", "source", "time", "error",
-    "redis", "local", "cache", "fail_open", "fail_closed"};
+    "redis", "local", "cache", "fail_open", "fail_closed", "message"};
 enum {
     UV_ALLOWED = 1, UV_REMAINING, UV_LIMIT, UV_RETRY_AFTER, UV_RESET_AFTER, UV_SOURCE, UV_TIME,
     UV_ERROR,
     UV_SOURCES = UV_ERROR,   /* + HIRATE_SOURCE_*: the source's name */
+    UV_MESSAGE = UV_SOURCES + HIRATE_SOURCE_FAIL_CLOSED + 1,
     UV_COUNT = (int)(sizeof decision_strings / sizeof *decision_strings),
     UV_CLASS,                /* the class's own metatable (check_class) */
     UV_ALL = UV_CLASS
 };
 
-_Static_assert(UV_SOURCES + HIRATE_SOURCE_FAIL_CLOSED == UV_COUNT,
-               "a decision string for every source");
+_Static_assert(UV_MESSAGE == UV_COUNT, "a decision string for every source, then message");
 
 /* Pushes decision string k (a UV_* index). */
 static inline void push_string(lua_State *L, int k)
@@ -362,18 +378,37 @@ static void push_decision(lua_State *L, const hirate_decision *d)
     }
 }
 
-/* An array of the items' decisions, or nil, message, code for the first
- * item that failed. */
-static int push_items(lua_State *L, const hirate_item *items, size_t n, int rc, const char *msg)
+/* An item of a batch that failed: {allowed = false, error = code, message =
+ * msg}. No source, since nothing decided it; error is a code's name, as in a
+ * decision the policy made; allowed is false, so that `if d.allowed` admits
+ * only what was spent. */
+static void push_item_error(lua_State *L, int rc, const char *msg)
 {
-    if (rc < 0)
-        return push_error(L, rc, msg);
+    lua_createtable(L, 0, 3);
+    push_string(L, UV_ALLOWED);
+    lua_pushboolean(L, 0);
+    lua_rawset(L, -3);
+    push_string(L, UV_ERROR);
+    lua_pushstring(L, code_name(rc));
+    lua_rawset(L, -3);
+    push_string(L, UV_MESSAGE);
+    lua_pushstring(L, msg && msg[0] ? msg : hirate_strerror(rc));
+    lua_rawset(L, -3);
+}
+
+/* An array with every item's outcome: its decision, or its error
+ * (push_item_error) with the message msg(i). */
+static void push_items(lua_State *L, const hirate_item *items, size_t n,
+                       const char *(*msg)(const void *ctx, size_t i, int rc), const void *ctx)
+{
     lua_createtable(L, (int)n, 0);
     for (size_t i = 0; i < n; i++) {
-        push_decision(L, &items[i].decision);
+        if (items[i].rc < 0)
+            push_item_error(L, items[i].rc, msg(ctx, i, items[i].rc));
+        else
+            push_decision(L, &items[i].decision);
         lua_rawseti(L, -2, (int)i + 1);
     }
-    return 1;
 }
 
 /* ---- the limiter ------------------------------------------------------------------ */
@@ -399,10 +434,10 @@ static limiter_ud *check_limiter(lua_State *L)
     return (limiter_ud *)check_class(L, LIMITER_MT);
 }
 
-/* Frees the C limiter once it is closed and no op waits on it. */
+/* Frees the C limiter once it is closed and no op or handshake holds it. */
 static void limiter_release(limiter_ud *u)
 {
-    if (u->lim && u->closed && u->ops == 0) {
+    if (u->lim && u->closed && u->users == 0) {
         hirate_limiter_free(u->lim);
         u->lim = NULL;
         __atomic_fetch_sub(&live_limiters, 1, __ATOMIC_RELAXED);
@@ -446,7 +481,8 @@ static void redact_url(const char *url, char *out)
  * silent default. */
 static const char *const option_names[] = {
     "url", "capacity", "rate", "prefix", "on_error", "instances", "timeout",
-    "connect_timeout", "deny_cache", "max_keys", "pool_size", NULL};
+    "connect_timeout", "deny_cache", "max_keys", "pool_size", "tls_ca_file", "tls_ca_dir",
+    "tls_cert_file", "tls_key_file", "tls_server_name", "tls_verify", NULL};
 
 static void check_option_names(lua_State *L)
 {
@@ -522,7 +558,7 @@ static int l_new(lua_State *L)
     hirate_options_init(&o);
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_settop(L, 1);
-    luaL_checkstack(L, 24, "hirate.new");
+    luaL_checkstack(L, 40, "hirate.new");
     check_option_names(L);
 
     o.url = opt_string(L, "url", NULL);
@@ -551,6 +587,15 @@ static int l_new(lua_State *L)
         o.deny_cache = check_boolean(L, -1, 1, "deny_cache");
     o.max_keys = (size_t)opt_int(L, "max_keys", (int64_t)o.max_keys, 1, 4000000000LL);
     o.pool_size = (int)opt_int(L, "pool_size", o.pool_size, 1, 1024);
+    /* TLS: the core checks that they go with a rediss:// URL. */
+    o.tls_ca_file = opt_string(L, "tls_ca_file", NULL);
+    o.tls_ca_dir = opt_string(L, "tls_ca_dir", NULL);
+    o.tls_cert_file = opt_string(L, "tls_cert_file", NULL);
+    o.tls_key_file = opt_string(L, "tls_key_file", NULL);
+    o.tls_server_name = opt_string(L, "tls_server_name", NULL);
+    t = get_option(L, "tls_verify");
+    if (t != LUA_TNIL)
+        o.tls_verify = check_boolean(L, -1, 1, "tls_verify");
 
     size_t wlen = o.url ? strlen(o.url) + 4 : sizeof "memory";
     limiter_ud *u = (limiter_ud *)lua_newuserdata(L, sizeof *u + wlen);
@@ -620,24 +665,26 @@ static int l_reset(lua_State *L)
     return 1;
 }
 
-/* lim:_reset_local(key) -> true, or nil, message, code: what reset() does
- * without I/O (the deny cache and the local buckets forget the key), for the
- * OpenResty path, which sends the DEL itself. */
-static int l_reset_local(lua_State *L)
+/* The message of item i of a blocking batch. The core keeps one message per
+ * limiter, the last error met, which is the last failed item's (the items
+ * are decided in order): it serves every item that failed with the same
+ * code, and an item that failed otherwise gets its code's own words. */
+typedef struct batch_msgs {
+    int last_rc;
+    char msg[HIRATE_ERRMSG_SIZE];
+} batch_msgs;
+
+static const char *batch_msg(const void *ctx, size_t i, int rc)
 {
-    limiter_ud *u = check_limiter(L);
-    size_t keylen;
-    const char *key = check_key(L, 2, 2, 0, &keylen);
-    if (u->closed)
-        return push_closed(L);
-    int rc = hirate__reset_local(u->lim, key, keylen);
-    if (rc < 0)
-        return push_failure(L, u, rc);
-    lua_pushboolean(L, 1);
-    return 1;
+    const batch_msgs *b = (const batch_msgs *)ctx;
+    (void)i;
+    return rc == b->last_rc ? b->msg : hirate_strerror(rc);
 }
 
-/* lim:allow_many{{key, cost}, ...} -> {decision, ...}: one round trip. */
+/* lim:allow_many{{key, cost}, ...} -> {outcome, ...}: one round trip. Each
+ * outcome is the item's decision, or its error (push_item_error): the
+ * items that Redis decided were spent there, so no item's error may hide
+ * them. */
 static int l_allow_many(lua_State *L)
 {
     limiter_ud *u = check_limiter(L);
@@ -647,11 +694,17 @@ static int l_allow_many(lua_State *L)
         return push_closed(L);
     hirate_item *items = (hirate_item *)lua_newuserdata(L, (n ? n : 1) * sizeof *items);
     fill_items(L, 2, items, n, NULL);
-    hirate_allow_many(u->lim, items, n);
+    int rc = hirate_allow_many(u->lim, items, n);
+    if (rc < 0)
+        return push_failure(L, u, rc);
+    batch_msgs b = {0, ""};
     for (size_t i = 0; i < n; i++)
         if (items[i].rc < 0)
-            return push_failure(L, u, items[i].rc);
-    return push_items(L, items, n, 0, NULL);
+            b.last_rc = items[i].rc;
+    if (b.last_rc)
+        hirate_limiter_errmsg(u->lim, b.msg, sizeof b.msg);
+    push_items(L, items, n, batch_msg, &b);
+    return 1;
 }
 
 /* lim:_decide_at(key, cost, spend, now_us): a decision at an injected time
@@ -667,7 +720,7 @@ static int l_decide_at(lua_State *L)
     if (u->closed)
         return push_closed(L);
     hirate_decision d;
-    int rc = hirate__decide_at(u->lim, key, keylen, cost, spend, now_us, &d);
+    int rc = hirate_decide_at(u->lim, key, keylen, cost, spend, now_us, &d);
     if (rc < 0)
         return push_failure(L, u, rc);
     push_decision(L, &d);
@@ -680,8 +733,8 @@ static int l_stats(lua_State *L)
     limiter_ud *u = check_limiter(L);
     if (u->closed)
         return push_closed(L);
-    hirate_stats s;
-    hirate__stats(u->lim, &s);
+    hirate_counters s;
+    hirate_counters_get(u->lim, &s);
     lua_createtable(L, 0, 10);
 #define FIELD(name)                          \
     hl_pushint64(L, (int64_t)s.name);        \
@@ -706,8 +759,24 @@ static void check_redis(lua_State *L, limiter_ud *u, const char *what)
         luaL_error(L, "%s needs a limiter with a Redis URL (this one is in memory)", what);
 }
 
-/* lim:_endpoint() -> {host =, port =} or {path =}, with connect_timeout and
- * timeout in seconds */
+static void set_string(lua_State *L, const char *name, const char *value)
+{
+    if (value) {
+        lua_pushstring(L, value);
+        lua_setfield(L, -2, name);
+    }
+}
+
+static void set_seconds(lua_State *L, const char *name, int ms)
+{
+    lua_pushnumber(L, (lua_Number)ms / 1000);
+    lua_setfield(L, -2, name);
+}
+
+/* lim:_endpoint() -> where to connect, as hirate_endpoint_get says:
+ * {host =, port =} or {path =}; where (for messages); connect_timeout,
+ * timeout and probe_timeout in seconds; tls and tls_verify (booleans); the
+ * tls_* settings that are set. */
 static int l_endpoint(lua_State *L)
 {
     limiter_ud *u = check_limiter(L);
@@ -715,44 +784,31 @@ static int l_endpoint(lua_State *L)
     if (u->closed)
         return push_closed(L);
     hirate_endpoint ep;
-    int rc = hirate__endpoint(u->lim, &ep);
+    int rc = hirate_endpoint_get(u->lim, &ep);
     if (rc < 0)
         return push_failure(L, u, rc);
-    lua_createtable(L, 0, 4);
+    lua_createtable(L, 0, 14);
     if (ep.is_unix) {
-        lua_pushstring(L, ep.path);
-        lua_setfield(L, -2, "path");
+        set_string(L, "path", ep.path);
     } else {
-        lua_pushstring(L, ep.host);
-        lua_setfield(L, -2, "host");
+        set_string(L, "host", ep.host);
         lua_pushinteger(L, ep.port);
         lua_setfield(L, -2, "port");
     }
-    lua_pushnumber(L, (lua_Number)ep.connect_timeout_ms / 1000);
-    lua_setfield(L, -2, "connect_timeout");
-    lua_pushnumber(L, (lua_Number)ep.timeout_ms / 1000);
-    lua_setfield(L, -2, "timeout");
+    set_string(L, "where", ep.where);
+    set_seconds(L, "connect_timeout", ep.connect_timeout_ms);
+    set_seconds(L, "timeout", ep.timeout_ms);
+    set_seconds(L, "probe_timeout", ep.probe_timeout_ms);
+    lua_pushboolean(L, ep.tls);
+    lua_setfield(L, -2, "tls");
+    lua_pushboolean(L, ep.tls_verify);
+    lua_setfield(L, -2, "tls_verify");
+    set_string(L, "tls_ca_file", ep.tls_ca_file);
+    set_string(L, "tls_ca_dir", ep.tls_ca_dir);
+    set_string(L, "tls_cert_file", ep.tls_cert_file);
+    set_string(L, "tls_key_file", ep.tls_key_file);
+    set_string(L, "tls_server_name", ep.tls ? ep.tls_server_name : NULL);
     return 1;
-}
-
-/* lim:_handshake() -> bytes to send on a new connection ("" for none), and
- * how many replies (each +OK) to read */
-static int l_handshake(lua_State *L)
-{
-    limiter_ud *u = check_limiter(L);
-    check_redis(L, u, "_handshake");
-    if (u->closed)
-        return push_closed(L);
-    char small[1024], *buf = small;
-    int replies;
-    size_t len = hirate__handshake(u->lim, small, sizeof small, &replies);
-    if (len > sizeof small) {   /* a long user name and password */
-        buf = (char *)lua_newuserdata(L, len);
-        hirate__handshake(u->lim, buf, len, &replies);
-    }
-    lua_pushlstring(L, buf, len);
-    lua_pushinteger(L, replies);
-    return 2;
 }
 
 static int l_tostring(lua_State *L)
@@ -766,31 +822,273 @@ static int l_tostring(lua_State *L)
     return 1;
 }
 
-/* ---- ops: one decision (or batch) whose I/O the caller does ------------------------- */
+/* ---- codes that the caller's I/O reports ---------------------------------------------- */
+
+static const struct {
+    const char *name;
+    int code;
+} error_codes[] = {
+#define HL_ERROR_ENTRY(name, code, msg) {#name, HIRATE_##name},
+    HIRATE_ERRNO_MAP(HL_ERROR_ENTRY)
+#undef HL_ERROR_ENTRY
+};
+
+/* The code named at arg ("ETIMEDOUT"): any error's name, since a failed
+ * handshake's own code (EAUTH, ETLS ...) is what fails the op that waited
+ * for the connection. */
+static int check_code(lua_State *L, int arg)
+{
+    if (lua_type(L, arg) != LUA_TSTRING)
+        arg_errorf(L, arg, "code must be an error name such as \"ETIMEDOUT\", got %s",
+                   luaL_typename(L, arg));
+    const char *name = lua_tostring(L, arg);
+    for (size_t i = 0; i < sizeof error_codes / sizeof error_codes[0]; i++)
+        if (strcmp(name, error_codes[i].name) == 0)
+            return error_codes[i].code;
+    return arg_errorf(L, arg, "code must be an error name such as \"ETIMEDOUT\", got "
+                      "\"%.20s\"", name);
+}
+
+/* The I/O library's words at arg, or NULL. */
+static const char *opt_why(lua_State *L, int arg)
+{
+    if (lua_isnoneornil(L, arg))
+        return NULL;
+    if (lua_type(L, arg) != LUA_TSTRING)
+        arg_errorf(L, arg, "why must be a string, got %s", luaL_typename(L, arg));
+    return lua_tostring(L, arg);
+}
+
+static const char *state_name(int state)
+{
+    switch (state) {
+    case HIRATE_IO_MORE: return "more";
+    case HIRATE_IO_SEND: return "send";
+    case HIRATE_IO_PROBE: return "probe";
+    default: return "done";
+    }
+}
+
+/* A new userdata of class mt and size bytes (zeroed) whose uservalue keeps
+ * the limiter at 1 alive. */
+static void *new_holder(lua_State *L, size_t size, const char *mt)
+{
+    void *p = lua_newuserdata(L, size);
+    memset(p, 0, size);
+    luaL_getmetatable(L, mt);
+    lua_setmetatable(L, -2);
+    lua_createtable(L, 1, 0);
+    lua_pushvalue(L, 1);
+    lua_rawseti(L, -2, 1);
+    hl_setuservalue(L, -2);
+    return p;
+}
+
+/* ---- handshakes: opening a connection whose I/O the caller does ----------------------- */
+
+static hs_ud *check_hs(lua_State *L)
+{
+    return (hs_ud *)check_class(L, HS_MT);
+}
+
+/* lim:_handshake_start() -> a handshake, or nil, message, code when no new
+ * connection may be opened now (the backoff after a failure, with the
+ * failure's own code). */
+static int l_handshake_start(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    check_redis(L, u, "_handshake_start");
+    if (u->closed)
+        return push_closed(L);
+    hs_ud *h = (hs_ud *)new_holder(L, sizeof *h, HS_MT);
+    h->state = HS_FREED;   /* until the core's handshake exists */
+    char err[HIRATE_ERRMSG_SIZE];
+    int rc = hirate_handshake_start(u->lim, &h->hs, err, sizeof err);
+    if (rc < 0) {
+        h->hs = NULL;
+        return push_error(L, rc, err);
+    }
+    h->lud = u;
+    h->state = HS_RUNNING;
+    u->users++;
+    return 1;
+}
+
+static void check_hs_held(lua_State *L, hs_ud *h, const char *what)
+{
+    if (h->state == HS_FREED)
+        luaL_error(L, "%s: the handshake is freed", what);
+}
+
+/* hs:request() -> the bytes to send now (the handshake's, or during a
+ * probe the probe's) */
+static int l_hs_request(lua_State *L)
+{
+    hs_ud *h = check_hs(L);
+    check_hs_held(L, h, "request");
+    size_t len;
+    const char *req = hirate_handshake_request(h->hs, &len);
+    lua_pushlstring(L, req, len);
+    return 1;
+}
+
+/* hs:feed(bytes) -> "more" | "done", bytes used */
+static int l_hs_feed(lua_State *L)
+{
+    hs_ud *h = check_hs(L);
+    size_t len, used = 0;
+    if (lua_type(L, 2) != LUA_TSTRING)
+        arg_errorf(L, 2, "bytes must be a string, got %s", luaL_typename(L, 2));
+    const char *buf = lua_tolstring(L, 2, &len);
+    check_hs_held(L, h, "feed");
+    if (h->state == HS_DONE)
+        luaL_error(L, "feed: the handshake is done (it has its result)");
+    int r = hirate_handshake_feed(h->hs, buf, len, &used);
+    if (r == HIRATE_IO_DONE)
+        h->state = HS_DONE;
+    lua_pushstring(L, state_name(r));
+    lua_pushinteger(L, (lua_Integer)used);
+    return 2;
+}
+
+/* hs:fail(code, why) -> "probe" | "done": the I/O failed (ECONNECT,
+ * ETIMEDOUT, EIO, ETLS, ECLOSED) in the words of the I/O library. On a
+ * handshake that is done already it does nothing. */
+static int l_hs_fail(lua_State *L)
+{
+    hs_ud *h = check_hs(L);
+    int code = check_code(L, 2);
+    const char *why = opt_why(L, 3);
+    check_hs_held(L, h, "fail");
+    int r = HIRATE_IO_DONE;
+    if (h->state == HS_RUNNING)
+        r = hirate_handshake_fail(h->hs, code, why);
+    if (r == HIRATE_IO_DONE)
+        h->state = HS_DONE;
+    lua_pushstring(L, state_name(r));
+    return 1;
+}
+
+/* hs:probe_tls() -> true when the probe connection is TLS (without
+ * verification), false when it is plain */
+static int l_hs_probe_tls(lua_State *L)
+{
+    hs_ud *h = check_hs(L);
+    check_hs_held(L, h, "probe_tls");
+    lua_pushboolean(L, hirate_handshake_probe_tls(h->hs));
+    return 1;
+}
+
+/* hs:result() -> true (the connection is ready), or nil, message, code */
+static int l_hs_result(lua_State *L)
+{
+    hs_ud *h = check_hs(L);
+    check_hs_held(L, h, "result");
+    if (h->state != HS_DONE)
+        return luaL_error(L, "result: the handshake is not done (feed it the replies, or "
+                             "fail it)");
+    char err[HIRATE_ERRMSG_SIZE];
+    int rc = hirate_handshake_result(h->hs, err, sizeof err);
+    if (rc < 0)
+        return push_error(L, rc, err);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* hs:free() and __gc: idempotent. One freed before its result teaches the
+ * core's backoff nothing. */
+static int l_hs_free(lua_State *L)
+{
+    hs_ud *h = check_hs(L);
+    if (h->hs) {
+        hirate_handshake_free(h->hs);
+        h->hs = NULL;
+        h->lud->users--;
+        limiter_release(h->lud);
+        h->lud = NULL;
+    }
+    h->state = HS_FREED;
+    return 0;
+}
+
+static int l_hs_tostring(lua_State *L)
+{
+    hs_ud *h = check_hs(L);
+    lua_pushfstring(L, "hirate.handshake(%s)", h->state == HS_RUNNING ? "running"
+                                               : h->state == HS_DONE  ? "done"
+                                                                      : "freed");
+    return 1;
+}
+
+/* ---- ops: one decision (or batch, or reset) whose I/O the caller does ------------------- */
 
 static op_ud *check_op(lua_State *L)
 {
     return (op_ud *)check_class(L, OP_MT);
 }
 
-/* The op is answered: keep what results() and drop() need, give back the
- * core's op, and let a closed limiter go. */
-static void op_finish(op_ud *o)
+/* Gives back the core's op and lets a closed limiter go. */
+static void op_release(op_ud *o)
 {
-    for (size_t i = 0; i < o->n && !o->rc; i++)
-        if (o->items[i].rc < 0) {
-            o->rc = o->items[i].rc;
-            hirate_limiter_errmsg(o->lud->lim, o->errmsg, sizeof o->errmsg);
-        }
     if (o->op) {
-        o->drop = hirate__op_drop(o->op);
-        hirate__op_free(o->op);
+        hirate_op_free(o->op);
         o->op = NULL;
-        o->lud->ops--;
+        o->lud->users--;
         limiter_release(o->lud);
     }
     o->lud = NULL;
+}
+
+/* Keeps message for item i (of a reset: i is 0) in the uservalue of the
+ * op at idx. */
+static void keep_message(lua_State *L, int idx, size_t i, const char *message)
+{
+    hl_getuservalue(L, idx);
+    lua_pushstring(L, message);
+    lua_rawseti(L, -2, UV_OP_MESSAGES + (int)i);
+    lua_pop(L, 1);
+}
+
+/* The op at idx is answered: keep what results() and result() need (the
+ * core's messages), then give back the core's op, so that a closed limiter
+ * goes as soon as nothing waits on it. An error raised meanwhile (out of
+ * memory) leaves the core's op to free() and __gc. */
+static void op_finish(lua_State *L, op_ud *o, int idx)
+{
     o->state = OP_DONE;
+    o->drop = hirate_op_drop(o->op);
+    o->rc = hirate_op_result(o->op);
+    if (o->reset) {
+        if (o->rc < 0)
+            keep_message(L, idx, 0, hirate_op_errmsg(o->op, 0));
+    } else {
+        for (size_t i = 0; i < o->n; i++)
+            if (o->items[i].rc < 0)
+                keep_message(L, idx, i, hirate_op_errmsg(o->op, i));
+    }
+    op_release(o);
+}
+
+/* Holds the core's op (rc 1 from a start function), or, when the core
+ * needed none, keeps the limiter's message for the items that failed. */
+static int op_started(lua_State *L, limiter_ud *u, op_ud *o, int rc, hirate_op *op)
+{
+    if (rc < 0)
+        return push_failure(L, u, rc);
+    if (rc == 1) {
+        o->op = op;
+        o->lud = u;
+        o->state = OP_PENDING;
+        u->users++;
+        return 1;
+    }
+    o->state = OP_DONE;
+    char msg[HIRATE_ERRMSG_SIZE];
+    hirate_limiter_errmsg(u->lim, msg, sizeof msg);
+    for (size_t i = 0; i < o->n; i++)
+        if (o->items[i].rc < 0)
+            keep_message(L, -1, i, msg);
+    return 1;
 }
 
 /* lim:_op_start(items, spend, now_us) -> op */
@@ -805,35 +1103,37 @@ static int l_op_start(lua_State *L)
     if (u->closed)
         return push_closed(L);
 
-    op_ud *o = (op_ud *)lua_newuserdata(L, sizeof *o + n * sizeof(hirate_item) + keybytes);
-    memset(o, 0, sizeof *o);
+    op_ud *o = (op_ud *)new_holder(L, sizeof *o + n * sizeof(hirate_item) + keybytes, OP_MT);
     o->state = OP_DONE;   /* until the core's op exists */
-    luaL_getmetatable(L, OP_MT);
-    lua_setmetatable(L, -2);
-    /* The op keeps the limiter's userdata alive while it may point into it. */
-    lua_createtable(L, 1, 0);
-    lua_pushvalue(L, 1);
-    lua_rawseti(L, -2, 1);
-    hl_setuservalue(L, -2);
     o->n = n;
     fill_items(L, 2, o->items, n, (char *)(o->items + n));
-
     hirate_op *op = NULL;
-    int rc = hirate__op_start(u->lim, o->items, n, spend, now_us, &op);
-    if (rc < 0)
-        return push_failure(L, u, rc);
-    o->lud = u;
-    if (rc == 1) {
-        o->op = op;
-        o->state = OP_PENDING;
-        u->ops++;
-    } else {
-        op_finish(o);
-    }
-    return 1;
+    int rc = hirate_op_start(u->lim, o->items, n, spend, now_us, &op);
+    return op_started(L, u, o, rc, op);
 }
 
-/* op:request() -> the bytes to send now, or nil */
+/* lim:_op_start_reset(key) -> op: reset(key) as an op (its bytes are the
+ * core's; result() gives its outcome) */
+static int l_op_start_reset(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    size_t keylen;
+    const char *key = check_key(L, 2, 2, 0, &keylen);
+    check_redis(L, u, "_op_start_reset");
+    if (u->closed)
+        return push_closed(L);
+
+    op_ud *o = (op_ud *)new_holder(L, sizeof *o + keylen, OP_MT);
+    o->state = OP_DONE;
+    o->reset = 1;
+    char *copy = (char *)o->items;   /* n is 0: the key's bytes follow */
+    memcpy(copy, key, keylen);
+    hirate_op *op = NULL;
+    int rc = hirate_op_start_reset(u->lim, copy, keylen, &op);
+    return op_started(L, u, o, rc, op);
+}
+
+/* op:request() -> the bytes to send now, or nil when the op needs no Redis */
 static int l_op_request(lua_State *L)
 {
     op_ud *o = check_op(L);
@@ -842,7 +1142,7 @@ static int l_op_request(lua_State *L)
         return 1;
     }
     size_t len;
-    const char *req = hirate__op_request(o->op, &len);
+    const char *req = hirate_op_request(o->op, &len);
     lua_pushlstring(L, req, len);
     return 1;
 }
@@ -862,43 +1162,27 @@ static int l_op_feed(lua_State *L)
         arg_errorf(L, 2, "bytes must be a string, got %s", luaL_typename(L, 2));
     const char *buf = lua_tolstring(L, 2, &len);
     check_pending(L, o, "feed");
-    int r = hirate__op_feed(o->op, buf, len, &used);
-    if (r == HIRATE_OP_DONE)
-        op_finish(o);
-    lua_pushstring(L, r == HIRATE_OP_MORE ? "more" : r == HIRATE_OP_SEND ? "send" : "done");
+    int r = hirate_op_feed(o->op, buf, len, &used);
+    if (r == HIRATE_IO_DONE)
+        op_finish(L, o, 1);
+    lua_pushstring(L, state_name(r));
     lua_pushinteger(L, (lua_Integer)used);
     return 2;
 }
 
-static const struct {
-    const char *name;
-    int code;
-} error_codes[] = {
-#define HL_ERROR_ENTRY(name, code, msg) {#name, HIRATE_##name},
-    HIRATE_ERRNO_MAP(HL_ERROR_ENTRY)
-#undef HL_ERROR_ENTRY
-};
-
-/* op:fail(code_name): the I/O failed ("ETIMEDOUT", "ECONNECT", "EIO", or
- * "EAUTH" when the handshake was refused); the policy decides what waits.
- * On an op that is done already it does nothing, so that error handling
- * around the I/O may call it without knowing how far the I/O got. */
+/* op:fail(code, why): the I/O failed ("ETIMEDOUT", "ECONNECT", "EIO",
+ * "ETLS", or the code of the handshake that opened the connection); why is
+ * the I/O library's words, or nil. The policy decides every outage. On an
+ * op that is done already it does nothing, so that error handling around
+ * the I/O may call it without knowing how far the I/O got. */
 static int l_op_fail(lua_State *L)
 {
     op_ud *o = check_op(L);
-    if (lua_type(L, 2) != LUA_TSTRING)
-        arg_errorf(L, 2, "code must be an error name such as \"ETIMEDOUT\", got %s",
-                   luaL_typename(L, 2));
-    const char *name = lua_tostring(L, 2);
-    int code = 0;
-    for (size_t i = 0; i < sizeof error_codes / sizeof error_codes[0] && !code; i++)
-        if (strcmp(name, error_codes[i].name) == 0)
-            code = error_codes[i].code;
-    if (!code)
-        arg_errorf(L, 2, "code must be an error name such as \"ETIMEDOUT\", got \"%.20s\"", name);
+    int code = check_code(L, 2);
+    const char *why = opt_why(L, 3);
     if (o->state == OP_PENDING) {
-        hirate__op_fail(o->op, code);
-        op_finish(o);
+        hirate_op_fail(o->op, code, why);
+        op_finish(L, o, 1);
     }
     return 0;
 }
@@ -907,18 +1191,55 @@ static int l_op_fail(lua_State *L)
 static int l_op_drop(lua_State *L)
 {
     op_ud *o = check_op(L);
-    lua_pushboolean(L, o->state == OP_PENDING ? hirate__op_drop(o->op) : o->drop);
+    lua_pushboolean(L, o->op ? hirate_op_drop(o->op) : o->drop);
     return 1;
 }
 
-/* op:results() -> {decision, ...}, or nil, message, code */
+static void check_answered(lua_State *L, op_ud *o, const char *what)
+{
+    if (o->state == OP_PENDING)
+        luaL_error(L, "%s: the op still waits for Redis (feed it the replies, or fail it)",
+                   what);
+}
+
+/* The message op_finish kept for item i; the uservalue is at the top. */
+static const char *kept_message(const void *ctx, size_t i, int rc)
+{
+    lua_State *L = (lua_State *)(uintptr_t)ctx;
+    (void)rc;
+    lua_rawgeti(L, -2, UV_OP_MESSAGES + (int)i);   /* -2: under the array being built */
+    const char *msg = lua_tostring(L, -1);   /* the uservalue keeps it alive */
+    lua_pop(L, 1);
+    return msg;
+}
+
+/* op:results() -> {outcome, ...}: each item's decision, or its error
+ * (push_item_error) */
 static int l_op_results(lua_State *L)
 {
     op_ud *o = check_op(L);
-    if (o->state == OP_PENDING)
-        return luaL_error(L, "results: the op still waits for Redis (feed it the replies, "
-                             "or fail it)");
-    return push_items(L, o->items, o->n, o->rc, o->errmsg);
+    check_answered(L, o, "results");
+    if (o->reset)
+        return luaL_error(L, "results: a reset op has one result (result())");
+    hl_getuservalue(L, 1);
+    push_items(L, o->items, o->n, kept_message, (const void *)(uintptr_t)L);
+    return 1;
+}
+
+/* op:result() -> true, or nil, message, code: a reset op's outcome */
+static int l_op_result(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    check_answered(L, o, "result");
+    if (!o->reset)
+        return luaL_error(L, "result: a decision op has one result per item (results())");
+    if (o->rc < 0) {
+        hl_getuservalue(L, 1);
+        lua_rawgeti(L, -1, UV_OP_MESSAGES);
+        return push_error(L, o->rc, lua_tostring(L, -1));
+    }
+    lua_pushboolean(L, 1);
+    return 1;
 }
 
 /* op:free() and __gc. An op dropped before it is done is given up
@@ -928,18 +1249,22 @@ static int l_op_results(lua_State *L)
 static int l_op_free(lua_State *L)
 {
     op_ud *o = check_op(L);
-    if (o->state == OP_PENDING) {
-        hirate__op_fail(o->op, HIRATE_ECLOSED);
-        op_finish(o);
+    if (o->state == OP_PENDING && o->op) {
+        hirate_op_fail(o->op, HIRATE_ECLOSED, NULL);
+        op_finish(L, o, 1);
     }
+    op_release(o);
     return 0;
 }
 
 static int l_op_tostring(lua_State *L)
 {
     op_ud *o = check_op(L);
-    lua_pushfstring(L, "hirate.op(%s, %d items)", o->state == OP_PENDING ? "waiting" : "done",
-                    (int)o->n);
+    const char *state = o->state == OP_PENDING ? "waiting" : "done";
+    if (o->reset)
+        lua_pushfstring(L, "hirate.op(%s, reset)", state);
+    else
+        lua_pushfstring(L, "hirate.op(%s, %d items)", state, (int)o->n);
     return 1;
 }
 
@@ -1010,9 +1335,9 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"allow_many", l_allow_many},
         {"close", l_close},
         {"_op_start", l_op_start},
+        {"_op_start_reset", l_op_start_reset},
         {"_endpoint", l_endpoint},
-        {"_handshake", l_handshake},
-        {"_reset_local", l_reset_local},
+        {"_handshake_start", l_handshake_start},
         {"_decide_at", l_decide_at},
         {"_stats", l_stats},
         {NULL, NULL}};
@@ -1024,7 +1349,18 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"fail", l_op_fail},
         {"drop", l_op_drop},
         {"results", l_op_results},
+        {"result", l_op_result},
         {"free", l_op_free},
+        {NULL, NULL}};
+    static const luaL_Reg hs_meta[] = {
+        {"__gc", l_hs_free}, {"__tostring", l_hs_tostring}, {NULL, NULL}};
+    static const luaL_Reg hs_methods[] = {
+        {"request", l_hs_request},
+        {"feed", l_hs_feed},
+        {"fail", l_hs_fail},
+        {"probe_tls", l_hs_probe_tls},
+        {"result", l_hs_result},
+        {"free", l_hs_free},
         {NULL, NULL}};
     static const luaL_Reg functions[] = {
         {"new", l_new},
@@ -1036,11 +1372,23 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
 
     new_class(L, LIMITER_MT, limiter_meta, limiter_methods);
     new_class(L, OP_MT, op_meta, op_methods);
+    new_class(L, HS_MT, hs_meta, hs_methods);
     lua_newtable(L);
     hl_setfuncs(L, functions, 0);
     lua_pushstring(L, HIRATE_VERSION_STRING);
     lua_setfield(L, -2, "_VERSION");
     lua_pushstring(L, "hirate.core");
     lua_setfield(L, -2, "_NAME");
+    /* The core's limits, so that Lua code (hirate/resty.lua) states none. */
+    hl_pushint64(L, HIRATE_KEY_MAX);
+    lua_setfield(L, -2, "KEY_MAX");
+    hl_pushint64(L, HIRATE_PREFIX_MAX);
+    lua_setfield(L, -2, "PREFIX_MAX");
+    hl_pushint64(L, HIRATE_EXACT_MAX);
+    lua_setfield(L, -2, "EXACT_MAX");
+    hl_pushint64(L, HIRATE_IO_REPLY_MAX);
+    lua_setfield(L, -2, "IO_REPLY_MAX");
+    hl_pushint64(L, HIRATE_ERRMSG_SIZE);
+    lua_setfield(L, -2, "ERRMSG_SIZE");
     return 1;
 }

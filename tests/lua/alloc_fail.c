@@ -7,9 +7,10 @@
  * tests/lua/run.sh, so that a leak, a double free or a use after free on any
  * of those paths fails the run. A limiter that is never freed would not show
  * as a leak (the core keeps every live limiter on its fork list), so the
- * program is linked with -Wl,--wrap for hirate_limiter_new/_free and
- * hirate_op_start/_free, counts what the module makes and frees, and after
- * each lua_close() every count must be back to 0.
+ * program is linked with -Wl,--wrap for hirate_limiter_new/_free,
+ * hirate_op_start/_start_reset/_free and hirate_handshake_start/_free,
+ * counts what the module makes and frees, and after each lua_close() every
+ * count must be back to 0.
  *
  *     alloc_fail <path/to/alloc_fail.lua>
  *
@@ -45,20 +46,30 @@ static void *alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 }
 
 /* What the module made through the core and has not freed yet. */
-static long live_limiters, live_ops;
+static long live_limiters, live_ops, live_handshakes;
 
 int __real_hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
                               size_t len);
 void __real_hirate_limiter_free(hirate_limiter *lim);
 int __real_hirate_op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
-                            int64_t now_us, hirate_op **op);
+                           int64_t now_us, hirate_op **op);
+int __real_hirate_op_start_reset(hirate_limiter *lim, const void *key, size_t keylen,
+                                 hirate_op **op);
 void __real_hirate_op_free(hirate_op *op);
+int __real_hirate_handshake_start(hirate_limiter *lim, hirate_handshake **out, char *err,
+                                  size_t errlen);
+void __real_hirate_handshake_free(hirate_handshake *hs);
 int __wrap_hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
                               size_t len);
 void __wrap_hirate_limiter_free(hirate_limiter *lim);
 int __wrap_hirate_op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
-                            int64_t now_us, hirate_op **op);
+                           int64_t now_us, hirate_op **op);
+int __wrap_hirate_op_start_reset(hirate_limiter *lim, const void *key, size_t keylen,
+                                 hirate_op **op);
 void __wrap_hirate_op_free(hirate_op *op);
+int __wrap_hirate_handshake_start(hirate_limiter *lim, hirate_handshake **out, char *err,
+                                  size_t errlen);
+void __wrap_hirate_handshake_free(hirate_handshake *hs);
 
 int __wrap_hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
                               size_t len)
@@ -75,9 +86,17 @@ void __wrap_hirate_limiter_free(hirate_limiter *lim)
 }
 
 int __wrap_hirate_op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
-                            int64_t now_us, hirate_op **op)
+                           int64_t now_us, hirate_op **op)
 {
     int rc = __real_hirate_op_start(lim, items, n, spend, now_us, op);
+    live_ops += rc == 1;
+    return rc;
+}
+
+int __wrap_hirate_op_start_reset(hirate_limiter *lim, const void *key, size_t keylen,
+                                 hirate_op **op)
+{
+    int rc = __real_hirate_op_start_reset(lim, key, keylen, op);
     live_ops += rc == 1;
     return rc;
 }
@@ -86,6 +105,39 @@ void __wrap_hirate_op_free(hirate_op *op)
 {
     live_ops -= op != NULL;
     __real_hirate_op_free(op);
+}
+
+/* The handshakes the module started: the core's own blocking client frees
+ * handshakes it made itself through the same hirate_handshake_free, and
+ * those are not the module's to count. */
+static hirate_handshake *started[64];
+
+int __wrap_hirate_handshake_start(hirate_limiter *lim, hirate_handshake **out, char *err,
+                                  size_t errlen)
+{
+    int rc = __real_hirate_handshake_start(lim, out, err, errlen);
+    if (rc == 0) {
+        size_t i = 0;
+        while (i < sizeof started / sizeof *started && started[i])
+            i++;
+        if (i == sizeof started / sizeof *started) {
+            fprintf(stderr, "alloc_fail: more than %zu handshakes at once\n", i);
+            abort();
+        }
+        started[i] = *out;
+        live_handshakes++;
+    }
+    return rc;
+}
+
+void __wrap_hirate_handshake_free(hirate_handshake *hs)
+{
+    for (size_t i = 0; hs && i < sizeof started / sizeof *started; i++)
+        if (started[i] == hs) {
+            started[i] = NULL;
+            live_handshakes--;
+        }
+    __real_hirate_handshake_free(hs);
 }
 
 /* One run with allocations refused from the n-th on: 1 when the script ran
@@ -131,9 +183,10 @@ int main(int argc, char **argv)
     }
     for (long n = 0; n < 1000000; n++) {
         int rc = run(argv[1], n, why, sizeof why);
-        if (live_limiters != 0 || live_ops != 0) {
-            fprintf(stderr, "alloc_fail: failing from allocation %ld on: %ld limiters and %ld "
-                    "ops were never freed\n", n + 1, live_limiters, live_ops);
+        if (live_limiters != 0 || live_ops != 0 || live_handshakes != 0) {
+            fprintf(stderr, "alloc_fail: failing from allocation %ld on: %ld limiters, %ld "
+                    "ops and %ld handshakes were never freed\n", n + 1, live_limiters, live_ops,
+                    live_handshakes);
             return 1;
         }
         if (rc < 0) {

@@ -23,7 +23,7 @@ local red = core.new { url = "redis://:pw@127.0.0.1:1/2", capacity = 5, rate = 1
     connect_timeout = 0.05, on_error = "open" }
 assert(tostring(red):find("***", 1, true))
 assert(red:_endpoint().port == 1)
-assert(#red:_handshake() > 0)
+assert(red:_endpoint().where == "127.0.0.1:1")
 assert(red:allow("k").source == "fail_open")    -- connect refused: the policy
 
 -- The breaker is open now: an op decided at once, without I/O.
@@ -39,10 +39,31 @@ local noscript = "-NOSCRIPT No matching script.\r\n"
 assert(op:feed(noscript) == "more")
 assert(op:feed(noscript) == "send")
 assert(op:request():find("EVAL", 1, true))
-op:fail("ETIMEDOUT")
+op:fail("ETIMEDOUT", "receive: timeout")
 assert(op:results()[2].error == "ETIMEDOUT")
 assert(op:drop())
 op:free()
+-- A misconfiguration fails each item with its error, message and all (on a
+-- limiter of its own: fresh's breaker is open now).
+local misconfigured = core.new { url = "redis://127.0.0.1:1", capacity = 5, rate = 1 }
+op = misconfigured:_op_start({ { "k", 1 }, { "j", 2 } }, true)
+op:fail("ETLS", "TLS handshake: certificate verify failed")
+assert(op:results()[2].error == "ETLS" and op:results()[1].message)
+op:free()
+-- The handshake op: its bytes, a failure, its result; then the backoff
+-- refuses the next one (nil, message, code).
+local other = core.new { url = "redis://:pw@127.0.0.1:1/2", capacity = 5, rate = 1 }
+local hs = assert(other:_handshake_start())
+assert(#hs:request() > 0 and tostring(hs))
+hs:fail("ECONNECT", "connect: connection refused")
+assert(select(3, hs:result()) == "ECONNECT")
+hs:free()
+assert(select(3, other:_handshake_start()) == "ECONNECT")
+-- A reset op, and a handshake left running for lua_close.
+local reset = assert(other:_op_start_reset("k"))
+assert(tostring(reset))
+local running = core.new { url = "redis://127.0.0.1:1", capacity = 5, rate = 1 }
+assert(running:_handshake_start())
 -- One op left waiting, and its limiter closed under it: lua_close frees both.
 local waiting = core.new { url = "redis://127.0.0.1:1", capacity = 5, rate = 1 }
 local pending = waiting:_op_start({ { "w", 1 } }, false, 5)

@@ -50,11 +50,17 @@ local new_cases = {
     { "a url with a NUL byte", with { url = "redis://127.0.0.1\0:6379" },
         "url contains a NUL byte" },
     { "an http url", with { url = "http://127.0.0.1" },
-        "invalid Redis URL: it must start with redis:// or unix://" },
+        "invalid Redis URL: it must start with redis://, rediss:// or unix://" },
     { "a url with port 0", with { url = "redis://127.0.0.1:0" },
         "invalid Redis URL: the port must be a number from 1 to 65535" },
-    { "a rediss url", with { url = "rediss://127.0.0.1" },
-        "invalid Redis URL: rediss:// (TLS) is not supported by this build" },
+    { "a TLS option without rediss://", with { url = "redis://127.0.0.1", tls_ca_file = "ca.crt" },
+        "tls_ca_file is set, but the URL is not rediss:// (TLS)" },
+    { "tls_verify with a plain URL", with { url = "redis://127.0.0.1", tls_verify = false },
+        "tls_verify is 0, but the URL is not rediss:// (TLS)" },
+    { "tls_verify not a boolean", with { url = "rediss://127.0.0.1", tls_verify = "no" },
+        "tls_verify must be a boolean, got string" },
+    { "tls_server_name not a string", with { url = "rediss://127.0.0.1", tls_server_name = 7 },
+        "tls_server_name must be a string, got number" },
     { "a prefix that is not a string", with { prefix = 1 }, "prefix must be a string, got number" },
     { "a prefix of 65 bytes", with { prefix = ("p"):rep(65) }, "prefix is 65 bytes; the most is 64" },
     { "a prefix with a NUL byte", with { prefix = "a\0b" }, "prefix contains a NUL byte" },
@@ -121,14 +127,17 @@ describe("hirate.new", function()
         assert.equal("hirate.limiter(redis://127.0.0.1:6379/15, capacity=9007199254740991, "
             .. "rate=1000000000)", tostring(lim))
         local ep = lim:_endpoint()
-        assert.same({ host = "127.0.0.1", port = 6379, connect_timeout = 0.001, timeout = 60 }, ep)
+        assert.same({ host = "127.0.0.1", port = 6379, where = "127.0.0.1:6379",
+            connect_timeout = 0.001, timeout = 60, probe_timeout = 0.001, tls = false,
+            tls_verify = false }, ep)
     end)
 
     it("rounds seconds to whole milliseconds", function()
         local lim = hirate.new { url = "redis://127.0.0.1", capacity = 1, rate = 1,
             timeout = 0.29, connect_timeout = 0.0015 }
-        assert.same({ host = "127.0.0.1", port = 6379, connect_timeout = 0.002, timeout = 0.29 },
-            lim:_endpoint())
+        assert.same({ host = "127.0.0.1", port = 6379, where = "127.0.0.1:6379",
+            connect_timeout = 0.002, timeout = 0.29, probe_timeout = 0.001, tls = false,
+            tls_verify = false }, lim:_endpoint())
     end)
 end)
 
@@ -201,8 +210,8 @@ describe("limiter methods", function()
         { function() local _ = lim:_decide_at("k", -1, true, 0) end,
             "bad argument #2 to '_decide_at' (cost must be a whole number from 0 to 2^53-1, "
             .. "got -1)" },
-        { function() local _ = lim:_reset_local("") end,
-            "bad argument #1 to '_reset_local' (key is empty)" },
+        { function() local _ = lim:_op_start_reset("") end,
+            "bad argument #1 to '_op_start_reset' (key is empty)" },
     }
     if lua54 then
         cases[#cases + 1] = { function() local _ = lim:allow("k", 1.0) end,
@@ -246,7 +255,8 @@ describe("the hooks for the OpenResty path", function()
         local msg = "needs a limiter with a Redis URL (this one is in memory)"
         raises("_op_start " .. msg, function() local _ = lim:_op_start({}, true) end)
         raises("_endpoint " .. msg, function() local _ = lim:_endpoint() end)
-        raises("_handshake " .. msg, function() local _ = lim:_handshake() end)
+        raises("_handshake_start " .. msg, function() local _ = lim:_handshake_start() end)
+        raises("_op_start_reset " .. msg, function() local _ = lim:_op_start_reset("k") end)
     end)
 
     -- Nothing here connects: _op_start only encodes the request.

@@ -52,7 +52,7 @@ describe("docs/lua.md", function()
         local keys = srv:cli("KEYS", "api:*")
         srv:close()
         assert.truthy(ok, out)
-        assert.equal("served, 99 left (decided by redis)\n98\t95\n", out)
+        assert.equal("served, 99 left (decided by redis)\n1\ttrue\t98\n2\ttrue\t95\n", out)
         assert.equal("api:org:7", keys)   -- user:42 was reset
     end)
 end)

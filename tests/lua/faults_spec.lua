@@ -8,8 +8,8 @@
 --   * a wrong password: nil, message, "EAUTH" under every policy, the
 --     password in no message;
 --   * malformed replies from a mock RESP server (tests/integration/
---     mock_resp.py): a clean EPROTO (EIO when it hangs up) and the policy,
---     then Redis again once the replies are good.
+--     mock_resp.py, through helpers/mock_redis.py): a clean EPROTO (EIO when
+--     it hangs up) and the policy, then Redis again once the replies are good.
 local hirate = require "hirate"
 local support = require "helpers.support"
 local redis_server = require "helpers.redis_server"
@@ -99,14 +99,17 @@ describe("with a wrong password", function()
         local ok, err = pcall(function()
             for _, policy in ipairs { "local", "open", "closed" } do
                 local lim = limiter("redis://:" .. canary .. "@127.0.0.1:" .. srv.port, policy)
+                -- allow_many: the error in the item's place.
+                local item = lim:allow_many { { "k", 1 } }[1]
                 for _, r in ipairs { pack(lim:allow("k")), pack(lim:peek("k")),
-                    pack(lim:allow_many { { "k", 1 } }), pack(lim:reset("k")) } do
+                    pack(nil, item.message, item.error), pack(lim:reset("k")) } do
                     assert.equal(3, r.n)
                     assert.is_nil(r[1])
                     assert.equal("EAUTH", r[3])
                     assert.truthy(r[2]:find("WRONGPASS", 1, true), r[2])
                     assert.is_nil(r[2]:find(canary, 1, true), r[2])
                 end
+                assert.same({ false, nil }, { item.allowed, item.source })
                 assert.is_nil(tostring(lim):find(canary, 1, true))
                 lim:close()
             end
@@ -120,7 +123,7 @@ end)
 local python = support.python
 
 local function mock(script)
-    local path = support.root .. "/tests/integration/mock_resp.py"
+    local path = support.root .. "/tests/lua/helpers/mock_redis.py"
     local proc = assert(io.popen(("echo $$; exec setpriv --pdeathsig KILL %s -S '%s' %s")
         :format(python, path, script), "r"))
     local pid = proc:read("*l")
@@ -148,7 +151,7 @@ describe("a malformed reply", function()
         for _, policy in ipairs { "closed", "open", "local" } do
             it(("(%s) is %s for on_error = '%s', then Redis again"):format(c[1], c[2], policy),
                 function()
-                    local server = mock(c[1] .. ",good")
+                    local server = mock("good," .. c[1] .. ",good")
                     local ok, err = pcall(function()
                         local lim = limiter(server.url, policy,
                             { timeout = 2, connect_timeout = 2 })

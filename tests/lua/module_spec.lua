@@ -41,6 +41,25 @@ describe("the module", function()
         assert.equal(core.script_sha1, hirate.script_sha1)
     end)
 
+    it("states the core's limits, from its header", function()
+        local header = read(root .. "/core/include/hirate.h")
+        local io_header = read(root .. "/core/include/hirate_io.h")
+        local function define(text, name)
+            return tonumber((text:match("#define " .. name .. " (%d+)")))
+        end
+        assert.same({ define(header, "HIRATE_KEY_MAX"), define(header, "HIRATE_PREFIX_MAX"),
+            9007199254740991, define(io_header, "HIRATE_IO_REPLY_MAX"),
+            define(header, "HIRATE_ERRMSG_SIZE") },
+            { core.KEY_MAX, core.PREFIX_MAX, core.EXACT_MAX, core.IO_REPLY_MAX, core.ERRMSG_SIZE })
+        assert.equal(header:match("#define HIRATE_EXACT_MAX (%d+)LL"), ("%.0f"):format(core.EXACT_MAX))
+        assert.same({ core.KEY_MAX, core.PREFIX_MAX, core.EXACT_MAX },
+            { hirate.KEY_MAX, hirate.PREFIX_MAX, hirate.EXACT_MAX })
+        -- Integers where Lua has them.
+        if math.type then
+            assert.equal("integer", math.type(core.EXACT_MAX))
+        end
+    end)
+
     it("makes the C limiter in plain Lua (no ngx)", function()
         assert.is_nil(rawget(_G, "ngx"))
         assert.equal(core.new, hirate.new)
@@ -68,6 +87,7 @@ describe("tostring(limiter)", function()
             { "redis://app:hunter%40two@[::1]:7000", "redis://app:***@[::1]:7000" },
             { "unix://:hunter2@/run/redis.sock?db=2", "unix://:***@/run/redis.sock?db=2" },
             { "unix:///run/redis.sock", "unix:///run/redis.sock" },
+            { "rediss://app:hunter2@redis.internal:6380/1", "rediss://app:***@redis.internal:6380/1" },
         }
         for _, c in ipairs(cases) do
             local lim = hirate.new { capacity = 1, rate = 1, url = c[1] }
@@ -93,7 +113,6 @@ describe("closing a limiter", function()
         closed(lim:reset("k"))
         closed(lim:allow_many { { "k", 1 } })
         closed(lim:_decide_at("k", 1, true, 0))
-        closed(lim:_reset_local("k"))
         closed(lim:_stats())
     end)
 
@@ -102,7 +121,8 @@ describe("closing a limiter", function()
         lim:close()
         closed(lim:_op_start({ { "k", 1 } }, true))
         closed(lim:_endpoint())
-        closed(lim:_handshake())
+        closed(lim:_handshake_start())
+        closed(lim:_op_start_reset("k"))
     end)
 
     it("is idempotent", function()

@@ -154,9 +154,8 @@ describe("the op hooks", function()
             op = lim:_op_start({ { "k", 1 } }, true)
             assert.is_string(op:request())
             op:free()
-            local none, _, code = op:results()
-            assert.is_nil(none)
-            assert.equal("ECLOSED", code)
+            local r = op:results()[1]
+            assert.same({ false, "ECLOSED" }, { r.allowed, r.error })
             -- Had the probe stayed pending, every later call would skip Redis for good;
             -- given up, it lets the very next call probe.
             op = lim:_op_start({ { "k", 1 } }, true)
@@ -187,64 +186,127 @@ describe("the op hooks", function()
         assert.equal(live, support.settled_live())
     end)
 
-    it("send the handshake's AUTH and SELECT on a new connection", function()
+    it("open a connection with the core's handshake: AUTH, SELECT, PING", function()
         local pw = "op-s3cr3t"
         local auth = redis_server.start { "--requirepass", pw }
         local ok, err = pcall(function()
             local lim = hirate.new { url = "redis://:" .. pw .. "@127.0.0.1:" .. auth.port .. "/2",
                 capacity = 3, rate = 1 }
-            local hs, n = lim:_handshake()
+            local hs = assert(lim:_handshake_start())
+            local req = hs:request()
             assert.equal("*2\r\n$4\r\nAUTH\r\n$" .. #pw .. "\r\n" .. pw .. "\r\n"
-                .. "*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n", hs)
-            assert.equal(2, n)
+                .. "*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n*1\r\n$4\r\nPING\r\n", req)
+            -- One connection for the handshake and the call, as a cosocket.
             local op = lim:_op_start({ { "k", 1 } }, true)
-            local replies = auth:relay(hs .. op:request())
-            assert.equal("+OK\r\n+OK\r\n", replies:sub(1, 10))
-            local state = op:feed(replies:sub(11))
+            local replies = auth:relay(req .. op:request())
+            assert.equal("+OK\r\n+OK\r\n+PONG\r\n", replies:sub(1, 17))
+            assert.same({ "done", 17 }, { hs:feed(replies:sub(1, 17)) })
+            assert.same(pack(true), pack(hs:result()))
+            hs:free()
+            local state = op:feed(replies:sub(18))
             if state == "send" then   -- NOSCRIPT on this fresh server
-                state = op:feed(auth:relay(hs .. op:request()):sub(11))
+                state = op:feed(auth:relay(req .. op:request()):sub(18))
             end
             assert.equal("done", state)
             assert.same({ true, 2, "redis" }, { op:results()[1].allowed,
                 op:results()[1].remaining, op:results()[1].source })
             assert.equal("1", auth:cli("-n", "2", "EXISTS", "rl:k"))
 
-            -- A wrong password: the handshake's error is the op's EAUTH.
+            -- A wrong password: the handshake's EAUTH fails the op that
+            -- waited for the connection, under every policy.
             local wrong = hirate.new { url = "redis://:nope@127.0.0.1:" .. auth.port,
                 capacity = 3, rate = 1, on_error = "open" }
-            hs = wrong:_handshake()
-            op = wrong:_op_start({ { "k", 1 } }, true)
-            assert.equal("-WRONGPASS", auth:relay(hs):sub(1, 10))
-            op:fail("EAUTH")
-            local r = pack(op:results())
+            hs = assert(wrong:_handshake_start())
+            assert.equal("done", hs:feed(auth:relay(hs:request())))
+            local r = pack(hs:result())
             assert.same({ n = 3, nil, r[2], "EAUTH" }, r)
+            assert.truthy(r[2]:find("WRONGPASS", 1, true), r[2])
             assert.is_nil(r[2]:find("nope", 1, true))
+            hs:free()
+            op = wrong:_op_start({ { "k", 1 } }, true)
+            op:fail(r[3], r[2])
+            assert.same({ allowed = false, error = "EAUTH", message = r[2] }, op:results()[1])
+            -- The core's backoff: no new connection for now, with the same code.
+            local none, msg, code = wrong:_handshake_start()
+            assert.same({ nil, "EAUTH" }, { none, code })
+            assert.truthy(msg:find("not reconnecting for", 1, true), msg)
         end)
         auth:close()
         assert(ok, err)
     end)
 
-    it("give no handshake without a password or database", function()
-        assert.same({ n = 2, "", 0 }, pack(limiter():_handshake()))
+    it("send only a PING without a password or database", function()
+        local hs = assert(limiter():_handshake_start())
+        assert.equal("*1\r\n$4\r\nPING\r\n", hs:request())
+        assert.equal("hirate.handshake(running)", tostring(hs))
+        hs:free()
+        hs:free()
+        assert.equal("hirate.handshake(freed)", tostring(hs))
+        support.raises("request: the handshake is freed", function() local _ = hs:request() end)
+    end)
+
+    it("ask for a probe when a failure looks like a TLS port", function()
+        -- A plain connection closed without a byte at the first command.
+        local lim = limiter()
+        local hs = assert(lim:_handshake_start())
+        assert.is_string(hs:request())
+        assert.equal("probe", hs:fail("EIO", "closed"))
+        assert.is_true(hs:probe_tls())
+        assert.equal("*1\r\n$4\r\nPING\r\n", hs:request())
+        assert.same({ "done", 7 }, { hs:feed("+PONG\r\n") })   -- Redis, over TLS
+        local r = pack(hs:result())
+        assert.same({ nil, "ETLS" }, { r[1], r[3] })
+        assert.equal("127.0.0.1:" .. srv.port .. " closed the connection at the first command, "
+            .. "and the port speaks TLS: use rediss://", r[2])
+        hs:free()
     end)
 
     it("say where Redis is, in seconds", function()
         local lim = limiter { timeout = 0.05, connect_timeout = 1.5 }
-        assert.same({ host = "127.0.0.1", port = srv.port, connect_timeout = 1.5, timeout = 0.05 },
-            lim:_endpoint())
+        assert.same({ host = "127.0.0.1", port = srv.port, where = "127.0.0.1:" .. srv.port,
+            connect_timeout = 1.5, timeout = 0.05, probe_timeout = 0.375, tls = false,
+            tls_verify = false }, lim:_endpoint())
         lim = hirate.new { url = "redis://[::1]:7001", capacity = 1, rate = 1 }
-        assert.same({ host = "::1", port = 7001, connect_timeout = 0.25, timeout = 0.1 },
+        assert.same({ host = "::1", port = 7001, where = "[::1]:7001", connect_timeout = 0.25,
+            timeout = 0.1, probe_timeout = 0.062, tls = false, tls_verify = false },
             lim:_endpoint())
+        -- TLS: the probe's share comes out of the connect timeout.
+        local dir = redis_server.certs()
+        lim = hirate.new { url = "rediss://redis.internal:6380", capacity = 1, rate = 1,
+            connect_timeout = 1, tls_ca_file = dir .. "/ca.crt",
+            tls_cert_file = dir .. "/client.crt", tls_key_file = dir .. "/client.key" }
+        assert.same({ host = "redis.internal", port = 6380, where = "redis.internal:6380",
+            connect_timeout = 0.75, timeout = 0.1, probe_timeout = 0.25, tls = true,
+            tls_verify = true, tls_server_name = "redis.internal",
+            tls_ca_file = dir .. "/ca.crt", tls_cert_file = dir .. "/client.crt",
+            tls_key_file = dir .. "/client.key" }, lim:_endpoint())
+        lim = hirate.new { url = "rediss://10.0.0.5", capacity = 1, rate = 1,
+            tls_server_name = "redis.internal", tls_verify = false }
+        local ep = lim:_endpoint()
+        assert.same({ "redis.internal", false }, { ep.tls_server_name, ep.tls_verify })
     end)
 
-    it("forget a key locally on _reset_local, for a DEL the caller sends", function()
+    it("reset a key as an op: forgotten locally at once, then the DEL", function()
         local lim = limiter()
         drive(srv, lim:_op_start({ { "k", 3 } }, true))
         assert.is_nil(lim:_op_start({ { "k", 1 } }, true):request())   -- the deny cache
-        assert.is_true(lim:_reset_local("k"))
+        local op = assert(lim:_op_start_reset("k"))
+        assert.equal("hirate.op(waiting, reset)", tostring(op))
         assert.is_string(lim:_op_start({ { "k", 1 } }, false):request())
-        -- Only locally: Redis still holds the bucket until the caller's DEL.
+        -- Redis still holds the bucket until the DEL is sent.
         assert.equal("1", srv:cli("EXISTS", "op:k"))
+        assert.equal(1, drive(srv, op))
+        assert.same(pack(true), pack(op:result()))
+        assert.equal("0", srv:cli("EXISTS", "op:k"))
+        support.raises("results: a reset op has one result (result())",
+            function() local _ = op:results() end)
+        -- A failed DEL: nil, message, code.
+        op = lim:_op_start_reset("k")
+        op:fail("ETIMEDOUT", "receive: timeout")
+        local r = pack(op:result())
+        assert.same({ nil, "ETIMEDOUT" }, { r[1], r[3] })
+        assert.truthy(r[2]:find("timeout", 1, true), r[2])
+        op:free()
     end)
 
     it("give the stats of the core", function()

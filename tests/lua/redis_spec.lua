@@ -154,7 +154,9 @@ describe("on Redis", function()
             tostring(lim))
         assert.equal("redis", lim:allow("k").source)
         assert.equal("1", srv:cli("-n", "3", "EXISTS", "rl:k"))
-        assert.same({ path = srv.socket, connect_timeout = 0.25, timeout = 0.1 }, lim:_endpoint())
+        assert.same({ path = srv.socket, where = srv.socket, connect_timeout = 0.25,
+            timeout = 0.1, probe_timeout = 0.062, tls = false, tls_verify = false },
+            lim:_endpoint())
     end)
 
     it("keeps keys apart by every byte", function()
@@ -189,8 +191,11 @@ describe("with a password", function()
         for _, policy in ipairs { "local", "open", "closed" } do
             local lim = hirate.new { url = "redis://app:" .. wrong .. "@127.0.0.1:" .. srv.port,
                 capacity = 3, rate = 1, on_error = policy }
+            -- allow_many: the error in the item's place.
+            local item = lim:allow_many { { "k", 1 } }[1]
+            assert.is_false(item.allowed)
             for _, r in ipairs { pack(lim:allow("k")), pack(lim:peek("k")),
-                pack(lim:allow_many { { "k", 1 } }), pack(lim:reset("k")) } do
+                pack(nil, item.message, item.error), pack(lim:reset("k")) } do
                 assert.equal(3, r.n)
                 assert.is_nil(r[1])
                 assert.equal("EAUTH", r[3])

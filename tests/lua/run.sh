@@ -11,7 +11,8 @@
 #   3. runs the busted specs (tests/lua/*_spec.lua, the module's) under lua5.4,
 #      luajit, lua5.3, lua5.2 and lua5.1, each with its own tree;
 #   4. runs them once more under valgrind on Lua 5.4: no memory error and no
-#      definite leak, or the run fails;
+#      definite leak, or the run fails (tests/lua/valgrind.supp names the one
+#      exception, the core's once-per-process TLS state);
 #   5. then the OpenResty steps at the end of this file.
 #
 #   tests/lua/run.sh [busted arguments]       e.g. tests/lua/run.sh --filter=vectors
@@ -20,7 +21,8 @@
 # it; JOBS (default 2) bounds the compiler. The steps after the specs may use
 # HIRATE_LUA_TREE_54 and HIRATE_LUA_TREE_JIT (the two luarocks trees) and
 # HIRATE_LUA_TMP (a scratch directory removed on exit). Every redis-server the
-# specs start dies with the process that started it.
+# specs start dies with the process that started it; the TLS specs make their
+# certificates once, with tests/support/make_certs.sh, under $TMPDIR.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${HIRATE_LUA_BUILD:-$root/build-lua}
@@ -63,14 +65,15 @@ done
 # ---- 2. out of memory: every Lua allocation of alloc_fail.lua failing in turn ------
 step "Lua running out of memory at each allocation (AddressSanitizer)"
 wrap="-Wl,--wrap=hirate_limiter_new -Wl,--wrap=hirate_limiter_free"
-wrap="$wrap -Wl,--wrap=hirate_op_start -Wl,--wrap=hirate_op_free"
+wrap="$wrap -Wl,--wrap=hirate_op_start -Wl,--wrap=hirate_op_start_reset -Wl,--wrap=hirate_op_free"
+wrap="$wrap -Wl,--wrap=hirate_handshake_start -Wl,--wrap=hirate_handshake_free"
 # shellcheck disable=SC2086
 ${CC:-cc} -std=c11 -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
     -fno-omit-frame-pointer -Wall -Wextra -Werror -D_DEFAULT_SOURCE \
-    -I/usr/include/lua5.4 -I"$out/src/core/include" -I"$out/src/core/src" \
+    -I/usr/include/lua5.4 -I"$out/src/core/include" \
     -o "$HIRATE_LUA_TMP/alloc_fail" "$root/tests/lua/alloc_fail.c" \
     "$root/bindings/lua/hirate_core.c" "$out/src/build.luarocks/libhirate.a" $wrap \
-    -llua5.4 -lhiredis -lm -lpthread
+    -llua5.4 -lhiredis -lssl -lcrypto -lm -lpthread
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 "$HIRATE_LUA_TMP/alloc_fail" \
     "$root/tests/lua/alloc_fail.lua"
 
@@ -107,8 +110,11 @@ done
 # ---- 4. valgrind ------------------------------------------------------------------
 # PUC Lua: Debian's LuaJIT is not built for valgrind (no LUAJIT_USE_VALGRIND).
 step "busted under valgrind (Lua 5.4)"
+# valgrind.supp: the core's once-per-process TLS state, lost when Lua unloads
+# the module at exit (see there).
 run_specs "valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
-    --show-leak-kinds=definite lua5.4" "$HIRATE_LUA_TREE_54" 5.4 "$@"
+    --show-leak-kinds=definite --suppressions=$root/tests/lua/valgrind.supp lua5.4" \
+    "$HIRATE_LUA_TREE_54" 5.4 "$@"
 
 # ---- 5. OpenResty ------------------------------------------------------------------
 "$root/tests/lua/nginx/run.sh"

@@ -52,7 +52,8 @@ local function wanted(e, source, t_us)
     }
 end
 
--- Runs one case; backend is {url=, deny_cache=, prefix=, source=}.
+-- Runs one case; backend is {url=, deny_cache=, prefix=, source=,
+-- tls_ca_file=}.
 local function run_case(c, backend)
     local opts = {
         capacity = c.config.capacity,
@@ -60,6 +61,7 @@ local function run_case(c, backend)
         url = backend.url,
         prefix = backend.prefix .. c.id .. ":",
         deny_cache = backend.deny_cache,
+        tls_ca_file = backend.tls_ca_file,
         -- A slow machine must not turn into a fallback.
         timeout = 5,
         connect_timeout = 5,
@@ -155,5 +157,23 @@ describe("the test vectors", function()
             assert.equal("0", stray)
             assert.equal("0", eternal)
         end)
+    end)
+
+    describe("on Redis over TLS", function()
+        local srv, ca
+        setup(function()
+            srv = redis_server.start({}, { tls = "server" })
+            ca = redis_server.certs() .. "/ca.crt"
+        end)
+        teardown(function()
+            if srv then srv:close() end
+        end)
+
+        for _, c in ipairs(doc.cases) do
+            it(c.id, function()
+                run_case(c, { url = srv.tls_url, tls_ca_file = ca, prefix = "vt:",
+                    deny_cache = false, source = "redis" })
+            end)
+        end
     end)
 end)

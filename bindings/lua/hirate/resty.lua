@@ -10,15 +10,19 @@ the worker: a round trip is bounded by the limiter's timeouts and other
 requests go on meanwhile.
 
   * Connections come from a keepalive pool per worker, named after the
-    endpoint and the AUTH/SELECT a new connection needs (so limiters with
-    another user or database never share one); `pool_size` (default 16) idle
-    connections are kept for `keepalive_timeout` seconds (default 60);
+    endpoint, the credentials and the TLS settings (so limiters with another
+    user, database or transport never share one); `pool_size` (default 16)
+    idle connections are kept for `keepalive_timeout` seconds (default 60);
     `backlog`, when set, also caps open connections at `pool_size` and queues
     at most `backlog` waiting requests (lua-nginx-module's rule).
-  * A new connection first sends the handshake (AUTH, SELECT) and needs +OK
-    for each; a refused AUTH is HIRATE_EAUTH, returned as an error. After a
-    refusal, new connections wait out a backoff (10 ms doubling to 1 s), as
-    in the C client, so a wrong password cannot become a connection storm.
+  * A new connection is the core's handshake op: the core says whether one
+    may be opened now (its reconnect backoff), which bytes open it (AUTH,
+    SELECT, PING) and what the replies mean; for rediss:// this module first
+    runs sslhandshake (nginx's lua_ssl_trusted_certificate is the trust
+    store), and when the core asks for a probe (a TLS/plain mismatch
+    explains the failure) it opens a second connection with the other
+    transport. A misconfiguration (EAUTH, ENOPERM, ETLS, EREFUSED,
+    ENOTREDIS) is returned under every policy.
   * A timeout or a broken connection hands the call to the failure policy
     (op:fail) and the connection is closed; so is one the core marks for
     dropping, or one with bytes nobody asked for.
@@ -47,17 +51,18 @@ local ngx_now, update_time = ngx.now, ngx.update_time
 local ngx_var, ngx_header = ngx.var, ngx.header
 local log, ERR, WARN = ngx.log, ngx.ERR, ngx.WARN
 
-local type, pairs, setmetatable, getmetatable, error, tostring, tonumber, pcall = type, pairs,
-    setmetatable, getmetatable, error, tostring, tonumber, pcall
+local type, pairs, ipairs, setmetatable, getmetatable, error, tostring, tonumber, pcall = type,
+    pairs, ipairs, setmetatable, getmetatable, error, tostring, tonumber, pcall
+local concat = table.concat
 local format, sub, find, match, lower, gsub = string.format, string.sub, string.find,
     string.match, string.lower, string.gsub
-local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
+local floor, ceil, max = math.floor, math.ceil, math.max
 
 local _M = { _VERSION = core.version() }
 
-local KEY_MAX = 512
-local EXACT_MAX = 9007199254740991
-local RECV_MAX = 65536
+-- The core's limits, and the most a read takes at once (any reply the core
+-- accepts fits in one).
+local KEY_MAX, EXACT_MAX, RECV_MAX = core.KEY_MAX, core.EXACT_MAX, core.IO_REPLY_MAX
 
 -- The phases in which lua-nginx-module offers cosockets.
 local COSOCKET_PHASES = {
@@ -158,133 +163,72 @@ local function check_phase(fname)
 end
 
 ---------------------------------------------------------------------------
--- Talking to Redis through a cosocket.
+-- Talking to Redis through a cosocket. Every rule about what to send and
+-- what a reply means is the core's (the handshake and call ops): this part
+-- moves bytes, keeps time, and names its failures in the core's words.
 
--- What an error reply means, as the core's proto.c classifies it.
-local UNAVAILABLE = {
-    OOM = true, BUSY = true, READONLY = true, LOADING = true, MASTERDOWN = true,
-    CLUSTERDOWN = true, TRYAGAIN = true, MISCONF = true, NOREPLICAS = true,
-}
-
-local function error_class(line)
-    local word = match(line, "^%-(%S+)")
-    if UNAVAILABLE[word] then
-        return "ESERVER"
-    elseif word == "WRONGPASS" or word == "NOAUTH" then
-        return "EAUTH"
-    elseif word == "NOPERM" then
-        return "ENOPERM"
-    end
-    return "EREPLY"
-end
-
--- The core's name for a cosocket error.
+-- A cosocket's failure, as the core's code. A connect failure is ECONNECT
+-- whatever its cause: nothing was sent.
 local function io_code(err)
     return err == "timeout" and "ETIMEDOUT" or "EIO"
 end
 
-local function io_failed(self, what, err)
-    log(WARN, "hirate: Redis at ", self.where, ": ", what, ": ", err)
+-- sslhandshake's failures: the TLS library refused the peer (a
+-- certificate, its name, the protocol, a server that speaks no TLS), unless
+-- the connection itself timed out or broke.
+local function tls_code(err)
+    if err == "timeout" then
+        return "ETIMEDOUT"
+    elseif err == "closed" or find(err, "connection reset", 1, true)
+        or find(err, "broken pipe", 1, true) then
+        return "EIO"
+    end
+    return "ETLS"
 end
 
--- AUTH and SELECT on a new connection. Returns nil, or the error name.
-local function handshake(self, sock)
-    local ok, err = sock:send(self.handshake)
-    if not ok then
-        io_failed(self, "handshake", err)
-        return io_code(err)
-    end
-    for i = 1, self.handshake_n do
-        local line
-        line, err = sock:receive()
-        if not line then
-            io_failed(self, "handshake", err)
-            return io_code(err)
-        end
-        if line ~= "+OK" then
-            local first = sub(line, 1, 1)
-            local code = first ~= "-" and "EPROTO"
-                or (i == 1 and self.has_auth) and "EAUTH" or error_class(line)
-            -- The server's words, which never hold the password.
-            log(ERR, "hirate: Redis at ", self.where, " refused the ",
-                (i == 1 and self.has_auth) and "AUTH" or "SELECT", ": ", sub(line, 2, 200))
-            return code
-        end
-    end
-    return nil
+local function io_failed(self, what)
+    log(WARN, "hirate: Redis at ", self.where, ": ", what)
 end
 
--- Config errors in the handshake make new connections wait, doubling.
-local function refused(self, code)
-    local wait = self.refused_wait
-    wait = wait and min(wait * 2, 1) or 0.01
-    self.refused_wait = wait
+-- Milliseconds from now until deadline (at least 1), or nil once it passed.
+local function left_ms(deadline)
     update_time()
-    self.refused_until = ngx_now() + wait * (0.75 + 0.5 * math.random())
-    self.refused_code = code
+    local left = deadline - ngx_now()
+    if left <= 0 then
+        return nil
+    end
+    return max(1, ceil(left * 1000))
 end
 
--- Runs op to the end: sends its request(s), feeds it the replies.
-local function converse(self, op)
-    local req = op:request()
-    if not req then
-        return -- decided without Redis (bad items, the deny cache, an open breaker)
-    end
-    if self.refused_until then
-        update_time()
-        if ngx_now() < self.refused_until then
-            return op:fail(self.refused_code)
-        end
-    end
-    local sock = tcp()
-    sock:settimeouts(self.connect_ms, self.timeout_ms, self.timeout_ms)
-    local ok, err = sock:connect(self.host, self.port, self.pool_opts)
+-- Sends req, obj's request, and feeds obj (a handshake or an op) the
+-- replies until it is done. The request has `timeout` seconds for its
+-- whole reply from the moment it is sent: a reply that trickles in cannot
+-- stretch it read by read. Returns true and whether bytes were left over,
+-- or false, the code of the failure and the cosocket's words.
+local function exchange(self, sock, obj, req, timeout)
+    local ok, err = sock:send(req)
     if not ok then
-        io_failed(self, "connect", err)
-        return op:fail("ECONNECT")
+        return false, io_code(err), "send: " .. err
     end
-    if self.handshake and sock:getreusedtimes() == 0 then
-        local code = handshake(self, sock)
-        if code then
-            sock:close()
-            if code == "EAUTH" or code == "ENOPERM" or code == "EREPLY" then
-                refused(self, code)
-            end
-            return op:fail(code)
-        end
-        self.refused_wait, self.refused_until = nil, nil
-    end
-    ok, err = sock:send(req)
-    if not ok then
-        sock:close()
-        io_failed(self, "send", err)
-        return op:fail(io_code(err))
-    end
-    -- Each request has `timeout` for its whole reply: a reply that trickles
-    -- in cannot stretch it read by read.
     local sent_at, shrunk = ngx_now(), false
     local buf = ""
     while true do
         local data
         data, err = sock:receiveany(RECV_MAX)
         if not data then
-            sock:close()
-            io_failed(self, "receive", err)
-            return op:fail(io_code(err))
+            return false, io_code(err), "receive: " .. err
         end
         if buf ~= "" then
             data = buf .. data
         end
-        local state, used = op:feed(data)
+        local state, used = obj:feed(data)
         buf = used < #data and sub(data, used + 1) or ""
         if state == "done" then
-            break
+            return true, buf ~= ""
         elseif state == "send" then -- NOSCRIPT: the same calls again, the first as EVAL
-            ok, err = sock:send(op:request())
+            ok, err = sock:send(obj:request())
             if not ok then
-                sock:close()
-                io_failed(self, "send", err)
-                return op:fail(io_code(err))
+                return false, io_code(err), "send: " .. err
             end
             sent_at = ngx_now()
             if shrunk then
@@ -292,46 +236,223 @@ local function converse(self, op)
                 shrunk = false
             end
         else
-            update_time()
-            local left = self.timeout - (ngx_now() - sent_at)
-            if left <= 0 then
-                sock:close()
-                io_failed(self, "receive", "timeout")
-                return op:fail("ETIMEDOUT")
+            local wait = left_ms(sent_at + timeout)
+            if not wait then
+                return false, "ETIMEDOUT", "receive: timeout"
             end
-            sock:settimeouts(self.connect_ms, self.timeout_ms, max(1, ceil(left * 1000)))
+            sock:settimeouts(self.connect_ms, self.timeout_ms, wait)
             shrunk = true
-        end
-    end
-    -- A connection is reused only in a known state: nothing left unread,
-    -- nothing the core distrusts.
-    if buf ~= "" or op:drop() then
-        sock:close()
-    else
-        ok = sock:setkeepalive(self.keepalive_ms, self.pool_size)
-        if not ok then
-            sock:close()
         end
     end
 end
 
--- One round: op from items, I/O, decisions.
-local function run(self, items, spend, now_us)
-    local op, msg, code = self.lim:_op_start(items, spend, now_us)
-    if not op then
-        return nil, msg, code -- a closed limiter
+-- TLS on a connected cosocket: verify says whether the certificate and the
+-- name are checked (against nginx's lua_ssl_trusted_certificate). Returns
+-- true, or false, the code and the words of the failure.
+local function start_tls(self, sock, verify, session)
+    if self.client_cert then
+        local ok, err = sock:setclientcert(self.client_cert, self.client_key)
+        if not ok then
+            return false, "ETLS", "client certificate: " .. err
+        end
     end
+    -- pcall: lua-resty-core 0.1.25 raises (an assertion) instead of
+    -- returning an error when a handshake that completed at once fails its
+    -- name check.
+    local done, sess, err = pcall(sock.sslhandshake, sock, session, self.server_name, verify)
+    if not done then
+        return false, "ETLS", "the certificate check of " .. self.server_name
+            .. " failed (nginx's error log says why)"
+    elseif not sess and err then
+        return false, tls_code(err), err
+    end
+    if session ~= false then
+        self.tls_session = sess or nil -- resumed by the next new connection
+    end
+    return true
+end
+
+-- The core asked for a probe (HIRATE_IO_PROBE): the first connection failed
+-- as a TLS mismatch would make it fail. The same address over the other
+-- transport, on a connection of its own that is closed after (never pooled),
+-- within probe_timeout; the core reads what it answers.
+local function probe(self, hs)
+    update_time()
+    local deadline = ngx_now() + self.probe_timeout
+    local wait = max(1, ceil(self.probe_timeout * 1000))
+    local sock = tcp()
+    sock:settimeouts(wait, wait, wait)
+    local ok, err = sock:connect(self.host, self.port, self.probe_pool)
+    if not ok then
+        return hs:fail("ECONNECT", "probe: connect: " .. err)
+    end
+    local code, why
+    if hs:probe_tls() then
+        ok, code, why = start_tls(self, sock, false, false)
+        if not ok then
+            sock:close()
+            return hs:fail(code, "probe: " .. why)
+        end
+    end
+    wait = left_ms(deadline)
+    if not wait then
+        sock:close()
+        return hs:fail("ETIMEDOUT", "probe: timeout")
+    end
+    sock:settimeouts(wait, wait, wait)
+    ok, code, why = exchange(self, sock, hs, hs:request(), wait / 1000)
+    sock:close()
+    if not ok then
+        hs:fail(code, "probe: " .. why)
+    end
+end
+
+-- A new connection's handshake, the core's op: TLS first for rediss://
+-- (connect_timeout covers the TCP connect and the TLS handshake together),
+-- then the core's bytes (AUTH, SELECT, PING), whose replies it reads; the
+-- probe when it asks for one. Returns true, or nil, message, code.
+local function handshake(self, sock, hs, connect_started)
+    local state
+    if self.tls then
+        local wait = left_ms(connect_started + self.connect_timeout)
+        if not wait then
+            state = hs:fail("ETIMEDOUT", "timeout")
+        else
+            sock:settimeouts(wait, wait, wait)
+            local ok, code, why = start_tls(self, sock, self.tls_verify, self.tls_session)
+            sock:settimeouts(self.connect_ms, self.timeout_ms, self.timeout_ms)
+            if not ok then
+                self.tls_session = nil
+                state = hs:fail(code, why)
+            end
+        end
+    end
+    if not state then
+        local ok, code, why = exchange(self, sock, hs, hs:request(), self.timeout)
+        if not ok then
+            state = hs:fail(code, why)
+        end
+    end
+    if state == "probe" then
+        probe(self, hs)
+    end
+    return hs:result()
+end
+
+-- A connection ready for calls: an idle one from the pool, or a new one
+-- through the core's handshake. Returns it, or nil, code, message.
+local function open(self)
+    local lim = self.lim
+    local hs, msg, code
+    if not self.healthy then
+        -- The last new connection failed: ask the core before connecting,
+        -- so that its backoff spares Redis the connection too.
+        hs, msg, code = lim:_handshake_start()
+        if not hs then
+            return nil, code, msg
+        end
+    end
+    local started
+    if self.tls then
+        update_time()
+        started = ngx_now()
+    end
+    local sock = tcp()
+    sock:settimeouts(self.connect_ms, self.timeout_ms, self.timeout_ms)
+    local ok, err = sock:connect(self.host, self.port, self.pool_opts)
+    if not ok then
+        self.healthy = false
+        io_failed(self, "connect: " .. err)
+        if hs then
+            hs:fail("ECONNECT", err)
+            ok, msg, code = hs:result() -- the core's backoff learns of it
+            hs:free()
+            return nil, code, msg
+        end
+        return nil, "ECONNECT", "connect to " .. self.where .. ": " .. err
+    end
+    if sock:getreusedtimes() > 0 then
+        if hs then
+            hs:free() -- not needed: it taught the core nothing
+        end
+        return sock
+    end
+    if not hs then
+        hs, msg, code = lim:_handshake_start()
+        if not hs then
+            sock:close()
+            return nil, code, msg
+        end
+    end
+    ok, msg, code = handshake(self, sock, hs, started)
+    hs:free()
+    if not ok then
+        self.healthy = false
+        sock:close()
+        io_failed(self, msg)
+        return nil, code, msg
+    end
+    self.healthy = true
+    return sock
+end
+
+-- Runs op to the end: a connection, its request(s), the replies.
+local function converse(self, op)
+    local req = op:request()
+    if not req then
+        return -- decided without Redis (bad items, the deny cache, an open breaker)
+    end
+    local sock, code, msg = open(self)
+    if not sock then
+        return op:fail(code, msg)
+    end
+    local ok, left, why = exchange(self, sock, op, req, self.timeout)
+    if not ok then
+        sock:close()
+        self.healthy = false
+        io_failed(self, why)
+        return op:fail(left, self.where .. ": " .. why)
+    end
+    -- A connection is reused only in a known state: nothing left unread,
+    -- nothing the core distrusts.
+    if left or op:drop() then
+        sock:close()
+    elseif not sock:setkeepalive(self.keepalive_ms, self.pool_size) then
+        sock:close()
+    end
+end
+
+-- Runs op (from lim:_op_start or _op_start_reset) and returns what
+-- outcome(op) makes of it.
+local function run(self, op, outcome)
     local ok, err = pcall(converse, self, op)
     if not ok then
         -- A Lua error mid-I/O (out of memory, say): the outcome is unknown.
-        op:fail("EIO")
+        op:fail("EIO", "a Lua error during the I/O")
         op:free()
         error(err, 0)
     end
-    local ds
-    ds, msg, code = op:results()
+    local a, b, c = outcome(op)
     op:free()
-    return ds, msg, code
+    return a, b, c
+end
+
+local function results(op)
+    return op:results()
+end
+
+local function result(op)
+    return op:result()
+end
+
+-- Every item's outcome, or nil, message, code when nothing was tried (a
+-- closed limiter).
+local function run_items(self, items, spend, now_us)
+    local op, msg, code = self.lim:_op_start(items, spend, now_us)
+    if not op then
+        return nil, msg, code
+    end
+    return run(self, op, results)
 end
 
 local function decide(self, key, cost, spend, now_us, fname)
@@ -344,12 +465,16 @@ local function decide(self, key, cost, spend, now_us, fname)
     local items = self.items
     local item = items[1]
     item[1], item[2] = key, cost
-    local ds, msg, code = run(self, items, spend, now_us)
+    local ds, msg, code = run_items(self, items, spend, now_us)
     item[1] = nil
     if not ds then
         return nil, msg, code
     end
-    return ds[1]
+    local d = ds[1]
+    if d.message then
+        return nil, d.message, d.error -- this call's own error (EAUTH, ETLS ...)
+    end
+    return d
 end
 
 ---------------------------------------------------------------------------
@@ -374,9 +499,37 @@ local function make_core(opts)
     return lim
 end
 
+local function read_file(path, name)
+    local f, err = io.open(path, "rb")
+    if not f then
+        arg_error("new", 1, format("%s: %s", name, err))
+    end
+    local s = f:read("*a")
+    f:close()
+    return s
+end
+
+-- The client certificate and key of mutual TLS, parsed once, as
+-- tcpsock:setclientcert takes them.
+local function client_cert(ep)
+    local ssl = require "ngx.ssl"
+    local cert, err = ssl.parse_pem_cert(read_file(ep.tls_cert_file, "tls_cert_file"))
+    if not cert then
+        arg_error("new", 1, format("tls_cert_file %s: %s", ep.tls_cert_file, err))
+    end
+    local key
+    key, err = ssl.parse_pem_priv_key(read_file(ep.tls_key_file, "tls_key_file"))
+    if not key then
+        arg_error("new", 1, format("tls_key_file %s: %s", ep.tls_key_file, err))
+    end
+    return cert, key
+end
+
 --- hirate.new{...} inside OpenResty. The options are those of the C limiter
 --- plus keepalive_timeout (seconds an idle pooled connection is kept, default
---- 60; 0 keeps it for ever) and backlog (see above).
+--- 60; 0 keeps it for ever) and backlog (see above). tls_ca_file and
+--- tls_ca_dir are refused: cosockets trust what nginx's
+--- lua_ssl_trusted_certificate names, for every socket of the worker.
 function _M.new(opts)
     if type(opts) ~= "table" then
         arg_error("new", 1, "table expected, got " .. type(opts))
@@ -403,7 +556,6 @@ function _M.new(opts)
         lim = lim,
         capacity = opts.capacity,
         rate = opts.rate,
-        prefix = opts.prefix or "rl:",
         items = { {} },
     }, limiter_mt)
     local ok, ep = pcall(lim._endpoint, lim)
@@ -411,33 +563,50 @@ function _M.new(opts)
         self.memory = true -- no URL: the C limiter decides alone, without I/O
         return self
     end
-    local hs, n = lim:_handshake()
+    for _, name in ipairs({ "tls_ca_file", "tls_ca_dir" }) do
+        if ep[name] then
+            lim:close()
+            arg_error("new", 1, name .. " cannot be honoured inside nginx: cosockets trust "
+                .. "the CAs that the lua_ssl_trusted_certificate directive names (with "
+                .. "lua_ssl_verify_depth); name the file there and leave " .. name .. " out")
+        end
+    end
     self.connect_ms = max(1, floor(ep.connect_timeout * 1000 + 0.5))
     self.timeout_ms = max(1, floor(ep.timeout * 1000 + 0.5))
+    self.connect_timeout = ep.connect_timeout
     self.timeout = ep.timeout
-    if ep.path and ep.path ~= "" then
+    self.probe_timeout = ep.probe_timeout
+    self.where = ep.where
+    if ep.path then
         self.host, self.port = "unix:" .. ep.path, nil
-        self.where = ep.path
     else
         self.host, self.port = ep.host, ep.port
-        self.where = (match(ep.host, ":") and "[" .. ep.host .. "]" or ep.host) .. ":" .. ep.port
     end
-    if hs ~= "" then
-        self.handshake, self.handshake_n = hs, n
-        -- AUTH [user] password comes first when the URL has a password.
-        local head = sub(hs, 1, 14)
-        self.has_auth = head == "*2\r\n$4\r\nAUTH\r\n" or head == "*3\r\n$4\r\nAUTH\r\n"
+    if ep.tls then
+        self.tls, self.tls_verify, self.server_name = true, ep.tls_verify, ep.tls_server_name
+        if ep.tls_verify and (match(ep.tls_server_name, "^[%d.]+$")
+                or find(ep.tls_server_name, ":", 1, true)) then
+            lim:close()
+            arg_error("new", 1, "tls_server_name: nginx checks a certificate against a host "
+                .. "name only, not an address such as " .. ep.tls_server_name .. "; give the "
+                .. "name the certificate is for as tls_server_name")
+        end
+        if ep.tls_cert_file then
+            self.client_cert, self.client_key = client_cert(ep)
+        end
     end
     self.pool_size = opts.pool_size or 16
     self.keepalive_ms = floor(keepalive * 1000 + 0.5)
-    -- One pool per endpoint and credentials: the digest keeps connections
-    -- made for one user or database from serving another, without putting
-    -- the password into the pool's name.
-    self.pool_opts = {
-        pool = "hirate:" .. self.where .. (hs ~= "" and ":" .. ngx.md5(hs) or ""),
-        pool_size = self.pool_size,
-        backlog = backlog,
-    }
+    -- One pool per endpoint, credentials and transport: connections made for
+    -- one user, database or TLS setting never serve another. The digest
+    -- keeps the password out of the pool's name.
+    local id = concat({ opts.url, tostring(ep.tls), tostring(ep.tls_verify),
+        ep.tls_server_name or "", ep.tls_cert_file or "", ep.tls_key_file or "" }, "\n")
+    local pool = "hirate:" .. self.where .. (ep.tls and ":tls:" or ":") .. ngx.md5(id)
+    self.pool_opts = { pool = pool, pool_size = self.pool_size, backlog = backlog }
+    -- The mismatch probe's connections: a pool nothing is ever put into,
+    -- so that connect() never hands it an idle connection of another.
+    self.probe_pool = { pool = pool .. ":probe" }
     return self
 end
 
@@ -459,6 +628,8 @@ function Limiter:peek(key, cost)
 end
 
 --- allow_many{ {key, cost}, ... }: every item in one pipelined round trip.
+--- Each item's outcome: its decision, or its error
+--- ({allowed = false, error = code, message = ...}).
 function Limiter:allow_many(items)
     if self.memory then
         return self.lim:allow_many(items)
@@ -482,7 +653,7 @@ function Limiter:allow_many(items)
     if #items == 0 then
         return {}
     end
-    return run(self, items, true, nil)
+    return run_items(self, items, true, nil)
 end
 
 --- reset(key): the bucket is full again. true, or nil, message, code.
@@ -495,7 +666,11 @@ function Limiter:reset(key)
         return nil, "limiter is closed", "ECLOSED"
     end
     check_phase("reset")
-    return self:_reset_io(key)
+    local op, msg, code = self.lim:_op_start_reset(key)
+    if not op then
+        return nil, msg, code
+    end
+    return run(self, op, result)
 end
 
 --- _decide_at(key, cost, spend, now_us): a decision at an injected time,
@@ -522,62 +697,6 @@ function Limiter:close()
         self.closed = true
         self.lim:close()
     end
-end
-
----------------------------------------------------------------------------
--- reset over a cosocket: the core forgets what it remembers about the key
--- (deny cache, local buckets), then DEL <prefix><key>, as hirate_reset()
--- does with its own client.
-
-local function resp_command(args)
-    local out = { "*", #args, "\r\n" }
-    for i = 1, #args do
-        local a = args[i]
-        out[#out + 1] = "$" .. #a .. "\r\n" .. a .. "\r\n"
-    end
-    return table.concat(out)
-end
-
-function Limiter:_reset_io(key)
-    local done, msg, code = self.lim:_reset_local(key)
-    if not done then
-        return nil, msg, code
-    end
-    local req = resp_command({ "DEL", self.prefix .. key })
-    local fail
-    local sock = tcp()
-    sock:settimeouts(self.connect_ms, self.timeout_ms, self.timeout_ms)
-    local ok, err = sock:connect(self.host, self.port, self.pool_opts)
-    if not ok then
-        return nil, "connect to " .. self.where .. ": " .. tostring(err), "ECONNECT"
-    end
-    if self.handshake and sock:getreusedtimes() == 0 then
-        fail = handshake(self, sock)
-        if fail then
-            sock:close()
-            return nil, "Redis at " .. self.where .. " refused the handshake", fail
-        end
-    end
-    ok, err = sock:send(req)
-    local line
-    if ok then
-        line, err = sock:receive()
-    end
-    if not line then
-        sock:close()
-        return nil, "DEL at " .. self.where .. ": " .. tostring(err), io_code(err)
-    end
-    if match(line, "^:%d+$") then
-        if not sock:setkeepalive(self.keepalive_ms, self.pool_size) then
-            sock:close()
-        end
-        return true
-    end
-    sock:close()
-    if sub(line, 1, 1) == "-" then
-        return nil, "Redis refused DEL: " .. sub(line, 2, 200), error_class(line)
-    end
-    return nil, "malformed reply from Redis: DEL gave no integer", "EPROTO"
 end
 
 ---------------------------------------------------------------------------

@@ -10,6 +10,13 @@
 --     srv:relay(bytes)                            -- one round trip (resp_relay.py)
 --     srv:close()                                 -- kill it and remove its directory
 --
+--     local tls = redis_server.start({}, { tls = "server" })   -- TLS as well
+--     tls.tls_url, tls.tls_port   -- rediss://127.0.0.1:<port>; srv.port stays plain,
+--                                 -- for redis-cli and for the mismatch tests
+--     redis_server.certs()        -- the directory of tests/support/make_certs.sh
+--     -- tls = "wronghost", "expired" or "selfsigned": the server presents that
+--     -- certificate; auth_clients = "yes": mutual TLS (client.crt, client.key)
+--
 -- Plain Lua has no sockets, so the server is our own child through io.popen,
 -- run under `setpriv --pdeathsig KILL`: if the test process dies, even in a
 -- crash, the kernel kills the server with it. Commands go through redis-cli.
@@ -34,6 +41,25 @@ local function run(cmd)
     local out = f:read("*a")
     f:close()
     return out
+end
+
+local support = require "helpers.support"
+
+local certs_dir
+
+--- The TLS material of tests/support/make_certs.sh (ca.crt, server.crt,
+-- client.crt ...), made once a process into a directory under $TMPDIR.
+function M.certs()
+    if not certs_dir then
+        local dir = run("mktemp -d \"${TMPDIR:-/tmp}/hirate-lua-certs.XXXXXX\""):gsub("%s+$", "")
+        local out = run("sh " .. quote(support.root .. "/tests/support/make_certs.sh") .. " "
+            .. quote(dir))
+        local f = io.open(dir .. "/done")
+        assert(f, "make_certs.sh failed: " .. out)
+        f:close()
+        certs_dir = dir
+    end
+    return certs_dir
 end
 
 local function sleep(s)
@@ -82,6 +108,16 @@ function M:spawn()
         "--dir", quote(self.dir), "--logfile", quote(self.dir .. "/redis.log"),
         "--unixsocket", quote(self.dir .. "/redis.sock"), "--unixsocketperm 700",
         "--enable-debug-command local" }
+    if self.tls then
+        local dir = M.certs()
+        for _, a in ipairs { "--tls-port", self.tls_port,
+            "--tls-cert-file", dir .. "/" .. self.tls .. ".crt",
+            "--tls-key-file", dir .. "/" .. self.tls .. ".key",
+            "--tls-ca-cert-file", dir .. "/ca.crt",
+            "--tls-auth-clients", self.auth_clients or "no" } do
+            cmd[#cmd + 1] = quote(a)
+        end
+    end
     for _, a in ipairs(self.extra) do
         cmd[#cmd + 1] = quote(a)
     end
@@ -102,9 +138,12 @@ function M:spawn()
     return false
 end
 
---- Starts a server; extra is a list of more redis-server arguments.
-function M.start(extra)
-    local self = setmetatable({ extra = extra or {} }, M)
+--- Starts a server; extra is a list of more redis-server arguments; opts.tls
+-- names the certificate of a TLS port as well (see above).
+function M.start(extra, opts)
+    opts = opts or {}
+    local self = setmetatable({ extra = extra or {}, tls = opts.tls,
+        auth_clients = opts.auth_clients }, M)
     for i = 1, #self.extra - 1 do
         if self.extra[i] == "--requirepass" then
             self.password = self.extra[i + 1]
@@ -113,6 +152,12 @@ function M.start(extra)
     self.dir = run("mktemp -d \"${TMPDIR:-/tmp}/hirate-lua-redis.XXXXXX\""):gsub("%s+$", "")
     for _ = 1, 5 do
         self.port = random_port()
+        if self.tls then
+            repeat
+                self.tls_port = random_port()
+            until self.tls_port ~= self.port
+            self.tls_url = "rediss://127.0.0.1:" .. self.tls_port
+        end
         if self:spawn() then
             self.url = "redis://127.0.0.1:" .. self.port
             self.socket = self.dir .. "/redis.sock"

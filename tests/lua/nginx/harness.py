@@ -52,10 +52,13 @@ def replace_once(text, old, new, where="the docs/lua.md nginx.conf"):
     return text.replace(old, new)
 
 
-def build_conf(prefix, ports, lua_path, lua_cpath, vectors):
-    """The doc's nginx.conf, pointed at the test's ports, paths and
-    backend, with the tests' server added to its http block."""
+def build_conf(prefix, ports, lua_path, lua_cpath, vectors, ca_file, env_names=()):
+    """The doc's nginx.conf, pointed at the test's ports, paths, backend and
+    test CA (ca_file), with the tests' server added to its http block;
+    env_names are more variables the workers may read."""
     conf = doc_snippet()
+    conf = replace_once(conf, "lua_ssl_trusted_certificate /etc/ssl/certs/ca-certificates.crt;",
+                        f"lua_ssl_trusted_certificate {ca_file};")
     conf = replace_once(conf, "worker_processes auto;", "worker_processes 2;")
     conf = replace_once(conf, "listen 8080;", f"listen 127.0.0.1:{ports['doc']} reuseport;")
     conf = replace_once(conf, "proxy_pass http://127.0.0.1:9000;",
@@ -76,6 +79,7 @@ def build_conf(prefix, ports, lua_path, lua_cpath, vectors):
         "env HIRATE_TEST_REDIS_UNIX;",
         "env HIRATE_TEST_DEAD_PORT;",
         "env HIRATE_TEST_TRICKLE_PORT;",
+        *(f"env {name};" for name in env_names),
     ]
     if os.geteuid() == 0:
         main.append("user root;")   # workers read the checkout and the temp prefix
@@ -239,6 +243,26 @@ def join(threads, out):
     return out
 
 
+def make_certs(directory):
+    """The TLS test material (tests/support/make_certs.sh) in directory."""
+    subprocess.run(["sh", str(ROOT / "tests" / "support" / "make_certs.sh"), directory],
+                   check=True, stdout=subprocess.DEVNULL)
+    return directory
+
+
+def tls_redis(certs, cert="server", auth_clients="no", extra=()):
+    """A RedisServer with a TLS port as well (.tls_port) that presents
+    certs/<cert>.crt; .port stays plain."""
+    port = free_port()
+    srv = RedisServer(["--tls-port", str(port),
+                       "--tls-cert-file", os.path.join(certs, f"{cert}.crt"),
+                       "--tls-key-file", os.path.join(certs, f"{cert}.key"),
+                       "--tls-ca-cert-file", os.path.join(certs, "ca.crt"),
+                       "--tls-auth-clients", auth_clients, *extra])
+    srv.tls_port = port
+    return srv
+
+
 class TrickleProxy:
     """A TCP proxy in front of a real server that passes requests on at once
     and hands each reply byte to the client `delay` seconds after the last:
@@ -315,4 +339,5 @@ def redis_commands(port, *commands, timeout=2.0):
 
 
 __all__ = ["RedisServer", "Nginx", "TrickleProxy", "build_conf", "doc_snippet", "get",
+           "make_certs", "tls_redis",
            "get_many", "join", "redis_commands", "free_port", "ROOT"]

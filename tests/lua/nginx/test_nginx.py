@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import (ROOT, Nginx, RedisServer, TrickleProxy, build_conf,  # noqa: E402
-                     free_port, get, get_many, join, redis_commands)
+                     free_port, get, get_many, join, make_certs, redis_commands, tls_redis)
 
 VECTORS = ROOT / "tests" / "vectors" / "token_bucket.json"
 S = None   # the running servers, set up once for the module
@@ -42,6 +42,7 @@ class Servers:
         self.nginx = None
         self.sockdir = None
         self.trickle = None
+        self.others = []   # the TLS and maxclients servers
         try:
             # A second way in, for the unix:// URL.
             self.sockdir = tempfile.mkdtemp(prefix="hirate-sock-")
@@ -53,6 +54,27 @@ class Servers:
             assert redis_commands(self.redis.port,
                                   ("ACL", "SETUSER", "hirate", "on", ">s3cr3t-good-canary",
                                    "~*", "+@all"))[0] == "OK"
+            # A user who may touch t-acl:ok:* only (allow_many per item).
+            assert redis_commands(self.redis.port,
+                                  ("ACL", "SETUSER", "somekeys", "on", ">pw-somekeys",
+                                   "~t-acl:ok:*", "+@all"))[0] == "OK"
+            # TLS: the test CA is what nginx trusts (lua_ssl_trusted_certificate).
+            self.certs = make_certs(os.path.join(self.sockdir, "certs"))
+            self.tls = self.started(tls_redis(self.certs))
+            self.mtls = self.started(tls_redis(self.certs, auth_clients="yes"))
+            self.bad = {name: self.started(tls_redis(self.certs, name))
+                        for name in ("wronghost", "expired", "selfsigned")}
+            self.maxclients = self.started(tls_redis(self.certs, extra=["--maxclients", "1"]))
+            tls_env = {
+                "HIRATE_TEST_CERTS": self.certs,
+                "HIRATE_TEST_TLS_PORT": str(self.tls.tls_port),
+                "HIRATE_TEST_TLS_PLAIN_PORT": str(self.tls.port),
+                "HIRATE_TEST_MTLS_PORT": str(self.mtls.tls_port),
+                "HIRATE_TEST_MAXCLIENTS_PORT": str(self.maxclients.port),
+                "HIRATE_TEST_MAXCLIENTS_TLS_PORT": str(self.maxclients.tls_port),
+                **{f"HIRATE_TEST_{name.upper()}_PORT": str(srv.tls_port)
+                   for name, srv in self.bad.items()},
+            }
             # HIRATE_LUA_DIR: test another copy of hirate.lua and hirate/*.lua
             # (an installed tree, say) instead of bindings/lua.
             lua_dir = os.environ.get("HIRATE_LUA_DIR", str(ROOT / "bindings" / "lua"))
@@ -64,16 +86,23 @@ class Servers:
                        HIRATE_TEST_REDIS_PORT=str(self.redis.port),
                        HIRATE_TEST_REDIS_UNIX=self.unix,
                        HIRATE_TEST_DEAD_PORT=str(free_port()),
-                       HIRATE_TEST_TRICKLE_PORT=str(self.trickle.port))
-            self.nginx = Nginx(lambda prefix, ports: build_conf(prefix, ports, lua_path,
-                                                                lua_cpath, str(VECTORS)), env)
+                       HIRATE_TEST_TRICKLE_PORT=str(self.trickle.port), **tls_env)
+            ca_file = os.path.join(self.certs, "ca.crt")
+            self.nginx = Nginx(lambda prefix, ports: build_conf(
+                prefix, ports, lua_path, lua_cpath, str(VECTORS), ca_file, tls_env), env)
             self.doc = self.nginx.ports["doc"]
             self.port = self.nginx.ports["test"]
         except BaseException:
             self.close()
             raise
 
+    def started(self, srv):
+        self.others.append(srv)
+        return srv
+
     def close(self):
+        for srv in self.others:
+            srv.close()
         if self.nginx:
             keep = os.environ.get("HIRATE_KEEP_NGINX") == "1"
             if keep:
@@ -334,6 +363,14 @@ class Api(unittest.TestCase):
         d = decision(call("many", op="peek", k=k)["value"])
         self.assertEqual((d["allowed"], d["remaining"], d["reset_after"]), (True, 5, 0.0))
 
+    def test_reset_returns_its_failure(self):
+        # reset has no policy: Redis unreachable is nil, message, code.
+        got = call("dead", op="reset", k=fresh("reset"))
+        self.assertEqual((got["ok"], got["code"]), (False, "ECONNECT"), got)
+        self.assertIn("127.0.0.1:", got["err"])
+        got = call("tls_to_plain_open", op="reset", k=fresh("reset"))
+        self.assertEqual((got["ok"], got["code"]), (False, "ETLS"), got)
+
     def test_argument_errors_raise_at_the_callers_line_and_name_the_method(self):
         # As the C module's errors do in plain Lua: "<caller>:<line>: bad argument ..."
         # (LuaJIT shortens a long chunk name to "...<its end>").
@@ -374,7 +411,7 @@ class Api(unittest.TestCase):
             self.assertEqual((r["ok"], r["code"]), (False, "EAUTH"), r)
             self.assertNotIn("wrong-canary-pw", json.dumps(r))
         self.assertNotIn("wrong-canary-pw", S.nginx.error_log())
-        self.assertIn("refused the AUTH: WRONGPASS", S.nginx.error_log())
+        self.assertIn("AUTH refused: WRONGPASS", S.nginx.error_log())
         # 40 calls in a row; after a refusal new connections wait 10 ms, then
         # 20, 40 ... (at least 3/4 of each, jittered), up to 1 s. So within
         # `elapsed` each of the 2 workers connects at most 2 + log2(elapsed /
@@ -435,7 +472,15 @@ class Api(unittest.TestCase):
         self.assertGreater(r.elapsed, 0.9)
 
     def test_bad_options_raise_naming_the_option(self):
-        self.assertEqual(call("plain", op="badopts")["value"], [
+        got = call("plain", op="badopts")["value"]
+        # A file that is not there, under the test's own directory.
+        self.assertEqual(got.pop(),
+                         f"bad argument #1 to 'new' (tls_cert_file {S.certs}/nothing.crt: "
+                         "No such file or directory)")
+        cannot = ("bad argument #1 to 'new' ({0} cannot be honoured inside nginx: cosockets "
+                  "trust the CAs that the lua_ssl_trusted_certificate directive names (with "
+                  "lua_ssl_verify_depth); name the file there and leave {0} out)")
+        self.assertEqual(got, [
             'hirate.resty.limit: unknown option "keyy"',
             "hirate.resty.limit: limiter must be a limiter from hirate.new, got table",
             'hirate.resty.limit: key must be "remote_addr", "header:<name>", '
@@ -452,11 +497,144 @@ class Api(unittest.TestCase):
             "86400, got -1)",
             "bad argument #1 to 'new' (backlog must be a whole number from 1 to 65535, got 0)",
             "bad argument #1 to 'new' (unknown option 'pool_sise')",
+            cannot.format("tls_ca_file"),
+            cannot.format("tls_ca_dir"),
+            "bad argument #1 to 'new' (tls_server_name: nginx checks a certificate against a "
+            "host name only, not an address such as 127.0.0.1; give the name the certificate "
+            "is for as tls_server_name)",
         ])
 
     def test_a_unix_socket_url(self):
         d = decision(call("unix", k=fresh("unix"))["value"])
         self.assertEqual((d["allowed"], d["remaining"], d["source"]), (True, 4, "redis"))
+
+
+POLICIES = ("local", "open", "closed")
+
+
+def server_connections(port):
+    """The connections a server has accepted, this question's own included."""
+    info = redis_commands(port, ("INFO", "stats"))[0]
+    return int(re.search(r"total_connections_received:(\d+)", info).group(1))
+
+
+class Tls(unittest.TestCase):
+    """rediss:// through cosockets: sslhandshake against the test CA that
+    nginx trusts (lua_ssl_trusted_certificate), the server name given by
+    tls_server_name (the certificate is for localhost)."""
+
+    def test_exactly_the_capacity_over_tls_across_both_workers(self):
+        key = fresh("exact-tls")
+        rs = join(*get_many(S.port, [f"/limit/exact_tls?k={key}"] * 60))
+        self.assertEqual(Counter(r.status for r in rs), Counter({200: 20, 429: 40}))
+        self.assertEqual(len({r.header("X-Worker") for r in rs}), 2)
+        self.assertEqual({r.header("X-Hirate-Source") for r in rs if r.status == 200}, {"redis"})
+        self.assertLessEqual({r.header("X-Hirate-Source") for r in rs if r.status == 429},
+                             {"redis", "cache"})
+        # What Redis holds, read over the server's plain port: nothing left.
+        d = call("tls_exact_plain", op="peek", k=f"k:{key}")["value"]
+        self.assertEqual((d["remaining"], d["source"]), ("0", "redis"))
+
+    def test_a_tls_and_a_plain_limiter_to_one_server_never_share_a_connection(self):
+        k = fresh("share")
+        got = [call(name, k=k)["value"] for name in ("tls", "tls_plain") * 2]
+        self.assertEqual([(d["remaining"], d["source"]) for d in got],
+                         [("4", "redis"), ("3", "redis"), ("2", "redis"), ("1", "redis")])
+        # Each has connections of its own transport: had the plain limiter
+        # been given a pooled TLS connection, none would be to the plain port.
+        clients = redis_commands(S.tls.port, ("CLIENT", "LIST"))[0]
+        ports = Counter(int(p) for p in re.findall(r" laddr=127\.0\.0\.1:(\d+) ", clients))
+        self.assertGreaterEqual(ports[S.tls.tls_port], 1, clients)
+        self.assertGreaterEqual(ports[S.tls.port], 2, clients)   # this CLIENT LIST's own too
+
+    def test_tls_verify_false_checks_nothing(self):
+        # A self-signed certificate, and an address for a name: both pass.
+        d = decision(call("unverified", k=fresh("unverified"))["value"])
+        self.assertEqual((d["allowed"], d["remaining"], d["source"]), (True, 4, "redis"))
+
+    def test_mutual_tls(self):
+        k = fresh("mtls")
+        d = decision(call("mtls", k=k)["value"])
+        self.assertEqual((d["allowed"], d["remaining"], d["source"]), (True, 4, "redis"))
+        self.assertEqual(redis_commands(S.mtls.port, ("EXISTS", f"t-mtls:{k}")), [1])
+
+    def test_mutual_tls_without_a_client_certificate_is_etls_under_every_policy(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                got = call(f"nocert_{policy}", k=fresh("nocert"))
+                self.assertEqual(got, {"ok": False, "code": "ETLS", "err":
+                                       f"TLS handshake with 127.0.0.1:{S.mtls.tls_port}: "
+                                       "handshake failed"})
+
+    def test_every_vector_over_tls(self):
+        r = get(S.port, "/vectors?deny_cache=0&tls=1", timeout=60)
+        self.assertEqual(r.status, 200, r)
+        Vectors.check(self, json.loads(r.body), deny_cache=False)
+
+    def test_a_bad_certificate_is_etls_under_every_policy_soon_and_with_few_connections(self):
+        servers = dict(S.bad, badname=S.tls)
+        for name, srv in servers.items():
+            for policy in POLICIES:
+                with self.subTest(cert=name, policy=policy):
+                    before = server_connections(srv.port)
+                    r = get(S.port, f"/call/{name}_{policy}?k={fresh('bad')}")
+                    got = json.loads(r.body)
+                    self.assertEqual((got["ok"], got["code"]), (False, "ETLS"), got)
+                    self.assertLess(float(r.header("X-Took")), 0.5)
+                    burst = call(f"{name}_{policy}", op="burst", n=10, k=fresh("bad"))
+                    self.assertEqual(burst, {"ok": True, "value": ["ETLS"] * 10})
+                    # The core's backoff: a few attempts, not one a call.
+                    attempts = server_connections(srv.port) - before - 1
+                    self.assertGreaterEqual(attempts, 1)
+                    self.assertLessEqual(attempts, 4)
+
+    def test_a_plain_tls_mismatch_is_etls_under_every_policy(self):
+        for name in ("plain_to_tls", "tls_to_plain"):
+            for policy in POLICIES:
+                with self.subTest(case=name, policy=policy):
+                    r = get(S.port, f"/call/{name}_{policy}?k={fresh('mismatch')}")
+                    got = json.loads(r.body)
+                    self.assertEqual((got["ok"], got["code"]), (False, "ETLS"), got)
+                    scheme = "rediss://" if name == "plain_to_tls" else "redis://"
+                    self.assertIn(scheme, got["err"])
+                    # connect_timeout (0.5 s) and the probe, at most.
+                    self.assertLess(float(r.header("X-Took")), 2.0)
+
+    def test_maxclients_is_erefused_under_every_policy(self):
+        import socket
+        # The one connection the server allows, held by the test.
+        with socket.create_connection(("127.0.0.1", S.maxclients.port), timeout=2) as held:
+            held.sendall(b"*1\r\n$4\r\nPING\r\n")
+            self.assertEqual(held.recv(7), b"+PONG\r\n")
+            for policy in POLICIES:
+                with self.subTest(policy=policy):
+                    got = call(f"maxclients_{policy}", k=fresh("maxc"))
+                    self.assertEqual((got["ok"], got["code"]), (False, "EREFUSED"), got)
+                    self.assertIn("max number of clients reached", got["err"])
+                    many = call(f"maxclients_{policy}", op="many", k=fresh("maxc"))["value"]
+                    self.assertEqual([(d["allowed"], d["error"]) for d in many],
+                                     [(False, "EREFUSED")] * 3)
+                    # Over TLS the server closes during the handshake, which
+                    # nginx calls "handshake failed": ETLS (docs/lua.md).
+                    got = call(f"maxclients_tls_{policy}", k=fresh("maxc"))
+                    self.assertEqual(got, {"ok": False, "code": "ETLS", "err":
+                                           f"TLS handshake with 127.0.0.1:"
+                                           f"{S.maxclients.tls_port}: handshake failed"})
+
+    def test_allow_many_keeps_every_items_outcome_when_an_acl_refuses_one(self):
+        k = fresh("acl")
+        v = call("acl", op="many", acl=1, k=k)["value"]
+        self.assertEqual([(d["allowed"], d["remaining"], d["source"]) for d in (v[0], v[2])],
+                         [(True, "3", "redis"), (True, "2", "redis")])
+        self.assertEqual((v[1]["allowed"], v[1]["error"]), (False, "ENOPERM"))
+        self.assertIn("NOPERM", v[1]["message"])
+        self.assertNotIn("source", v[1])
+        # What Redis holds agrees.
+        self.assertEqual(redis_commands(S.redis.port, ("EXISTS", f"t-acl:ok:{k}"),
+                                        ("EXISTS", f"t-acl:no:{k}")), [1, 0])
+        # The refused key alone: nil, message, code.
+        got = call("acl", k=f"no:{k}")
+        self.assertEqual((got["ok"], got["code"]), (False, "ENOPERM"), got)
 
 
 class Phases(unittest.TestCase):
@@ -497,14 +675,16 @@ class Vectors(unittest.TestCase):
     def run_vectors(self, deny_cache):
         r = get(S.port, f"/vectors?deny_cache={deny_cache}", timeout=60)
         self.assertEqual(r.status, 200, r)
-        got = json.loads(r.body)
+        self.check(json.loads(r.body), deny_cache)
+
+    def check(self, got, deny_cache):
         want = json.loads(VECTORS.read_text())
         self.assertEqual(want["version"], 1)
         self.assertEqual([g["id"] for g in got], [c["id"] for c in want["cases"]])
         steps = 0
         for case, g in zip(want["cases"], got):
             if "config_error" in case:
-                self.assertIn(self.ERROR_WORDS[case["config_error"]], g.get("config_error", ""),
+                self.assertIn(Vectors.ERROR_WORDS[case["config_error"]], g.get("config_error", ""),
                               case["id"])
                 continue
             self.assertNotIn("config_error", g, case["id"])
@@ -515,7 +695,7 @@ class Vectors(unittest.TestCase):
                     self.assertEqual(res, {"reset": True}, where)
                 elif "expect_error" in step:
                     self.assertIn("raised", res, where)
-                    self.assertIn(self.ERROR_WORDS[step["expect_error"]], res["raised"], where)
+                    self.assertIn(Vectors.ERROR_WORDS[step["expect_error"]], res["raised"], where)
                 else:
                     d = decision(res)
                     sources = {"redis", "cache"} if deny_cache else {"redis"}

@@ -16,6 +16,22 @@ local port = os.getenv("HIRATE_TEST_REDIS_PORT")
 local unix = os.getenv("HIRATE_TEST_REDIS_UNIX")
 local dead = os.getenv("HIRATE_TEST_DEAD_PORT") -- nothing listens there
 local trickle = os.getenv("HIRATE_TEST_TRICKLE_PORT") -- replies a byte at a time
+-- TLS: a server with a plain and a TLS port (server.crt, for localhost and
+-- 127.0.0.1); one for mutual TLS; one presenting each bad certificate; one
+-- at maxclients 1 that the tests keep busy. nginx trusts the test CA
+-- (lua_ssl_trusted_certificate).
+local certs = os.getenv("HIRATE_TEST_CERTS")
+local tls_port = os.getenv("HIRATE_TEST_TLS_PORT")
+local tls_plain_port = os.getenv("HIRATE_TEST_TLS_PLAIN_PORT")
+local mtls_port = os.getenv("HIRATE_TEST_MTLS_PORT")
+local maxclients_port = os.getenv("HIRATE_TEST_MAXCLIENTS_PORT")
+local maxclients_tls_port = os.getenv("HIRATE_TEST_MAXCLIENTS_TLS_PORT")
+local bad_ports = {
+    wronghost = os.getenv("HIRATE_TEST_WRONGHOST_PORT"),
+    expired = os.getenv("HIRATE_TEST_EXPIRED_PORT"),
+    selfsigned = os.getenv("HIRATE_TEST_SELFSIGNED_PORT"),
+}
+local tls_url = "rediss://127.0.0.1:" .. tls_port
 
 local M = {}
 
@@ -68,6 +84,10 @@ local limits = {
             return ngx.var.arg_k
         end },
     memory = { limiter = hirate.new { capacity = 3, rate = 0.001 }, key = "var:arg_k" },
+    -- The certificate is for localhost: the name checked, while the
+    -- cosocket connects to the address (no resolver needed).
+    exact_tls = { limiter = redis { url = tls_url, tls_server_name = "localhost",
+        capacity = 20, rate = 0.001, prefix = "t-exact:" }, key = "var:arg_k" },
 }
 
 -- Limiters called directly (location /call/<name>).
@@ -88,7 +108,51 @@ local direct = {
         prefix = "t-dead:", on_error = "closed" },
     trickle = redis { url = "redis://127.0.0.1:" .. trickle, capacity = 5, rate = 1,
         prefix = "t-trickle:", on_error = "open", timeout = 1 },
+    tls = redis { url = tls_url, tls_server_name = "localhost", capacity = 5, rate = 0.001,
+        prefix = "t-tls:" },
+    -- The same server and prefix over its plain port: another pool, never
+    -- one of the TLS limiter's connections.
+    tls_plain = redis { url = "redis://127.0.0.1:" .. tls_plain_port, capacity = 5,
+        rate = 0.001, prefix = "t-tls:" },
+    mtls = redis { url = "rediss://127.0.0.1:" .. mtls_port, tls_server_name = "localhost",
+        tls_cert_file = certs .. "/client.crt", tls_key_file = certs .. "/client.key",
+        capacity = 5, rate = 0.001, prefix = "t-mtls:" },
+    -- No check at all (the address is fine then): for tests only.
+    unverified = redis { url = "rediss://127.0.0.1:" .. bad_ports.selfsigned,
+        tls_verify = false, capacity = 5, rate = 0.001, prefix = "t-unverified:" },
+    tls_exact_plain = redis { url = "redis://127.0.0.1:" .. tls_plain_port, capacity = 20,
+        rate = 0.001, prefix = "t-exact:" },
+    -- A user who may touch t-acl:ok:* only.
+    acl = redis { url = "redis://somekeys:pw-somekeys@127.0.0.1:" .. port, capacity = 5,
+        rate = 0.001, prefix = "t-acl:", deny_cache = false },
 }
+
+-- The misconfigurations, each under every policy: direct["<case>_<policy>"].
+local misconfigured = {
+    wronghost = { url = "rediss://127.0.0.1:" .. bad_ports.wronghost,
+        tls_server_name = "localhost" },
+    expired = { url = "rediss://127.0.0.1:" .. bad_ports.expired, tls_server_name = "localhost" },
+    selfsigned = { url = "rediss://127.0.0.1:" .. bad_ports.selfsigned,
+        tls_server_name = "localhost" },
+    -- The right server, the wrong name: "certificate host mismatch".
+    badname = { url = tls_url, tls_server_name = "wrong.invalid" },
+    -- Mutual TLS without a client certificate.
+    nocert = { url = "rediss://127.0.0.1:" .. mtls_port, tls_server_name = "localhost" },
+    plain_to_tls = { url = "redis://127.0.0.1:" .. tls_port },
+    tls_to_plain = { url = "rediss://127.0.0.1:" .. tls_plain_port,
+        tls_server_name = "localhost" },
+    maxclients = { url = "redis://127.0.0.1:" .. maxclients_port },
+    -- Over TLS Redis cannot say it: it closes during the TLS handshake.
+    maxclients_tls = { url = "rediss://127.0.0.1:" .. maxclients_tls_port,
+        tls_server_name = "localhost" },
+}
+for name, o in pairs(misconfigured) do
+    for _, policy in ipairs { "local", "open", "closed" } do
+        direct[name .. "_" .. policy] = redis { url = o.url, tls_server_name = o.tls_server_name,
+            capacity = 5, rate = 1, prefix = "t-" .. name .. ":", on_error = policy,
+            connect_timeout = 0.5, timeout = 0.5 }
+    end
+end
 
 -- Every test limit but "memory" leaves its decision in ngx.ctx, for mark().
 for name, opts in pairs(limits) do
@@ -135,6 +199,14 @@ local function plain_decision(d)
     }
 end
 
+-- An item of allow_many: its decision, or its error.
+local function outcome(d)
+    if d.message then
+        return { allowed = d.allowed, error = d.error, message = d.message }
+    end
+    return plain_decision(d)
+end
+
 local function reply(t)
     ngx.header["Content-Type"] = "application/json"
     ngx.say(json.encode(t))
@@ -158,7 +230,11 @@ function M.call(name)
     local op, key = ngx.var.arg_op or "allow", ngx.var.arg_k or "k"
     answer(function()
         if op == "allow" or op == "peek" then
+            ngx.update_time()
+            local started = ngx.now()
             local d, err, code = lim[op](lim, key, tonumber(ngx.var.arg_cost))
+            ngx.update_time()
+            ngx.header["X-Took"] = string.format("%.3f", ngx.now() - started)
             return d and plain_decision(d), err, code
         elseif op == "reset" then
             return lim:reset(key)
@@ -166,15 +242,25 @@ function M.call(name)
             local items = { { key, 1 }, { key, 2 }, { key .. "-b", 5 } }
             if ngx.var.arg_bad then
                 items[2][1] = ""
+            elseif ngx.var.arg_acl then
+                items = { { "ok:" .. key, 2 }, { "no:" .. key, 1 }, { "ok:" .. key, 1 } }
             end
             local ds, err, code = lim:allow_many(items)
             if not ds then
                 return nil, err, code
             end
             for i, d in ipairs(ds) do
-                ds[i] = plain_decision(d)
+                ds[i] = outcome(d)
             end
             return ds
+        elseif op == "burst" then
+            -- n calls in a row: each one's code, or its decision's source.
+            local out = {}
+            for i = 1, tonumber(ngx.var.arg_n) do
+                local d, _, code = lim:allow(key)
+                out[i] = d and d.source or code
+            end
+            return out
         elseif op == "tostring" then
             return tostring(lim)
         elseif op == "closed" then
@@ -205,6 +291,12 @@ function M.call(name)
             try(hirate.new, { capacity = 1, rate = 1, keepalive_timeout = -1 })
             try(hirate.new, { capacity = 1, rate = 1, backlog = 0 })
             try(hirate.new, { capacity = 1, rate = 1, pool_sise = 4 })
+            try(hirate.new, { url = tls_url, capacity = 1, rate = 1,
+                tls_ca_file = certs .. "/ca.crt" })
+            try(hirate.new, { url = tls_url, capacity = 1, rate = 1, tls_ca_dir = certs })
+            try(hirate.new, { url = tls_url, capacity = 1, rate = 1 })
+            try(hirate.new, { url = tls_url, capacity = 1, rate = 1,
+                tls_cert_file = certs .. "/nothing.crt", tls_key_file = certs .. "/client.key" })
             return out
         elseif op == "badcost" then -- (not tail calls, which would hide this line)
             local d = lim:allow(key, 1.5)
@@ -273,9 +365,13 @@ function M.vectors()
     local out = {}
     for _, case in ipairs(doc.cases) do
         local rate = RATES[case.config.rate] or case.config.rate
+        local over_tls = ngx.var.arg_tls == "1"
         local ok, lim = pcall(redis, {
             capacity = case.config.capacity, rate = rate, deny_cache = deny_cache,
-            prefix = "vec" .. (deny_cache and "1" or "0") .. ":" .. case.id .. ":",
+            prefix = "vec" .. (deny_cache and "1" or "0") .. (over_tls and "t" or "") .. ":"
+                .. case.id .. ":",
+            url = over_tls and tls_url or nil,
+            tls_server_name = over_tls and "localhost" or nil,
         })
         local got = { id = case.id }
         out[#out + 1] = got
