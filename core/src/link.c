@@ -65,7 +65,7 @@ int hirate_link_init(hirate_link *k, const hirate_options *o, char *err, size_t 
 #undef HIRATE_PLAIN_CHECK_
         if (!o->tls_verify)
             return hirate__fail(err, errlen, HIRATE_EOPTION,
-                                "tls_verify is 0, but the URL is not rediss:// (TLS)");
+                                "tls_verify is off, but the URL is not rediss:// (TLS)");
     }
     if ((o->tls_cert_file == NULL) != (o->tls_key_file == NULL))
         return hirate__fail(err, errlen, HIRATE_EOPTION,

@@ -544,7 +544,7 @@ static void the_endpoint_says_where_and_how(void)
         {"redis://h", "/dev/null", NULL, NULL, 1, HIRATE_EOPTION,
          "tls_ca_file is set, but the URL is not rediss:// (TLS)"},
         {"redis://h", NULL, NULL, NULL, 0, HIRATE_EOPTION,
-         "tls_verify is 0, but the URL is not rediss:// (TLS)"},
+         "tls_verify is off, but the URL is not rediss:// (TLS)"},
         {"rediss://h", NULL, NULL, NULL, 2, HIRATE_EOPTION, "tls_verify must be 0 or 1, got 2"},
         {"rediss://h", NULL, "/dev/null", NULL, 1, HIRATE_EOPTION,
          "tls_cert_file and tls_key_file go together: set both or neither"},

@@ -56,7 +56,7 @@ local new_cases = {
     { "a TLS option without rediss://", with { url = "redis://127.0.0.1", tls_ca_file = "ca.crt" },
         "tls_ca_file is set, but the URL is not rediss:// (TLS)" },
     { "tls_verify with a plain URL", with { url = "redis://127.0.0.1", tls_verify = false },
-        "tls_verify is 0, but the URL is not rediss:// (TLS)" },
+        "tls_verify is off, but the URL is not rediss:// (TLS)" },
     { "tls_verify not a boolean", with { url = "rediss://127.0.0.1", tls_verify = "no" },
         "tls_verify must be a boolean, got string" },
     { "tls_server_name not a string", with { url = "rediss://127.0.0.1", tls_server_name = 7 },

@@ -108,7 +108,7 @@ INF, NAN = math.inf, math.nan
     (dict(url="redis://127.0.0.1", tls_ca_file="/etc/hosts"), "EOPTION",
      "tls_ca_file is set, but the URL is not rediss:// (TLS)"),
     (dict(url="redis://127.0.0.1", tls_verify=False), "EOPTION",
-     "tls_verify is 0, but the URL is not rediss:// (TLS)"),
+     "tls_verify is off, but the URL is not rediss:// (TLS)"),
     (dict(url="rediss://127.0.0.1", tls_cert_file="/etc/hosts"), "EOPTION",
      "tls_cert_file and tls_key_file go together"),
     (dict(url="rediss://127.0.0.1", tls_server_name=""), "EOPTION",
