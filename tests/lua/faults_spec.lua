@@ -8,7 +8,7 @@
 --   * a wrong password: nil, message, "EAUTH" under every policy, the
 --     password in no message;
 --   * malformed replies from a mock RESP server (tests/integration/
---     mock_resp.py, through helpers/mock_redis.py): a clean EPROTO (EIO when
+--     mock_resp.py, which answers the handshake's PING itself): a clean EPROTO (EIO when
 --     it hangs up) and the policy, then Redis again once the replies are good.
 local hirate = require "hirate"
 local support = require "helpers.support"
@@ -123,7 +123,7 @@ end)
 local python = support.python
 
 local function mock(script)
-    local path = support.root .. "/tests/lua/helpers/mock_redis.py"
+    local path = support.root .. "/tests/integration/mock_resp.py"
     local proc = assert(io.popen(("echo $$; exec setpriv --pdeathsig KILL %s -S '%s' %s")
         :format(python, path, script), "r"))
     local pid = proc:read("*l")
@@ -151,7 +151,7 @@ describe("a malformed reply", function()
         for _, policy in ipairs { "closed", "open", "local" } do
             it(("(%s) is %s for on_error = '%s', then Redis again"):format(c[1], c[2], policy),
                 function()
-                    local server = mock("good," .. c[1] .. ",good")
+                    local server = mock(c[1] .. ",good")
                     local ok, err = pcall(function()
                         local lim = limiter(server.url, policy,
                             { timeout = 2, connect_timeout = 2 })
