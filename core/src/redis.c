@@ -1,4 +1,39 @@
-/* The Redis backend: connection pool, handshake, one round trip per call. */
+/*
+ * The Redis backend: connection pool, handshake, and round trips shared by
+ * the threads that wait for them.
+ *
+ * A call takes an idle connection, or opens one while the pool has room, and
+ * makes its own round trip: a lone caller does nothing else (one look at the
+ * queue's head, under the pool lock it takes anyway). A call that finds all
+ * pool_size connections busy does not wait for one of its own: it queues (a
+ * `rider` on its own stack, with its own condition variable) and rides the
+ * next round trip. When a connection comes free, the first queued call is
+ * handed it and leads; before it unlocks, the leader takes the other queued
+ * calls (up to RIDE_CALLS_MAX calls), then sends its calls and theirs in one
+ * write, reads the replies in order into their own places (each caller's
+ * arrays, and its message when one of its calls failed), and wakes each one.
+ * So the replies of one write are matched to their callers by position, as
+ * in one thread's batch, and proto.c's check of each reply's echoed key
+ * still guards every one of them.
+ *
+ * What stays as it was:
+ *  - each call's own timeout from its start: the leader's round trip ends by
+ *    the earliest deadline of the calls it carries; a queued call whose time
+ *    runs out leaves the queue with "all connections stayed busy" (nothing
+ *    was sent), and a call with less than RIDE_LEFT_MIN left is not taken;
+ *  - no call sent twice: NOSCRIPT replies, and only those, go again as EVAL
+ *    in the same way as one thread's batch (round_trip());
+ *  - a failure of the round trip (a timeout, a broken or out-of-step stream)
+ *    closes that connection only, and every call it carried gets the failure:
+ *    it may have run. The queued calls then try to open connections (the
+ *    link's backoff lets one through and fails the rest fast);
+ *  - the deny cache and the breaker: limiter.c sees each caller's calls
+ *    answered as if its own round trip had answered them;
+ *  - fork(): the pool lock is held across it; the child closes its copies of
+ *    the connections quietly and forgets the queue (its threads are not
+ *    there), as it forgets the idle list;
+ *  - the pool bound: no connection is opened for a rider.
+ */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -38,7 +73,6 @@ struct hirate_redis {
     pthread_cond_t freed;       /* a connection went back to the pool */
     slot *slots;                /* cfg.pool_size */
     conn *idle;
-    int nidle;                  /* connections in the idle list */
     int open;                   /* connections open or being opened */
     int waiting;                /* resets waiting for a connection */
     struct rider *qhead, *qtail;   /* calls waiting to ride the next round trip */
@@ -49,8 +83,9 @@ struct hirate_redis {
 
 /* A round trip carries at most this many calls of other threads... */
 #define RIDE_CALLS_MAX 256
-/* ... and only those with this much of their own time left (µs): a call
- * about to time out had better do it in the queue, where nothing was sent. */
+/* ... and only those with this much of their own time left (µs; an eighth
+ * of the timeout when that is less): a call about to time out had better do
+ * it in the queue, where nothing was sent. */
 #define RIDE_LEFT_MIN 2000
 
 enum { QUEUED, RIDING, LEAD, DONE };
@@ -294,7 +329,6 @@ static void close_all(hirate_redis *r, int quiet)
         memset(sl, 0, sizeof *sl);
     }
     r->idle = NULL;
-    r->nidle = 0;
     r->open = 0;
 }
 
@@ -339,7 +373,7 @@ static void queue_remove(hirate_redis *r, rider *w)
 /* A healthy connection that is free: a reset waiting for one gets it (they
  * are rare, and must not starve behind a stream of riders), else the first
  * queued call, which leads the next round trip, else the idle list. */
-static void hand_on(hirate_redis *r, conn *c)
+static inline __attribute__((always_inline)) void hand_on(hirate_redis *r, conn *c)
 {
     rider *w = r->waiting ? NULL : r->qhead;
     if (w) {
@@ -351,7 +385,6 @@ static void hand_on(hirate_redis *r, conn *c)
     }
     c->next = r->idle;
     r->idle = c;
-    r->nidle++;
     if (r->waiting)
         pthread_cond_signal(&r->freed);
 }
@@ -372,14 +405,20 @@ static void wake_all_to_open(hirate_redis *r)
 
 /* The leader of a round trip takes the queued calls that still have time,
  * up to RIDE_CALLS_MAX calls, in the order they came. */
+static int64_t left_min(const hirate_redis *r)
+{
+    int64_t eighth = (int64_t)r->timeout_ms * 1000 / 8;
+    return eighth < RIDE_LEFT_MIN ? eighth : RIDE_LEFT_MIN;
+}
+
 static void collect(hirate_redis *r, rider *me)
 {
-    int64_t now = hirate_monotonic_us();
+    int64_t now = hirate_monotonic_us(), min = left_min(r);
     size_t calls = 0;
     rider **tail = &me->riders;
     for (rider *w = r->qhead, *next; w && calls < RIDE_CALLS_MAX; w = next) {
         next = w->next;
-        if (w->deadline - now < RIDE_LEFT_MIN || calls + w->n > RIDE_CALLS_MAX)
+        if (w->deadline - now < min || calls + w->n > RIDE_CALLS_MAX)
             continue;
         queue_remove(r, w);
         w->state = RIDING;
@@ -421,7 +460,7 @@ static int ride(hirate_redis *r, rider *me, conn **out, char *err, size_t errlen
         if (me->state == LEAD) {
             if (!me->c)
                 return 2;
-            if (hirate_monotonic_us() < me->deadline - RIDE_LEFT_MIN / 2) {
+            if (hirate_monotonic_us() < me->deadline - left_min(r) / 2) {
                 *out = me->c;
                 return 0;
             }
@@ -452,7 +491,6 @@ static int acquire(hirate_redis *r, conn **out, rider *me, char *err, size_t err
         if (r->idle) {
             conn *c = r->idle;
             r->idle = c->next;
-            r->nidle--;
             /* Has the server closed this idle connection (its `timeout`,
              * CLIENT KILL, a restart), or sent bytes nobody asked for?
              * Then nothing of this call was sent on it, so another
@@ -461,7 +499,7 @@ static int acquire(hirate_redis *r, conn **out, rider *me, char *err, size_t err
                 forget(r, c);
                 continue;
             }
-            if (me && r->qhead)
+            if (__builtin_expect(r->qhead != NULL, 0) && me)
                 collect(r, me);
             *out = c;
             pthread_mutex_unlock(&r->lock);
@@ -518,6 +556,12 @@ static int acquire(hirate_redis *r, conn **out, rider *me, char *err, size_t err
         r->waiting++;
         int timed_out = pthread_cond_timedwait(&r->freed, &r->lock, &until) == ETIMEDOUT;
         r->waiting--;
+        if (timed_out && r->idle && r->qhead) {
+            /* kept idle for this reset, which gave up: a queued call leads */
+            conn *c = r->idle;
+            r->idle = c->next;
+            hand_on(r, c);
+        }
         if (timed_out) {
             pthread_mutex_unlock(&r->lock);
             return hirate__fail(err, errlen, HIRATE_ETIMEDOUT,
@@ -528,7 +572,8 @@ static int acquire(hirate_redis *r, conn **out, rider *me, char *err, size_t err
 }
 
 /* Returns a healthy connection to the pool, or closes a failed one. */
-static void release(hirate_redis *r, conn *c, int healthy)
+static inline __attribute__((always_inline)) void release(hirate_redis *r, conn *c,
+                                                           int healthy)
 {
     pthread_mutex_lock(&r->lock);
     if (healthy) {
@@ -608,7 +653,8 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
 
 /* The calls of one thread on a connection: a pipeline, and the NOSCRIPT ones
  * again as EVAL. deadline 0: each pipeline's own timeout from its sending. */
-static int round_trip(hirate_redis *r, conn *c, const hirate_call *calls, size_t n,
+static inline __attribute__((always_inline)) int
+round_trip(hirate_redis *r, conn *c, const hirate_call *calls, size_t n,
                       int64_t capacity, hirate_decision *ds, hirate_bucket *states, int *rcs,
                       int *healthy, int64_t deadline, char *err, size_t errlen)
 {
