@@ -12,11 +12,12 @@
  * allowed and writes its bucket. The script is loaded first. Each
  * configuration (threads x pool) runs R rounds of allow then allow_many (the
  * order reversed every other round, so that drift falls on both) of S seconds
- * each, on a fresh limiter each; decisions/s is all threads' decisions over
- * the run's wall time, and a run in which any decision did not come from
- * Redis is an error (a timeout decided by the policy would flatter it). The
- * table gives the median round, the ratio allow / allow_many of the medians,
- * and the p50 and p99 of hirate_allow's latency in the median round.
+ * each, on a fresh limiter each; decisions/s is all threads' decisions that
+ * Redis made over the run's wall time (a call that timed out and was decided
+ * by the failure policy is not counted: it would flatter the client; the
+ * share of those is a column of its own). The table gives the median round,
+ * the ratio allow / allow_many of the medians, and the p50 and p99 of
+ * hirate_allow's latency in the median round.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -98,6 +99,7 @@ static void *work(void *arg)
 
 typedef struct run {
     double rate, p50, p99;
+    double not_redis;   /* the share of decisions that did not come from Redis */
 } run;
 
 static int cmp_double(const void *a, const void *b)
@@ -147,12 +149,9 @@ static run run_once(const char *url, int threads, int pool, long keys, int many,
         nlat += w[t].nlat;
     }
     double wall = (double)(bench_now_ns() - t0) / 1e9;
-    if (bad) {
-        fprintf(stderr, "bench_threads: %llu decisions did not come from Redis\n",
-                (unsigned long long)bad);
-        exit(1);
-    }
-    run r = {(double)count / wall, 0, 0};
+    /* Only Redis' decisions count: one that a timeout left to the policy
+     * would flatter the client. */
+    run r = {(double)(count - bad) / wall, 0, 0, count ? (double)bad / (double)count : 0};
     if (nlat) {
         double *all = malloc(nlat * sizeof *all);
         size_t k = 0;
@@ -221,8 +220,8 @@ int main(int argc, char **argv)
     printf("%ld keys, capacity 1e9 at 1e6/s (every call allowed), median of %d rounds of "
            "%.1f s each; allow_many decides %d keys a call.\n\n", keys, rounds, seconds, BATCH);
     printf("| threads | pool_size | hirate_allow (decisions/s) | p50 us | p99 us | "
-           "hirate_allow_many (decisions/s) | allow / allow_many |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+           "not from Redis | hirate_allow_many (decisions/s) | allow / allow_many |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int ti = 0; ti < nt; ti++) {
         for (int pi = 0; pi < np; pi++) {
             double a[MAX_ROUNDS], m[MAX_ROUNDS];
@@ -244,8 +243,8 @@ int main(int argc, char **argv)
             for (int r = 0; r < rounds; r++)
                 if (ra[r].rate == am)
                     mid = ra[r];
-            printf("| %d | %d | %.0f | %.0f | %.0f | %.0f | %.2f |\n", threads[ti], pools[pi], am,
-                   mid.p50, mid.p99, mm, am / mm);
+            printf("| %d | %d | %.0f | %.0f | %.0f | %.1f%% | %.0f | %.2f |\n", threads[ti],
+                   pools[pi], am, mid.p50, mid.p99, mid.not_redis * 100, mm, am / mm);
             fflush(stdout);
             char tag[64];
             snprintf(tag, sizeof tag, "threads_allow_%dt_pool%d", threads[ti], pools[pi]);
