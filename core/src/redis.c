@@ -458,8 +458,10 @@ static int ride(hirate_redis *r, rider *me, conn **out, char *err, size_t errlen
         if (me->state == DONE)
             return 1;
         if (me->state == LEAD) {
+            if (!me->c && hirate_monotonic_us() < me->deadline)
+                return 2;   /* a connection was dropped: try to open one */
             if (!me->c)
-                return 2;
+                break;      /* no time left to open one */
             if (hirate_monotonic_us() < me->deadline - left_min(r) / 2) {
                 *out = me->c;
                 return 0;

@@ -123,6 +123,10 @@ static void one_key_run(const char *prefix, int flush)
     one_key *args[THREADS];
     for (int i = 0; i < THREADS; i++)
         args[i] = &a;
+    /* The server counts a closed connection until it notices: wait for
+     * those of the previous limiter to go, so that the pool's are counted. */
+    for (int k = 0; k < 100 && rh_info_int(&S, "connected_clients") > 1; k++)
+        usleep(10000);
     long long reads0 = rh_info_int(&S, "total_reads_processed");
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++)
@@ -146,7 +150,7 @@ static void one_key_run(const char *prefix, int flush)
     long long reads = rh_info_int(&S, "total_reads_processed") - reads0;
     printf("  %d calls in %lld reads by the server\n", THREADS * CALLS, reads);
     if (!flush)
-        CHECK(reads < THREADS * CALLS / 4);
+        CHECK(reads < THREADS * CALLS / 3);
     CHECK_EQ_I64(atomic_load(&allowed), CAPACITY);
     for (int i = 0; i < CAPACITY; i++)
         CHECK_EQ_I64(atomic_load(&seen[i]), 1);
