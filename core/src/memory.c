@@ -215,7 +215,7 @@ static entry **find(shard *s, uint32_t hash, const void *key, size_t keylen)
 /* Without the mutex: key's entry with its lock taken, or NULL (then *calm
  * says whether no chain of the shard changed during the walk, so that the
  * miss is real). */
-static inline entry *find_locked(shard *s, uint32_t hash, const void *key, size_t keylen,
+static inline __attribute__((always_inline)) entry *find_locked(shard *s, uint32_t hash, const void *key, size_t keylen,
                                  int *calm)
 {
     uint32_t moves = LOAD(&s->moves);
