@@ -748,9 +748,11 @@ static int carry(hirate_redis *r, conn *c, rider *me, int64_t capacity, int *hea
     return rc;
 }
 
-int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n,
-                             int64_t capacity, hirate_decision *ds, hirate_bucket *states,
-                             int *rcs, char *err, size_t errlen)
+/* Everything but a lone caller's path: a call that may ride or lead. */
+static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate_call *calls,
+                                                   size_t n, int64_t capacity,
+                                                   hirate_decision *ds, hirate_bucket *states,
+                                                   int *rcs, char *err, size_t errlen)
 {
     conn *c;
     int healthy = 1;
@@ -787,6 +789,25 @@ int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n
     }
     if (me.deadline)
         pthread_cond_destroy(&me.wake);
+    return rc;
+}
+
+int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n,
+                             int64_t capacity, hirate_decision *ds, hirate_bucket *states,
+                             int *rcs, char *err, size_t errlen)
+{
+    /* The lone caller's path: an idle connection and nobody queued. */
+    pthread_mutex_lock(&r->lock);
+    conn *c = r->idle;
+    if (__builtin_expect(!c || r->qhead != NULL || hirate_sock_gone(&c->sock), 0)) {
+        pthread_mutex_unlock(&r->lock);
+        return decide_shared(r, calls, n, capacity, ds, states, rcs, err, errlen);
+    }
+    r->idle = c->next;
+    pthread_mutex_unlock(&r->lock);
+    int healthy = 1;
+    int rc = round_trip(r, c, calls, n, capacity, ds, states, rcs, &healthy, 0, err, errlen);
+    release(r, c, healthy);
     return rc;
 }
 
