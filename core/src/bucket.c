@@ -47,8 +47,10 @@ static double level_at(const hirate_bucket_cfg *cfg, const hirate_bucket *b, int
     return b->tokens + elapsed * cfg->rate / 1000000.0;
 }
 
-int64_t hirate_bucket_until(const hirate_bucket_cfg *cfg, const hirate_bucket *b, int64_t now,
-                            double target)
+/* Inlined into hirate_bucket_decide, which calls it once or twice a
+ * decision: the same operations in the same order, so the same doubles. */
+static inline __attribute__((always_inline)) int64_t
+until(const hirate_bucket_cfg *cfg, const hirate_bucket *b, int64_t now, double target)
 {
     double level = level_at(cfg, b, now, 0);
     if (level >= target)
@@ -63,6 +65,12 @@ int64_t hirate_bucket_until(const hirate_bucket_cfg *cfg, const hirate_bucket *b
     for (int i = 0; i < 64 && r > 1 && level_at(cfg, b, now, r - 1) >= target; i++)
         r -= 1;
     return (int64_t)r;
+}
+
+int64_t hirate_bucket_until(const hirate_bucket_cfg *cfg, const hirate_bucket *b, int64_t now,
+                            double target)
+{
+    return until(cfg, b, now, target);
 }
 
 double hirate_bucket_level(const hirate_bucket_cfg *cfg, const hirate_bucket *b, int64_t now)
@@ -91,13 +99,13 @@ int hirate_bucket_decide(const hirate_bucket_cfg *cfg, hirate_bucket *b, int64_t
             changed = 1;
         }
     } else {
-        d->retry_after_us = hirate_bucket_until(cfg, b, now, (double)cost);
+        d->retry_after_us = until(cfg, b, now, (double)cost);
     }
     d->source = HIRATE_SOURCE_LOCAL;
     d->error = 0;
     d->limit = cfg->capacity;
     d->remaining = (int64_t)floor(level);
-    d->reset_after_us = hirate_bucket_until(cfg, b, now, cfg->capacity_d);
+    d->reset_after_us = until(cfg, b, now, cfg->capacity_d);
     d->time_us = now;
     return changed;
 }

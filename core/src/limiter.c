@@ -613,8 +613,7 @@ static int decide(hirate_limiter *l, const void *key, size_t keylen, int64_t cos
     if (!out)
         return remember(l, HIRATE_EINVAL, "the decision pointer is NULL");
     if (!l->redis)   /* the in-memory hot path: no batch bookkeeping */
-        return decide_in_memory(l, key, keylen, cost, spend,
-                                now_us >= 0 ? now_us : hirate_monotonic_us(), out);
+        return decide_in_memory(l, key, keylen, cost, spend, now_us, out);
     hirate_item it = {key, keylen, cost, 0, {0}};
     decide_items(l, &it, 1, spend, now_us);
     if (it.rc == 0)

@@ -1,6 +1,7 @@
 /*
- * The in-memory backend: a sharded, bounded hash table of buckets. Each shard
- * has its own lock and a CLOCK queue (oldest first, a "used" mark per bucket);
+ * The in-memory backend: a sharded, bounded hash table of buckets. A decision
+ * on a stored key takes only that bucket's own lock; each shard has a mutex
+ * for what changes its chains, and a CLOCK queue (oldest first, a "used" mark per bucket);
  * a new key in a full shard evicts, among the oldest few, a bucket that has
  * refilled to full (which loses nothing: a missing key is a full bucket),
  * else the fullest of those not used since they last came up (the used get a
@@ -20,7 +21,10 @@ typedef struct hirate_memory hirate_memory;
 hirate_memory *hirate_memory_new(size_t max_keys);
 void hirate_memory_free(hirate_memory *m);
 
-/* Decides cost at now for key. Returns 0 or HIRATE_ENOMEM. */
+/* Decides cost at now for key. Returns 0 or HIRATE_ENOMEM. now < 0: the
+ * monotonic clock, read once the bucket is found (so that its decisions are
+ * in the order of their times, and the clock read does not hold up the
+ * lookup). */
 int hirate_memory_decide(hirate_memory *m, const hirate_bucket_cfg *cfg, const void *key,
                          size_t keylen, int64_t now, int64_t cost, int spend, hirate_decision *d);
 

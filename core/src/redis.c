@@ -1,4 +1,39 @@
-/* The Redis backend: connection pool, handshake, one round trip per call. */
+/*
+ * The Redis backend: connection pool, handshake, and round trips shared by
+ * the threads that wait for them.
+ *
+ * A call takes an idle connection, or opens one while the pool has room, and
+ * makes its own round trip: a lone caller does nothing else (one look at the
+ * queue's head, under the pool lock it takes anyway). A call that finds all
+ * pool_size connections busy does not wait for one of its own: it queues (a
+ * `rider` on its own stack, with its own condition variable) and rides the
+ * next round trip. When a connection comes free, the first queued call is
+ * handed it and leads; before it unlocks, the leader takes the other queued
+ * calls (up to RIDE_CALLS_MAX calls), then sends its calls and theirs in one
+ * write, reads the replies in order into their own places (each caller's
+ * arrays, and its message when one of its calls failed), and wakes each one.
+ * So the replies of one write are matched to their callers by position, as
+ * in one thread's batch, and proto.c's check of each reply's echoed key
+ * still guards every one of them.
+ *
+ * What stays as it was:
+ *  - each call's own timeout from its start: the leader's round trip ends by
+ *    the earliest deadline of the calls it carries; a queued call whose time
+ *    runs out leaves the queue with "all connections stayed busy" (nothing
+ *    was sent), and a call with less than RIDE_LEFT_MIN left is not taken;
+ *  - no call sent twice: NOSCRIPT replies, and only those, go again as EVAL
+ *    in the same way as one thread's batch (round_trip());
+ *  - a failure of the round trip (a timeout, a broken or out-of-step stream)
+ *    closes that connection only, and every call it carried gets the failure:
+ *    it may have run. The queued calls then try to open connections (the
+ *    link's backoff lets one through and fails the rest fast);
+ *  - the deny cache and the breaker: limiter.c sees each caller's calls
+ *    answered as if its own round trip had answered them;
+ *  - fork(): the pool lock is held across it; the child closes its copies of
+ *    the connections quietly and forgets the queue (its threads are not
+ *    there), as it forgets the idle list;
+ *  - the pool bound: no connection is opened for a rider.
+ */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -39,11 +74,41 @@ struct hirate_redis {
     slot *slots;                /* cfg.pool_size */
     conn *idle;
     int open;                   /* connections open or being opened */
-    int waiting;                /* threads waiting for a connection */
+    int waiting;                /* resets waiting for a connection */
+    struct rider *qhead, *qtail;   /* calls waiting to ride the next round trip */
     hirate_redis_stats stats;   /* updated with relaxed atomics */
 };
 
 #define STAT_INC(r, field) __atomic_fetch_add(&(r)->stats.field, 1, __ATOMIC_RELAXED)
+
+/* A round trip carries at most this many calls of other threads... */
+#define RIDE_CALLS_MAX 256
+/* ... and only those with this much of their own time left (µs; an eighth
+ * of the timeout when that is less): a call about to time out had better do
+ * it in the queue, where nothing was sent. */
+#define RIDE_LEFT_MIN 2000
+
+enum { QUEUED, RIDING, LEAD, DONE };
+
+/* A call waiting in the queue (on its caller's stack). */
+typedef struct rider {
+    const hirate_call *calls;
+    size_t n;
+    hirate_decision *ds;
+    hirate_bucket *states;
+    int *rcs;
+    char *err;
+    size_t errlen;
+    int64_t deadline;           /* its own: from its start */
+    int state;                  /* QUEUED, RIDING (sent by a leader), LEAD
+                                   (given conn c: it leads the next round
+                                   trip; c NULL: try to open one), DONE */
+    int ret;                    /* with DONE: what decide_many returns */
+    conn *c;
+    struct rider *next;         /* in the queue, then among a leader's riders */
+    struct rider *riders;       /* a leader's: the calls it carries */
+    pthread_cond_t wake;
+} rider;
 
 /* ---- one connection -------------------------------------------------------- */
 
@@ -289,9 +354,137 @@ static void forget(hirate_redis *r, conn *c)
     conn_close(r, c, 0);
 }
 
+/* ---- the queue of riders (under the lock) ------------------------------------ */
+
+static void queue_remove(hirate_redis *r, rider *w)
+{
+    rider **pp = &r->qhead, *prev = NULL;
+    while (*pp && *pp != w) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (!*pp)
+        return;
+    *pp = w->next;
+    if (r->qtail == w)
+        r->qtail = prev;
+}
+
+/* A healthy connection that is free: a reset waiting for one gets it (they
+ * are rare, and must not starve behind a stream of riders), else the first
+ * queued call, which leads the next round trip, else the idle list. */
+static inline __attribute__((always_inline)) void hand_on(hirate_redis *r, conn *c)
+{
+    rider *w = r->waiting ? NULL : r->qhead;
+    if (w) {
+        queue_remove(r, w);
+        w->state = LEAD;
+        w->c = c;
+        pthread_cond_signal(&w->wake);
+        return;
+    }
+    c->next = r->idle;
+    r->idle = c;
+    if (r->waiting)
+        pthread_cond_signal(&r->freed);
+}
+
+/* A connection was dropped: every queued call tries to open one (the link's
+ * backoff lets one through and fails the others fast, as it would have
+ * failed them had they not queued). */
+static void wake_all_to_open(hirate_redis *r)
+{
+    for (rider *w = r->qhead, *next; w; w = next) {
+        next = w->next;
+        w->state = LEAD;
+        w->c = NULL;
+        pthread_cond_signal(&w->wake);
+    }
+    r->qhead = r->qtail = NULL;
+}
+
+/* The leader of a round trip takes the queued calls that still have time,
+ * up to RIDE_CALLS_MAX calls, in the order they came. */
+static int64_t left_min(const hirate_redis *r)
+{
+    int64_t eighth = (int64_t)r->timeout_ms * 1000 / 8;
+    return eighth < RIDE_LEFT_MIN ? eighth : RIDE_LEFT_MIN;
+}
+
+static void collect(hirate_redis *r, rider *me)
+{
+    int64_t now = hirate_monotonic_us(), min = left_min(r);
+    size_t calls = 0;
+    rider **tail = &me->riders;
+    for (rider *w = r->qhead, *next; w && calls < RIDE_CALLS_MAX; w = next) {
+        next = w->next;
+        if (w->deadline - now < min || calls + w->n > RIDE_CALLS_MAX)
+            continue;
+        queue_remove(r, w);
+        w->state = RIDING;
+        w->next = NULL;
+        *tail = w;
+        tail = &w->next;
+        calls += w->n;
+    }
+}
+
+static void timespec_at(struct timespec *ts, int64_t us)
+{
+    ts->tv_sec = (time_t)(us / 1000000);
+    ts->tv_nsec = (long)(us % 1000000) * 1000L;
+}
+
+/* Waits in the queue until a leader has answered the call (1), gives it a
+ * connection to lead with (0, *out), or its time is up (< 0). 2: try again
+ * to take or open a connection. Under the lock. */
+static int ride(hirate_redis *r, rider *me, conn **out, char *err, size_t errlen)
+{
+    struct timespec until;
+    timespec_at(&until, me->deadline);
+    me->state = QUEUED;
+    me->next = NULL;
+    if (r->qtail)
+        r->qtail->next = me;
+    else
+        r->qhead = me;
+    r->qtail = me;
+    for (;;) {
+        /* A rider waits without a limit once it is carried: the leader's
+         * round trip ends by the earliest deadline of the calls it carries. */
+        int timed_out = me->state == RIDING
+                        ? (pthread_cond_wait(&me->wake, &r->lock), 0)
+                        : pthread_cond_timedwait(&me->wake, &r->lock, &until) == ETIMEDOUT;
+        if (me->state == DONE)
+            return 1;
+        if (me->state == LEAD) {
+            if (!me->c && hirate_monotonic_us() < me->deadline)
+                return 2;   /* a connection was dropped: try to open one */
+            if (!me->c)
+                break;      /* no time left to open one */
+            if (hirate_monotonic_us() < me->deadline - left_min(r) / 2) {
+                *out = me->c;
+                return 0;
+            }
+            hand_on(r, me->c);   /* too late to send anything: pass it on */
+            break;
+        }
+        if (timed_out && me->state == QUEUED) {
+            queue_remove(r, me);
+            break;
+        }
+    }
+    return hirate__fail(err, errlen, HIRATE_ETIMEDOUT,
+                        "all %d Redis connections stayed busy for %d ms", r->pool_size,
+                        r->timeout_ms);
+}
+
 /* Takes an idle connection, opens a new one while the pool has room (when
- * the link's backoff lets it), or waits for one to be released. */
-static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
+ * the link's backoff lets it), or waits: a reset (me NULL) for a connection
+ * to be released, a decision in the queue of riders, which it may leave
+ * answered (1). A decision that gets a connection with calls queued carries
+ * them (me->riders). */
+static int acquire(hirate_redis *r, conn **out, rider *me, char *err, size_t errlen)
 {
     struct timespec until = {0, 0};   /* set before the first wait */
 
@@ -308,6 +501,8 @@ static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
                 forget(r, c);
                 continue;
             }
+            if (__builtin_expect(r->qhead != NULL, 0) && me)
+                collect(r, me);
             *out = c;
             pthread_mutex_unlock(&r->lock);
             return 0;
@@ -327,10 +522,27 @@ static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
             if (rc < 0) {
                 r->slots[i].taken = 0;
                 r->open--;
+                if (r->qhead)   /* room again: let a queued call try */
+                    wake_all_to_open(r);
             } else {
                 r->slots[i].c = c;
+                if (me && r->qhead)
+                    collect(r, me);
                 *out = c;
             }
+            pthread_mutex_unlock(&r->lock);
+            return rc;
+        }
+        if (me) {
+            if (!me->deadline) {
+                me->deadline = hirate_monotonic_us() + (int64_t)r->timeout_ms * 1000;
+                init_cond(&me->wake);
+            }
+            int rc = ride(r, me, out, err, errlen);
+            if (rc == 2)
+                continue;
+            if (rc == 0 && r->qhead)
+                collect(r, me);
             pthread_mutex_unlock(&r->lock);
             return rc;
         }
@@ -346,6 +558,12 @@ static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
         r->waiting++;
         int timed_out = pthread_cond_timedwait(&r->freed, &r->lock, &until) == ETIMEDOUT;
         r->waiting--;
+        if (timed_out && r->idle && r->qhead) {
+            /* kept idle for this reset, which gave up: a queued call leads */
+            conn *c = r->idle;
+            r->idle = c->next;
+            hand_on(r, c);
+        }
         if (timed_out) {
             pthread_mutex_unlock(&r->lock);
             return hirate__fail(err, errlen, HIRATE_ETIMEDOUT,
@@ -356,17 +574,19 @@ static int acquire(hirate_redis *r, conn **out, char *err, size_t errlen)
 }
 
 /* Returns a healthy connection to the pool, or closes a failed one. */
-static void release(hirate_redis *r, conn *c, int healthy)
+static inline __attribute__((always_inline)) void release(hirate_redis *r, conn *c,
+                                                           int healthy)
 {
     pthread_mutex_lock(&r->lock);
     if (healthy) {
-        c->next = r->idle;
-        r->idle = c;
+        hand_on(r, c);
     } else {
         forget(r, c);
+        if (r->qhead)
+            wake_all_to_open(r);
+        if (r->waiting)
+            pthread_cond_signal(&r->freed);
     }
-    if (r->waiting)
-        pthread_cond_signal(&r->freed);
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -376,7 +596,7 @@ static void release(hirate_redis *r, conn *c, int healthy)
  * every unanswered call's rc and the return value. */
 static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int select,
                     int eval_first, int64_t capacity, hirate_decision *ds, hirate_bucket *states,
-                    int *rcs, int *healthy, char *err, size_t errlen)
+                    int *rcs, int *healthy, int64_t deadline, char *err, size_t errlen)
 {
     char stackbuf[2048];
     size_t total = hirate_proto_batch_bound(calls, n, rcs, select, eval_first);
@@ -398,7 +618,10 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
         for (size_t i = 0; carried && i < n; i++)
             carried[i] = rcs[i] == select;
     }
-    int64_t deadline = begin_roundtrip(r, c);
+    if (deadline)
+        c->reads = 0;
+    else
+        deadline = begin_roundtrip(r, c);
     int io = conn_send(r, c, buf, len, deadline, err, errlen);
     if (buf != stackbuf)
         free(buf);
@@ -430,35 +653,161 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
     return io;
 }
 
-int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n,
-                             int64_t capacity, hirate_decision *ds, hirate_bucket *states,
-                             int *rcs, char *err, size_t errlen)
+/* The calls of one thread on a connection: a pipeline, and the NOSCRIPT ones
+ * again as EVAL. deadline 0: each pipeline's own timeout from its sending. */
+static inline __attribute__((always_inline)) int
+round_trip(hirate_redis *r, conn *c, const hirate_call *calls, size_t n,
+                      int64_t capacity, hirate_decision *ds, hirate_bucket *states, int *rcs,
+                      int *healthy, int64_t deadline, char *err, size_t errlen)
 {
-    conn *c;
-    int healthy = 1;
-    int rc = acquire(r, &c, err, errlen);
-    if (rc == 0) {
-        rc = pipeline(r, c, calls, n, 0, 0, capacity, ds, states, rcs, &healthy, err, errlen);
-        /* NOSCRIPT: the server does not know the script (restart, SCRIPT
-         * FLUSH, failover), so those calls provably did not run. Send them
-         * again, the first as EVAL; it caches the script for the rest. */
-        int again = 0;
-        for (size_t i = 0; rc == 0 && i < n; i++)
-            again |= rcs[i] == HIRATE_PROTO_NOSCRIPT;
-        if (again)
-            rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOSCRIPT, 1, capacity, ds, states, rcs,
-                          &healthy, err, errlen);
-        release(r, c, healthy);
-    } else {
-        for (size_t i = 0; i < n; i++)
-            rcs[i] = rc;   /* no connection: nothing was sent */
-    }
+    int rc = pipeline(r, c, calls, n, 0, 0, capacity, ds, states, rcs, healthy, deadline, err,
+                      errlen);
+    /* NOSCRIPT: the server does not know the script (restart, SCRIPT
+     * FLUSH, failover), so those calls provably did not run. Send them
+     * again, the first as EVAL; it caches the script for the rest. */
+    int again = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        again |= rcs[i] == HIRATE_PROTO_NOSCRIPT;
+    if (again)
+        rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOSCRIPT, 1, capacity, ds, states, rcs,
+                      healthy, deadline, err, errlen);
     /* A round trip that broke gave its failure to the calls it had not
      * answered; the calls answered keep their answers, and those that met
      * NOSCRIPT, never sent again, get the failure too. */
     for (size_t i = 0; rc < 0 && i < n; i++)
         if (rcs[i] == HIRATE_PROTO_NOSCRIPT)
             rcs[i] = rc;
+    return rc;
+}
+
+/* A leader's round trip with riders: its calls and theirs in one pipeline,
+ * by the earliest of their deadlines (a timeout then fails them all: the
+ * connection's replies are in doubt, and so is whether each call ran). Each
+ * rider gets its replies and, when one of its calls failed, the message. */
+static int carry(hirate_redis *r, conn *c, rider *me, int64_t capacity, int *healthy)
+{
+    size_t total = me->n;
+    int64_t deadline = me->deadline ? me->deadline
+                                    : hirate_monotonic_us() + (int64_t)r->timeout_ms * 1000;
+    for (rider *w = me->riders; w; w = w->next) {
+        total += w->n;
+        if (w->deadline < deadline)
+            deadline = w->deadline;
+    }
+    hirate_call *calls = malloc(total * sizeof *calls);
+    hirate_decision *ds = malloc(total * sizeof *ds);
+    hirate_bucket *states = malloc(total * sizeof *states);
+    int *rcs = malloc(total * sizeof *rcs);
+    int rc;
+    if (!calls || !ds || !states || !rcs) {
+        /* Nothing sent: each carries its own calls, one after the other. */
+        rc = round_trip(r, c, me->calls, me->n, capacity, me->ds, me->states, me->rcs, healthy,
+                        deadline, me->err, me->errlen);
+        for (rider *w = me->riders; w; w = w->next) {
+            if (*healthy) {
+                w->ret = round_trip(r, c, w->calls, w->n, capacity, w->ds, w->states, w->rcs,
+                                    healthy, deadline, w->err, w->errlen);
+                continue;
+            }
+            w->ret = rc < 0 ? rc : HIRATE_EIO;
+            for (size_t i = 0; i < w->n; i++)
+                w->rcs[i] = w->ret;   /* not sent: the connection failed before */
+            hirate__fail(w->err, w->errlen, w->ret, "%s", me->err);
+        }
+    } else {
+        size_t k = 0;
+        memcpy(calls, me->calls, me->n * sizeof *calls);
+        k = me->n;
+        for (rider *w = me->riders; w; w = w->next) {
+            memcpy(calls + k, w->calls, w->n * sizeof *calls);
+            k += w->n;
+        }
+        rc = round_trip(r, c, calls, total, capacity, ds, states, rcs, healthy, deadline, me->err,
+                        me->errlen);
+        memcpy(me->ds, ds, me->n * sizeof *ds);
+        memcpy(me->states, states, me->n * sizeof *states);
+        memcpy(me->rcs, rcs, me->n * sizeof *rcs);
+        k = me->n;
+        for (rider *w = me->riders; w; w = w->next) {
+            int failed = 0;
+            memcpy(w->ds, ds + k, w->n * sizeof *ds);
+            memcpy(w->states, states + k, w->n * sizeof *states);
+            memcpy(w->rcs, rcs + k, w->n * sizeof *rcs);
+            for (size_t i = 0; i < w->n; i++)
+                failed |= w->rcs[i] < 0;
+            if (failed && w->errlen)
+                snprintf(w->err, w->errlen, "%s", me->err);
+            w->ret = rc;
+            k += w->n;
+        }
+    }
+    free(calls);
+    free(ds);
+    free(states);
+    free(rcs);
+    return rc;
+}
+
+/* Everything but a lone caller's path: a call that may ride or lead. */
+static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate_call *calls,
+                                                   size_t n, int64_t capacity,
+                                                   hirate_decision *ds, hirate_bucket *states,
+                                                   int *rcs, char *err, size_t errlen)
+{
+    conn *c;
+    int healthy = 1;
+    rider me;
+    me.calls = calls;
+    me.n = n;
+    me.ds = ds;
+    me.states = states;
+    me.rcs = rcs;
+    me.err = err;
+    me.errlen = errlen;
+    me.deadline = 0;
+    me.riders = NULL;
+    int rc = acquire(r, &c, &me, err, errlen);
+    if (rc == 0 && !me.riders) {
+        rc = round_trip(r, c, calls, n, capacity, ds, states, rcs, &healthy, me.deadline, err,
+                        errlen);
+        release(r, c, healthy);
+    } else if (rc == 0) {
+        rc = carry(r, c, &me, capacity, &healthy);
+        pthread_mutex_lock(&r->lock);
+        for (rider *w = me.riders, *next; w; w = next) {
+            next = w->next;   /* w may be gone once it is DONE */
+            w->state = DONE;
+            pthread_cond_signal(&w->wake);
+        }
+        pthread_mutex_unlock(&r->lock);
+        release(r, c, healthy);
+    } else if (rc == 1) {
+        rc = me.ret;   /* a leader carried the calls and filled everything */
+    } else {
+        for (size_t i = 0; i < n; i++)
+            rcs[i] = rc;   /* no connection: nothing was sent */
+    }
+    if (me.deadline)
+        pthread_cond_destroy(&me.wake);
+    return rc;
+}
+
+int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n,
+                             int64_t capacity, hirate_decision *ds, hirate_bucket *states,
+                             int *rcs, char *err, size_t errlen)
+{
+    /* The lone caller's path: an idle connection and nobody queued. */
+    pthread_mutex_lock(&r->lock);
+    conn *c = r->idle;
+    if (__builtin_expect(!c || r->qhead != NULL || hirate_sock_gone(&c->sock), 0)) {
+        pthread_mutex_unlock(&r->lock);
+        return decide_shared(r, calls, n, capacity, ds, states, rcs, err, errlen);
+    }
+    r->idle = c->next;
+    pthread_mutex_unlock(&r->lock);
+    int healthy = 1;
+    int rc = round_trip(r, c, calls, n, capacity, ds, states, rcs, &healthy, 0, err, errlen);
+    release(r, c, healthy);
     return rc;
 }
 
@@ -477,7 +826,7 @@ int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, co
     int healthy = 1;
 
     rep.top.type = 0;
-    int rc = acquire(r, &c, err, errlen);
+    int rc = acquire(r, &c, NULL, err, errlen);
     if (rc < 0)
         return rc;
     int64_t deadline = begin_roundtrip(r, c);
@@ -523,6 +872,7 @@ void hirate_redis_fork_child(hirate_redis *r)
      * start the pool afresh. */
     close_all(r, 1);
     r->waiting = 0;
+    r->qhead = r->qtail = NULL;   /* their threads are not in this process */
     pthread_mutex_unlock(&r->lock);
     pthread_cond_destroy(&r->freed);
     init_cond(&r->freed);

@@ -10,7 +10,9 @@
  * outcome and is never retried; new connections after a failure wait out
  * the link's backoff; each place in the pool keeps its TLS session for the
  * next connection in that place, never shared; after fork() the child
- * closes the inherited connections without sending a byte.
+ * closes the inherited connections without sending a byte. Calls that find
+ * every connection busy ride the next round trip together (redis.c's top
+ * comment).
  */
 #ifndef HIRATE_REDIS_H
 #define HIRATE_REDIS_H

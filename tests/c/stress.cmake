@@ -15,3 +15,8 @@ foreach(t test_memory test_redis test_op)
     set_tests_properties(${t} PROPERTIES LABELS tsan)
   endif()
 endforeach()
+
+# Coalescing: 64 threads on a pool of 2 connections (riders on each other's
+# round trips), a SCRIPT FLUSH, a stopped server and fork() meanwhile.
+hirate_add_test(test_coalesce test_coalesce.c)
+set_tests_properties(test_coalesce PROPERTIES LABELS tsan)

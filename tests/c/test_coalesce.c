@@ -1,0 +1,381 @@
+/*
+ * Coalescing in the blocking client: 64 threads on a pool of 2 connections,
+ * so that nearly every call rides a round trip led by another thread (the
+ * program ThreadSanitizer runs, label tsan).
+ *
+ *   one key:       exactly the capacity is admitted, each admitted call sees
+ *                  a different "remaining", every call is sent once (EVALSHA
+ *                  counted = calls made, no EVAL), the pool stays at 2;
+ *   own keys:      each thread has its own key and sees its own count go
+ *                  down one by one: no reply reaches another caller;
+ *   SCRIPT FLUSH:  while threads call, the script is flushed again and
+ *                  again; every call is answered by Redis, the NOSCRIPT
+ *                  ones again as EVAL, and the count stays exact;
+ *   SIGSTOP:       with Redis stopped, every call returns within its own
+ *                  timeout (plus slack), decided by the policy; after
+ *                  SIGCONT Redis decides again on new connections;
+ *   fork():        a child forked while threads call decides through Redis
+ *                  on a connection of its own and exits; the parent's
+ *                  threads go on, exact.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "hirate_io.h"
+#include "redis_harness.h"
+#include "test_time.h"
+
+#define THREADS 64
+#define NO_REFILL 1e-6
+
+static rh_server S;
+static atomic_int failures;
+
+#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); atomic_fetch_add(&failures, 1); } while (0)
+
+static hirate_limiter *make(const char *prefix, int64_t capacity, int on_error, int timeout_ms)
+{
+    hirate_options o;
+    hirate_options_init(&o);
+    o.url = S.url;
+    o.capacity = capacity;
+    o.rate = capacity > 1000000 ? 1e6 : NO_REFILL;
+    o.prefix = prefix;
+    o.pool_size = 2;
+    o.timeout_ms = timeout_ms;
+    o.on_error = on_error;
+    o.deny_cache = 0;   /* every call a round trip, so that they can be counted */
+    o.backoff_min_ms = 20;
+    o.backoff_max_ms = 100;
+    hirate_limiter *l = NULL;
+    char err[HIRATE_ERRMSG_SIZE];
+    if (hirate_limiter_new(&l, &o, err, sizeof err) < 0)
+        fprintf(stderr, "hirate_limiter_new: %s\n", err);
+    CHECK(l != NULL);
+    return l;
+}
+
+static void run_threads(void *(*fn)(void *), void *args, size_t argsize)
+{
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        CHECK_EQ_I64(pthread_create(&t[i], NULL, fn, (char *)args + (size_t)i * argsize), 0);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+}
+
+/* ---- one key, exact ---------------------------------------------------------------- */
+
+enum { CAPACITY = 1000, CALLS = 40 };   /* 64 * 40 = 2560 calls for 1000 tokens */
+
+typedef struct one_key {
+    hirate_limiter *l;
+    const char *key;
+    atomic_int *seen;          /* seen[remaining]: admitted calls that saw it */
+    atomic_int *allowed;
+    int flush;                 /* SCRIPT FLUSH runs meanwhile */
+} one_key;
+
+static void *one_key_worker(void *arg)
+{
+    one_key *a = *(one_key **)arg;
+    for (int i = 0; i < CALLS; i++) {
+        hirate_decision d;
+        int rc = hirate_allow(a->l, a->key, strlen(a->key), 1, &d);
+        if (rc != 0 || d.source != HIRATE_SOURCE_REDIS) {
+            FAIL("one key: rc %d source %d\n", rc, rc == 0 ? (int)d.source : 0);
+            continue;
+        }
+        if (d.allowed) {
+            atomic_fetch_add(a->allowed, 1);
+            if (d.remaining < 0 || d.remaining >= CAPACITY)
+                FAIL("one key: remaining %lld\n", (long long)d.remaining);
+            else if (atomic_fetch_add(&a->seen[d.remaining], 1) != 0)
+                FAIL("one key: remaining %lld seen twice\n", (long long)d.remaining);
+        }
+    }
+    return NULL;
+}
+
+static void one_key_run(const char *prefix, int flush)
+{
+    hirate_limiter *l = make(prefix, CAPACITY, HIRATE_ON_ERROR_CLOSED, 2000);
+    static atomic_int seen[CAPACITY];
+    atomic_int allowed = 0;
+    for (int i = 0; i < CAPACITY; i++)
+        atomic_store(&seen[i], 0);
+    if (!flush) {
+        redisReply *rep = rh_command(&S, "SCRIPT LOAD %s", hirate_script_source(NULL));
+        CHECK(rep && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, hirate_script_sha1()) == 0);
+        if (rep)
+            freeReplyObject(rep);
+    }
+    one_key a = {l, "the-key", seen, &allowed, flush};
+    one_key *args[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        args[i] = &a;
+    /* The server counts a closed connection until it notices: wait for
+     * those of the previous limiter to go, so that the pool's are counted. */
+    for (int k = 0; k < 100 && rh_info_int(&S, "connected_clients") > 1; k++)
+        usleep(10000);
+    long long reads0 = rh_info_int(&S, "total_reads_processed");
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        CHECK_EQ_I64(pthread_create(&t[i], NULL, one_key_worker, &args[i]), 0);
+    long long clients_max = 0;
+    for (int k = 0; k < 20; k++) {
+        long long clients = rh_info_int(&S, "connected_clients");
+        if (clients > clients_max)
+            clients_max = clients;
+        if (flush) {
+            redisReply *rep = rh_command(&S, "SCRIPT FLUSH");
+            if (rep)
+                freeReplyObject(rep);
+        }
+        usleep(flush ? 5000 : 2000);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    /* The server read the calls in far fewer reads than there were calls:
+     * they came in shared round trips. */
+    long long reads = rh_info_int(&S, "total_reads_processed") - reads0;
+    printf("  %d calls in %lld reads by the server\n", THREADS * CALLS, reads);
+    if (!flush)
+        CHECK(reads < THREADS * CALLS / 3);
+    CHECK_EQ_I64(atomic_load(&allowed), CAPACITY);
+    for (int i = 0; i < CAPACITY; i++)
+        CHECK_EQ_I64(atomic_load(&seen[i]), 1);
+    hirate_counters c;
+    hirate_counters_get(l, &c);
+    /* Every call sent once; after NOSCRIPT once more, as EVAL. */
+    if (!flush) {   /* the script was loaded: no NOSCRIPT */
+        CHECK_EQ_I64(c.evalsha, THREADS * CALLS);
+        CHECK_EQ_I64(c.eval, 0);
+    } else {        /* a call that ran twice would spend a token nobody saw */
+        CHECK(c.eval >= 1);
+        CHECK(c.evalsha + c.eval > THREADS * CALLS);
+    }
+    CHECK_EQ_I64(c.conns_dropped, 0);
+    CHECK(c.connects <= 2);
+    /* the pool's two and the harness' own connection */
+    CHECK(clients_max <= 3);
+    hirate_limiter_free(l);
+}
+
+/* ---- own keys: replies reach their callers -------------------------------------------- */
+
+enum { OWN_CAPACITY = 30, OWN_CALLS = 35 };
+
+typedef struct own_key {
+    hirate_limiter *l;
+    char key[32];
+} own_key;
+
+static void *own_key_worker(void *arg)
+{
+    own_key *a = arg;
+    for (int i = 0; i < OWN_CALLS; i++) {
+        hirate_decision d;
+        int rc = hirate_allow(a->l, a->key, strlen(a->key), 1, &d);
+        if (rc != 0 || d.source != HIRATE_SOURCE_REDIS) {
+            FAIL("own key %s: rc %d\n", a->key, rc);
+            continue;
+        }
+        int64_t want = i < OWN_CAPACITY ? OWN_CAPACITY - 1 - i : 0;
+        if (d.allowed != (i < OWN_CAPACITY) || d.remaining != want)
+            FAIL("own key %s, call %d: allowed %d remaining %lld, expected %d %lld\n", a->key, i,
+                 d.allowed, (long long)d.remaining, i < OWN_CAPACITY, (long long)want);
+    }
+    return NULL;
+}
+
+static void own_keys(void)
+{
+    hirate_limiter *l = make("co:own:", OWN_CAPACITY, HIRATE_ON_ERROR_CLOSED, 2000);
+    static own_key a[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        a[i].l = l;
+        snprintf(a[i].key, sizeof a[i].key, "thread-%d", i);
+    }
+    run_threads(own_key_worker, a, sizeof a[0]);
+    hirate_counters c;
+    hirate_counters_get(l, &c);
+    CHECK_EQ_I64(c.evalsha, THREADS * OWN_CALLS);
+    CHECK(c.connects <= 2);
+    hirate_limiter_free(l);
+}
+
+/* ---- Redis stopped: each call within its own timeout --------------------------------- */
+
+enum { STOP_TIMEOUT_MS = 100 };
+/* Scheduling on two busy cores (and TSan's slowdown) on top of the timeout. */
+#define STOP_SLACK_US (150 * 1000)
+
+typedef struct stopped {
+    hirate_limiter *l;
+    atomic_int *stop;
+    atomic_long *policy, *redis;
+    int64_t worst_us;
+} stopped;
+
+static void *stopped_worker(void *arg)
+{
+    stopped *a = arg;
+    char key[32];
+    snprintf(key, sizeof key, "k%p", (void *)a);
+    while (!atomic_load(a->stop)) {
+        hirate_decision d;
+        int64_t t0 = mono_us();
+        int rc = hirate_allow(a->l, key, strlen(key), 1, &d);
+        int64_t took = mono_us() - t0;
+        if (took > a->worst_us)
+            a->worst_us = took;
+        if (rc != 0) {
+            FAIL("stopped: rc %d\n", rc);
+            continue;
+        }
+        if (took > STOP_TIMEOUT_MS * 1000 + STOP_SLACK_US)
+            FAIL("stopped: a call took %lld us\n", (long long)took);
+        if (d.source == HIRATE_SOURCE_REDIS)
+            atomic_fetch_add(a->redis, 1);
+        else if (d.source == HIRATE_SOURCE_FAIL_OPEN)
+            atomic_fetch_add(a->policy, 1);
+        else
+            FAIL("stopped: source %d\n", (int)d.source);
+        usleep(200);
+    }
+    return NULL;
+}
+
+static void redis_stopped(void)
+{
+    hirate_limiter *l = make("co:stop:", 1000000000, HIRATE_ON_ERROR_OPEN, STOP_TIMEOUT_MS);
+    atomic_int stop = 0;
+    atomic_long policy = 0, redis = 0;
+    static stopped a[THREADS];
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        a[i] = (stopped){l, &stop, &policy, &redis, 0};
+        CHECK_EQ_I64(pthread_create(&t[i], NULL, stopped_worker, &a[i]), 0);
+    }
+    usleep(100000);
+    long redis_before = atomic_load(&redis);
+    rh_pause(&S);
+    usleep(600000);
+    long policy_during = atomic_load(&policy);
+    rh_resume(&S);
+    /* The breaker's backoff (at most 100 ms) passes, a new connection is
+     * made and Redis decides again. */
+    long redis_resumed = atomic_load(&redis);
+    int64_t until = mono_us() + 3000000;
+    while (atomic_load(&redis) < redis_resumed + 1000 && mono_us() < until)
+        usleep(10000);
+    atomic_store(&stop, 1);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    int64_t worst = 0;
+    for (int i = 0; i < THREADS; i++)
+        worst = a[i].worst_us > worst ? a[i].worst_us : worst;
+    printf("  stopped: slowest call %lld us (timeout %d ms)\n", (long long)worst,
+           STOP_TIMEOUT_MS);
+    CHECK(redis_before > 0);
+    CHECK(policy_during > 0);
+    CHECK(atomic_load(&redis) >= redis_resumed + 1000);
+    hirate_counters c;
+    hirate_counters_get(l, &c);
+    CHECK(c.conns_dropped >= 1);   /* the connection whose replies were in doubt */
+    CHECK(c.connects >= 3);        /* and new ones after */
+    hirate_limiter_free(l);
+}
+
+/* ---- fork() while threads call -------------------------------------------------------- */
+
+static void *fork_worker(void *arg)
+{
+    one_key *a = *(one_key **)arg;
+    for (int i = 0; i < CALLS; i++) {
+        hirate_decision d;
+        int rc = hirate_allow(a->l, a->key, strlen(a->key), 1, &d);
+        if (rc != 0 || d.source != HIRATE_SOURCE_REDIS)
+            FAIL("fork: rc %d\n", rc);
+        else if (d.allowed)
+            atomic_fetch_add(a->allowed, 1);
+    }
+    return NULL;
+}
+
+static void fork_in_the_middle(void)
+{
+    hirate_limiter *l = make("co:fork:", CAPACITY, HIRATE_ON_ERROR_CLOSED, 2000);
+    atomic_int allowed = 0;
+    one_key a = {l, "parent", NULL, &allowed, 0};
+    one_key *args[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        args[i] = &a;
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        CHECK_EQ_I64(pthread_create(&t[i], NULL, fork_worker, &args[i]), 0);
+    usleep(5000);
+    for (int k = 0; k < 3; k++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(10);   /* a lock held by a thread that is not here would hang */
+            int bad = 0;
+            for (int i = 0; i < 5; i++) {
+                hirate_decision d;
+                int rc = hirate_allow(l, "child", 5, 1, &d);
+                bad |= rc != 0 || d.source != HIRATE_SOURCE_REDIS || !d.allowed;
+            }
+            hirate_limiter_free(l);
+            _exit(bad ? 1 : 0);
+        }
+        CHECK(pid > 0);
+        int status = 0;
+        CHECK_EQ_I64(waitpid(pid, &status, 0), pid);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        usleep(3000);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    CHECK_EQ_I64(atomic_load(&allowed), CAPACITY);
+    hirate_decision d;
+    CHECK_EQ_I64(hirate_peek(l, "child", 5, 1, &d), 0);
+    CHECK_EQ_I64(d.remaining, CAPACITY - 15);   /* three children, five each */
+    hirate_limiter_free(l);
+}
+
+int main(void)
+{
+    if (rh_start(&S) != 0) {
+        CHECK(!"redis-server must start (is it installed and on PATH?)");
+        return check_summary("test_coalesce");
+    }
+    rh_watchdog(&S, "test_coalesce", 170);
+    int64_t t0 = mono_us();
+    one_key_run("co:one:", 0);
+    printf("  one key: %lld ms\n", (long long)((mono_us() - t0) / 1000));
+    t0 = mono_us();
+    own_keys();
+    printf("  own keys: %lld ms\n", (long long)((mono_us() - t0) / 1000));
+    t0 = mono_us();
+    one_key_run("co:flush:", 1);
+    printf("  script flush: %lld ms\n", (long long)((mono_us() - t0) / 1000));
+    t0 = mono_us();
+    fork_in_the_middle();
+    printf("  fork: %lld ms\n", (long long)((mono_us() - t0) / 1000));
+    t0 = mono_us();
+    redis_stopped();
+    printf("  redis stopped: %lld ms\n", (long long)((mono_us() - t0) / 1000));
+    CHECK_EQ_I64(atomic_load(&failures), 0);
+    rh_stop(&S);
+    return check_summary("test_coalesce");
+}
