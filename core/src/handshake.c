@@ -268,9 +268,10 @@ int hirate_handshake_fail(hirate_handshake *hs, int code, const char *why)
     why = why && *why ? why : hirate_strerror(code);
     if (strstr(why, hs->where))
         hirate__fail(hs->err, sizeof hs->err, 0, "%s", why);   /* it names the server already */
-    else if (!hs->sent)
+    else if (!hs->sent)   /* over TLS, all but a failed TCP connect is the TLS handshake's */
         hirate__fail(hs->err, sizeof hs->err, 0, "%s %s: %s",
-                 code == HIRATE_ETLS ? "TLS handshake with" : "connect to", hs->where, why);
+                 tls && code != HIRATE_ECONNECT ? "TLS handshake with" : "connect to", hs->where,
+                 why);
     else
         hirate__fail(hs->err, sizeof hs->err, 0, "handshake with %s: %s", hs->where, why);
     if (code != HIRATE_ECONNECT && code != HIRATE_ETIMEDOUT && code != HIRATE_EIO &&

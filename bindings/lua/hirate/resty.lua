@@ -363,13 +363,19 @@ local function open(self)
     if not ok then
         self.healthy = false
         io_failed(self, "connect: " .. err)
-        if hs then
-            hs:fail("ECONNECT", err)
-            ok, msg, code = hs:result() -- the core's backoff learns of it
-            hs:free()
-            return nil, code, msg
+        if not hs then
+            -- Connecting came first (a pooled connection needs no
+            -- handshake): the core still hears of the failure, for its
+            -- backoff, and words it.
+            hs, msg, code = lim:_handshake_start()
+            if not hs then
+                return nil, code, msg
+            end
         end
-        return nil, "ECONNECT", "connect to " .. self.where .. ": " .. err
+        hs:fail("ECONNECT", err)
+        ok, msg, code = hs:result()
+        hs:free()
+        return nil, code, msg
     end
     if sock:getreusedtimes() > 0 then
         if hs then

@@ -432,7 +432,6 @@ class _Pool:
         library's words. With deadline, the replies wait only until then."""
         loop = self.loop
         ep = self.owner._ep
-        where = ep["where"]
         fut = loop.create_future()
         factory = lambda: _Conn(self, hs, fut)   # noqa: E731
         conn = None
@@ -442,7 +441,7 @@ class _Pool:
                 _, conn = await _within(connect_timeout,
                                         loop.create_unix_connection(factory, ep["path"]))
             else:
-                sock = await self._tcp(ep["host"], ep["port"], until, where, connect_timeout)
+                sock = await self._tcp(ep["host"], ep["port"], until, connect_timeout)
                 left = max(until - loop.time(), 0.001)
                 kw = {} if ctx is None else dict(ssl=ctx, server_hostname=server_hostname,
                                                  ssl_handshake_timeout=left)
@@ -455,18 +454,16 @@ class _Pool:
         except _Failure as f:
             why = f
         except asyncio.TimeoutError:
-            if ctx is None or ep["path"] is not None:
-                why = _Failure(_hirate.ECONNECT, "connect to %s: no answer within %d ms"
-                               % (where, _ms(connect_timeout)))
-            else:
-                # The TCP connection was made: what got no answer is the TLS
-                # handshake (a plain server waits for a line that never ends).
-                why = _Failure(_hirate.ETIMEDOUT, "TLS handshake with %s: no answer within "
-                               "%d ms" % (where, _ms(connect_timeout)))
+            # The core words what failed: "connect to ..." or, once TCP
+            # is up, "TLS handshake with ..." (a plain server waits for a
+            # line that never ends).
+            why = _Failure(_hirate.ECONNECT if ctx is None or ep["path"] is not None
+                           else _hirate.ETIMEDOUT,
+                           "no answer within %d ms" % _ms(connect_timeout))
         except (ssl.SSLEOFError, ConnectionResetError) as e:
-            why = _Failure(_hirate.EIO, "TLS handshake with %s: %s" % (where, _ssl_words(e)))
+            why = _Failure(_hirate.EIO, _ssl_words(e))
         except ssl.SSLError as e:   # a certificate, a name, a protocol
-            why = _Failure(_hirate.ETLS, "TLS handshake with %s: %s" % (where, _ssl_words(e)))
+            why = _Failure(_hirate.ETLS, _ssl_words(e))
         except OSError as e:
             why = _Failure(_hirate.ECONNECT, _ssl_words(e))
         else:
@@ -486,14 +483,13 @@ class _Pool:
             raise
         return _hirate.IO_DONE, conn
 
-    async def _tcp(self, host, port, until, where, connect_timeout):
+    async def _tcp(self, host, port, until, connect_timeout):
         """A connected non-blocking TCP socket to host (each of its addresses
         in turn) by the loop time until, or _Failure ECONNECT. The TLS
         handshake, if any, is the next step, so that a timeout says which
         of the two got no answer."""
         loop = self.loop
-        late = _Failure(_hirate.ECONNECT, "connect to %s: no answer within %d ms"
-                        % (where, _ms(connect_timeout)))
+        late = _Failure(_hirate.ECONNECT, "no answer within %d ms" % _ms(connect_timeout))
         try:
             infos = await _within(max(until - loop.time(), 0.001),
                                   loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))
