@@ -144,13 +144,17 @@ HIRATE_EXPORT int hirate_on_error_from_name(const char *name);
 typedef struct hirate_options {
     const char *url;        /* redis://[user:password@]host[:port][/db],
                                rediss://... (TLS) or unix:///path[?db=N];
+                               a Redis Cluster: redis+cluster://[user:password@]
+                               host:port[,host:port...] (seeds; any node of the
+                               cluster, a replica too), rediss+cluster://...;
                                NULL: in-memory (default) */
     int64_t capacity;       /* bucket size, 1..2^53-1 (required) */
     double rate;            /* tokens added per second, > 0 (required) */
     const char *prefix;     /* prepended to every key; default "rl:" */
     int connect_timeout_ms; /* default 250 */
     int timeout_ms;         /* per command; default 100 */
-    int pool_size;          /* Redis connections at most; default 16 */
+    int pool_size;          /* Redis connections at most (per node of a
+                               cluster); default 16 */
     size_t max_keys;        /* in-memory buckets at most; default 1,000,000 */
     int on_error;           /* a hirate_on_error; default HIRATE_ON_ERROR_LOCAL */
     int instances;          /* with LOCAL: capacity and rate are divided by this,

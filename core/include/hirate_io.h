@@ -55,6 +55,42 @@
  * HIRATE_ECLOSED (the caller gave up, e.g. a cancelled task: nothing is
  * learnt about Redis). `why` is the I/O library's words, or NULL.
  *
+ * Nodes. Every Redis the limiter talks to is a node, named by a small
+ * number that stays the same for the limiter's life: node 0 is the URL's
+ * (a cluster's first seed); a Redis Cluster's other seeds and the nodes its
+ * map names get the next numbers, up to HIRATE_IO_NODES_MAX. Each node has
+ * its own endpoint, handshake, reconnect backoff and circuit breaker; keep
+ * connections per node (hirate_node_endpoint(lim, node, ...) says where,
+ * hirate_node_handshake_start(lim, node, ...) opens them). The functions
+ * without "node" are node 0's.
+ *
+ * Legs and rounds. An op goes to Redis in rounds. A round has legs, at most
+ * one per node: the request to send to that node, and its replies to feed
+ * back. For a single Redis every round has one leg on node 0, and the
+ * leg-less functions above (hirate_op_request, _feed, _drop) are leg 0's; a
+ * cluster's op may have several legs, which may run at once, each on a
+ * ready connection of its own node:
+ *
+ *   rc = hirate_op_start(lim, items, n, 1, -1, &op);   (1: there is a round)
+ *   do {
+ *       for leg in 0 .. hirate_op_legs(op) - 1:
+ *           node = hirate_op_leg_node(op, leg); take a connection to node;
+ *           send hirate_op_leg_request(op, leg, &len)
+ *           read; hirate_op_leg_feed(op, leg, buf, len, &used) until
+ *               HIRATE_IO_DONE (HIRATE_IO_MORE: keep the unused bytes, read more);
+ *           on a timeout or a broken connection: hirate_op_leg_fail(op, leg, code, why)
+ *           give the connection back, or close it if hirate_op_leg_drop(op, leg)
+ *   } while (hirate_op_next(op) == HIRATE_IO_SEND);
+ *
+ * hirate_op_next is called once every leg of the round is done or failed:
+ * HIRATE_IO_SEND starts a new round with new legs (the calls that provably
+ * did not run: after NOSCRIPT, MOVED or ASK), HIRATE_IO_DONE means every item
+ * has its rc and decision. All rounds of an op share one deadline: the
+ * endpoint's timeout_ms from the first send. A leg may also carry the
+ * cluster's map request; the core reads its reply (which may be longer than
+ * HIRATE_IO_REPLY_MAX: it takes the bytes as they come, so the caller still
+ * never buffers more than that) and routes the next rounds by it.
+ *
  * Every function here is safe to call from any thread for different objects;
  * one handshake or op is used by one thread at a time.
  */
@@ -73,6 +109,9 @@ enum { HIRATE_IO_MORE = 1, HIRATE_IO_SEND, HIRATE_IO_DONE, HIRATE_IO_PROBE };
 /* The longest reply that a call or a handshake accepts, in bytes: a reader
  * never needs to buffer more than this for one reply. */
 #define HIRATE_IO_REPLY_MAX 4096
+
+/* The most nodes a limiter knows (seeds and the nodes of a cluster's map). */
+#define HIRATE_IO_NODES_MAX 256
 
 /* ---- where to connect -------------------------------------------------------- */
 
@@ -99,6 +138,11 @@ typedef struct hirate_endpoint {
 
 /* Fills *out. HIRATE_EINVAL for a limiter without a URL. */
 HIRATE_EXPORT int hirate_endpoint_get(hirate_limiter *lim, hirate_endpoint *out);
+/* The same for any node the core named (an op's leg); HIRATE_EINVAL for a
+ * number it never gave. A node's endpoint never changes. */
+HIRATE_EXPORT int hirate_node_endpoint(hirate_limiter *lim, int node, hirate_endpoint *out);
+/* 1 for a Redis Cluster URL (redis+cluster://, rediss+cluster://), else 0. */
+HIRATE_EXPORT int hirate_is_cluster(hirate_limiter *lim);
 
 /* ---- opening a connection ------------------------------------------------------ */
 
@@ -111,6 +155,9 @@ typedef struct hirate_handshake hirate_handshake;
  * Only one caller at a time is let through after a failure. */
 HIRATE_EXPORT int hirate_handshake_start(hirate_limiter *lim, hirate_handshake **out, char *err,
                                          size_t errlen);
+/* hirate_handshake_start for a node's connection (its own backoff). */
+HIRATE_EXPORT int hirate_node_handshake_start(hirate_limiter *lim, int node,
+                                              hirate_handshake **out, char *err, size_t errlen);
 /* The bytes to send now (AUTH, SELECT and a PING that proves the server is
  * Redis; during a probe, the probe's bytes). */
 HIRATE_EXPORT const char *hirate_handshake_request(const hirate_handshake *hs, size_t *len);
@@ -150,6 +197,22 @@ HIRATE_EXPORT int hirate_op_feed(hirate_op *op, const char *buf, size_t len, siz
 HIRATE_EXPORT void hirate_op_fail(hirate_op *op, int code, const char *why);
 /* True when the connection must be closed, not reused. */
 HIRATE_EXPORT int hirate_op_drop(const hirate_op *op);
+
+/* The legs of the op's current round (see the top comment): how many, the
+ * node each goes to, its request, its replies, its failure, whether its
+ * connection must be closed. leg_feed returns HIRATE_IO_MORE or
+ * HIRATE_IO_DONE (that leg has all its replies). hirate_op_fail fails every
+ * leg not yet done, and ends the op. */
+HIRATE_EXPORT size_t hirate_op_legs(const hirate_op *op);
+HIRATE_EXPORT int hirate_op_leg_node(const hirate_op *op, size_t leg);
+HIRATE_EXPORT const char *hirate_op_leg_request(const hirate_op *op, size_t leg, size_t *len);
+HIRATE_EXPORT int hirate_op_leg_feed(hirate_op *op, size_t leg, const char *buf, size_t len,
+                                     size_t *used);
+HIRATE_EXPORT void hirate_op_leg_fail(hirate_op *op, size_t leg, int code, const char *why);
+HIRATE_EXPORT int hirate_op_leg_drop(const hirate_op *op, size_t leg);
+/* After every leg of the round is done or failed: HIRATE_IO_SEND (a new
+ * round; its legs are there) or HIRATE_IO_DONE. */
+HIRATE_EXPORT int hirate_op_next(hirate_op *op);
 /* After DONE or a failure: item i's message when its rc is negative (else
  * NULL). For a reset op, i is 0. */
 HIRATE_EXPORT const char *hirate_op_errmsg(const hirate_op *op, size_t i);
