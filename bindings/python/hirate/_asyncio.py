@@ -10,6 +10,12 @@ loop (a Protocol on loop.create_connection, TLS through the ssl module), so a
 call that waits for Redis never blocks the loop, and no thread is involved;
 it tells the core when its I/O failed, in the I/O library's words.
 
+Over a Redis Cluster (redis+cluster://, rediss+cluster://) every node the
+core names gets a pool of its own, and an op goes in rounds: each round's
+legs (at most one a node) run at once, each on a connection of its node,
+until the core says every item is decided. Which node, what a redirection
+means, when the map is read again: all the core's; no slot is known here.
+
 Without a URL the C limiter decides from memory at once, and the coroutines
 call it directly.
 """
@@ -74,6 +80,23 @@ class _Failure(Exception):
 
 def _from_error(e):
     return _Failure(e.code, str(e))
+
+
+def _fail(op, leg, code, why=None):
+    """Op.fail, or Op.leg_fail of the leg (None: the leg-less call)."""
+    if leg is None:
+        op.fail(code, why)
+    else:
+        op.leg_fail(leg, code, why)
+
+
+async def _together(coros):
+    """Runs the coroutines at once, each to its end (gather would leave the
+    others running when one raises), then raises the first one's exception,
+    if any. Cancelled, it cancels them all, and each settles its own leg."""
+    for r in await asyncio.gather(*coros, return_exceptions=True):
+        if isinstance(r, BaseException):
+            raise r
 
 
 def _one(op):
@@ -157,6 +180,7 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self.buf = b""        # bytes read but not used yet
         self.op = None        # the Op or Handshake being fed
+        self.leg = None       # the leg of the Op's round, or None: the leg-less calls
         self.waiter = None    # the current call's future
         self.done = False     # the op reached IO_DONE
         self.extra = False    # bytes came after the last reply
@@ -210,8 +234,11 @@ class _Conn(asyncio.Protocol):
 
     def _feed(self, data):
         op = self.op
+        leg = self.leg
         while True:
-            state, used = op.feed(data)
+            # A leg is done at IO_DONE (never IO_SEND): the next round is
+            # the driver's, once every leg of this one is done.
+            state, used = op.feed(data) if leg is None else op.leg_feed(leg, data)
             if state == _hirate.IO_MORE:
                 self.buf = bytes(data[used:])
                 return
@@ -230,19 +257,21 @@ class _Conn(asyncio.Protocol):
             self.waiter.set_result(None)
             return
 
-    def start(self, op, waiter):
-        """Sends the request of op (an Op or a Handshake) and feeds it the
-        replies until it is done."""
+    def start(self, op, waiter, leg=None):
+        """Sends the request of op (an Op or a Handshake; with leg, that leg
+        of the Op's round) and feeds it the replies until it is done."""
         self.op = op
+        self.leg = leg
         self.waiter = waiter
         self.done = False
         if self.closed:
             waiter.set_exception(self.lost or _Failure(_hirate.EIO, "the connection is closed"))
             return
-        self.transport.write(op.request)
+        self.transport.write(op.request if leg is None else op.leg_request(leg))
 
     def finish(self):
         self.op = None
+        self.leg = None
         self.waiter = None
 
     def abort(self):
@@ -274,14 +303,17 @@ async def _closer(pool):
 
 
 class _Pool:
-    """The connections of one AsyncLimiter on one event loop: at most
-    pool_size, each owned by one call at a time. A loop's transports cannot
-    serve another loop, hence one pool per loop. When a new connection may
-    be tried is the core's to say (Limiter._handshake_start)."""
+    """The connections of one AsyncLimiter to one node on one event loop: at
+    most pool_size, each owned by one call at a time. A loop's transports
+    cannot serve another loop, hence one pool per loop and node (a single
+    Redis is node 0). When a new connection may be tried is the core's to
+    say (Limiter._handshake_start(node): each node has its own backoff)."""
 
-    def __init__(self, owner, loop):
+    def __init__(self, owner, loop, node, ep):
         self.owner = owner
         self.loop = loop
+        self.node = node
+        self.ep = ep            # the node's endpoint (Limiter._endpoint(node))
         self.idle = []          # ready connections, most recently used last
         self.conns = set()      # every open connection
         self.connecting = 0     # connections being opened
@@ -291,9 +323,10 @@ class _Pool:
 
     # -- taking and giving back connections
 
-    async def acquire(self):
+    async def acquire(self, limit=None):
         """An idle connection, a new one while the pool has room, or the next
-        one given back; _Failure when none comes within the timeout."""
+        one given back; _Failure when none comes within the timeout (or
+        within limit seconds, when that is sooner)."""
         owner = self.owner
         while True:
             if self.closed:
@@ -307,7 +340,9 @@ class _Pool:
                 return await self._connect()
             fut = self.loop.create_future()
             self.waiters.append(fut)
-            timeout = owner._ep["timeout"]
+            timeout = self.ep["timeout"]
+            if limit is not None and limit < timeout:
+                timeout = limit
             try:
                 conn = await _wait(self.loop, timeout, fut)
             except asyncio.TimeoutError:
@@ -388,9 +423,9 @@ class _Pool:
     async def _open(self):
         """A connection that passed the core's handshake, or _Failure with
         the core's verdict (during the backoff: the last failure's)."""
-        ep = self.owner._ep
+        ep = self.ep
         try:
-            hs = self.owner._lim._handshake_start()
+            hs = self.owner._lim._handshake_start(self.node)
         except _hirate.Error as e:
             raise _from_error(e) from None
         conn = None
@@ -431,7 +466,7 @@ class _Pool:
         (None when none was made). Failures go to the handshake in the I/O
         library's words. With deadline, the replies wait only until then."""
         loop = self.loop
-        ep = self.owner._ep
+        ep = self.ep
         fut = loop.create_future()
         factory = lambda: _Conn(self, hs, fut)   # noqa: E731
         conn = None
@@ -524,7 +559,7 @@ class _Pool:
         ctx = _probe_context() if hs.probe_tls else None
         conn = None
         try:
-            state, conn = await self._exchange(hs, ctx, self.owner._ep["host"], timeout, timeout,
+            state, conn = await self._exchange(hs, ctx, self.ep["host"], timeout, timeout,
                                                deadline)
         finally:
             if conn is not None:
@@ -535,43 +570,60 @@ class _Pool:
 
     # -- one call's round trip
 
-    async def run(self, op):
+    async def run(self, op, leg=None, clock=None):
         """Sends op's requests and feeds it the replies. On return op is
         settled: DONE, or failed with the I/O error's code and words (the
-        core decides what that means for each item)."""
+        core decides what that means for each item).
+
+        With leg: only that leg of op's round, which is done or failed on
+        return (the driver calls op.next()); clock is the op's deadline in
+        a one-item list, set by its first send and shared by its rounds."""
+        timeout = self.ep["timeout"]
+        limit = None
+        if clock is not None and clock[0] is not None:
+            limit = clock[0] - self.loop.time()
+            if limit <= 0:
+                op.leg_fail(leg, _hirate.ETIMEDOUT, "no reply from Redis within %d ms"
+                            % _ms(timeout))
+                return
         try:
-            conn = await self.acquire()
+            conn = await self.acquire(limit)
         except _Failure as f:
-            op.fail(f.code, str(f))
+            _fail(op, leg, f.code, str(f))
             return
         except BaseException:
             # Cancelled before anything was sent. Settle the op without
             # blaming Redis: an outage code would open the breaker because a
             # caller gave up.
-            op.fail(_hirate.ECLOSED)
+            _fail(op, leg, _hirate.ECLOSED)
             raise
         healthy = False
-        timeout = self.owner._ep["timeout"]
+        wait = timeout
         try:
             fut = self.loop.create_future()
-            conn.start(op, fut)
-            await _wait(self.loop, timeout, fut)
-            healthy = not op.drop and not conn.extra
+            conn.start(op, fut, leg)
+            if clock is not None:
+                if clock[0] is None:
+                    clock[0] = self.loop.time() + timeout
+                else:
+                    wait = max(clock[0] - self.loop.time(), 0.001)
+            await _wait(self.loop, wait, fut)
+            healthy = not conn.extra and not (op.drop if leg is None else op.leg_drop(leg))
         except asyncio.TimeoutError:
             # No reply in time (one at the very deadline would have resolved
             # fut first). The call may have run: no retry, the policy
             # decides, and this connection goes, so that its late reply is
             # never read as the answer to another call.
-            op.fail(_hirate.ETIMEDOUT, "no reply from Redis within %d ms" % _ms(timeout))
+            _fail(op, leg, _hirate.ETIMEDOUT, "no reply from Redis within %d ms" % _ms(timeout))
         except _Failure as f:
             if not conn.done:
                 # A call cut off by close() gets ClosedError, not the policy.
-                op.fail(_hirate.ECLOSED if self.closed else f.code, str(f))
+                _fail(op, leg, _hirate.ECLOSED if self.closed else f.code, str(f))
         except BaseException:
             # Cancelled (or worse) mid-call: the connection goes; the op is
             # settled without blaming Redis, as above.
             if not conn.done:
-                op.fail(_hirate.ECLOSED)
+                _fail(op, leg, _hirate.ECLOSED)
             raise
         finally:
             self.release(conn, healthy)
@@ -580,8 +632,11 @@ class _Pool:
         if self.closed:
             return
         self.closed = True
-        if self.owner._pools.get(self.loop) is self:
-            del self.owner._pools[self.loop]
+        pools = self.owner._pools.get(self.loop)
+        if pools is not None and pools.get(self.node) is self:
+            del pools[self.node]
+            if not pools:
+                self.owner._pools.pop(self.loop, None)
         for conn in list(self.conns):
             conn.abort()
         self.idle.clear()
@@ -603,7 +658,10 @@ class AsyncLimiter:
         await lim.close()
 
     One AsyncLimiter may be shared by any number of tasks, and by several event
-    loops (each gets connections of its own, at most pool_size). Without a URL
+    loops (each gets connections of its own, at most pool_size). The URL may
+    name a Redis Cluster, redis+cluster://[user:password@]host:port[,host:port...]
+    (any nodes as seeds, a replica too) or rediss+cluster://... (TLS): then
+    each loop has at most pool_size connections to each node. Without a URL
     it decides from memory, at once.
     """
 
@@ -620,12 +678,17 @@ class AsyncLimiter:
             deny_cache=deny_cache, max_keys=max_keys, pool_size=pool_size,
             tls_ca_file=tls_ca_file, tls_ca_dir=tls_ca_dir, tls_cert_file=tls_cert_file,
             tls_key_file=tls_key_file, tls_server_name=tls_server_name, tls_verify=tls_verify)
+        # {loop: {node: _Pool}}; None without a URL.
         self._pools = None if self._lim.url is None else {}
         self._dropped = 0
         if self._pools is None:
             return
-        self._ep = self._lim._endpoint()
-        self._ssl = _tls_context(self._ep) if self._ep["tls"] else None
+        self._cluster = self._lim.is_cluster
+        ep = self._lim._endpoint()
+        self._eps = {0: ep}   # by node: a node's endpoint never changes
+        # One context for every node: the TLS options are the limiter's; the
+        # name each connection verifies is its node's (tls_server_name).
+        self._ssl = _tls_context(ep) if ep["tls"] else None
         self._pool_size = pool_size
 
     @classmethod
@@ -668,7 +731,7 @@ class AsyncLimiter:
             return self._lim.allow(key, cost)
         op = self._lim._op_start([(key, cost)], True)
         if not op.done:
-            await self._pool().run(op)
+            await self._run(op)
         return _one(op)
 
     async def peek(self, key, cost=1):
@@ -677,7 +740,7 @@ class AsyncLimiter:
             return self._lim.peek(key, cost)
         op = self._lim._op_start([(key, cost)], False)
         if not op.done:
-            await self._pool().run(op)
+            await self._run(op)
         return _one(op)
 
     async def allow_many(self, pairs):
@@ -690,7 +753,7 @@ class AsyncLimiter:
             return self._lim.allow_many(pairs)
         op = self._lim._op_start(list(pairs), True)
         if not op.done:
-            await self._pool().run(op)
+            await self._run(op)
         return op.results()
 
     async def reset(self, key):
@@ -700,7 +763,7 @@ class AsyncLimiter:
             return self._lim.reset(key)
         op = self._lim._op_start_reset(key)
         if not op.done:
-            await self._pool().run(op)
+            await self._run(op)
         op.result()
 
     async def _decide(self, pairs, spend, now_us=-1):
@@ -709,7 +772,7 @@ class AsyncLimiter:
             return [self._lim._decide_at(key, cost, spend, now_us) for key, cost in pairs]
         op = self._lim._op_start(list(pairs), spend, now_us)
         if not op.done:
-            await self._pool().run(op)
+            await self._run(op)
         return op.results()
 
     def _stats(self):
@@ -721,23 +784,63 @@ class AsyncLimiter:
             stats["conns_dropped"] = self._dropped
         return stats
 
-    # -- the pool of the running loop
+    # -- the round trips of an op
 
-    def _pool(self):
+    def _run(self, op):
+        """A coroutine that settles op: on a single Redis its one leg on a
+        connection of node 0 (the leg-less calls, which also send the EVAL
+        after a NOSCRIPT on the same connection); on a cluster, its rounds."""
+        if not self._cluster:
+            return self._pool().run(op)
+        return self._rounds(op)
+
+    async def _rounds(self, op):
+        """Runs op's rounds: the legs of each at once, each on a connection
+        of its node's pool, until op.next() says every item is decided. All
+        rounds share one deadline, from the op's first send."""
         loop = asyncio.get_running_loop()
-        pool = self._pools.get(loop)
-        if pool is None:
-            pool = self._new_pool(loop)
-        return pool
+        clock = [None]
+        while True:
+            n = op.legs
+            if n == 1:   # the common round: no task of its own
+                await self._leg(loop, op, 0, clock)
+            elif n:
+                await _together([self._leg(loop, op, leg, clock) for leg in range(n)])
+            if op.next() != _hirate.IO_SEND:
+                return
 
-    def _new_pool(self, loop):
+    async def _leg(self, loop, op, leg, clock):
+        try:
+            pool = self._pool(op.leg_node(leg), loop)
+        except _hirate.Error as e:   # closed meanwhile: no new node's pool
+            op.leg_fail(leg, e.code, str(e))
+            return
+        await pool.run(op, leg, clock)
+
+    # -- the pools of the running loop, one a node
+
+    def _pool(self, node=0, loop=None):
+        if loop is None:
+            loop = asyncio.get_running_loop()
+        pools = self._pools.get(loop)
+        if pools is not None:
+            pool = pools.get(node)
+            if pool is not None:
+                return pool
+        return self._new_pool(loop, node)
+
+    def _new_pool(self, loop, node):
         # Pools of loops that ended without shutting down their async
         # generators are forgotten here (their transports die with them).
-        for other in list(self._pools.values()):   # (another thread may add one)
-            if other.loop.is_closed():
-                other.close()
-        pool = _Pool(self, loop)
-        self._pools[loop] = pool
+        for pools in list(self._pools.values()):   # (another thread may add one)
+            for other in list(pools.values()):
+                if other.loop.is_closed():
+                    other.close()
+        ep = self._eps.get(node)
+        if ep is None:
+            ep = self._eps[node] = self._lim._endpoint(node)
+        pool = _Pool(self, loop, node, ep)
+        self._pools.setdefault(loop, {})[node] = pool
         # An async generator that the loop closes when it shuts down: it
         # closes this pool's connections while the loop still runs. Its first
         # step registers it with the loop and runs to the yield without
@@ -762,16 +865,17 @@ class AsyncLimiter:
             current = asyncio.get_running_loop()
         except RuntimeError:
             current = None
-        for loop, pool in list(self._pools.items()):
-            if loop is current or loop.is_closed():
-                pool.close()
-            else:
-                try:
-                    loop.call_soon_threadsafe(pool.close)
-                except RuntimeError:  # closed meanwhile
+        for loop, pools in list(self._pools.items()):
+            for pool in list(pools.values()):
+                if loop is current or loop.is_closed():
                     pool.close()
-            if loop is current and pool.closer is not None:
-                await pool.closer.aclose()
+                else:
+                    try:
+                        loop.call_soon_threadsafe(pool.close)
+                    except RuntimeError:  # closed meanwhile
+                        pool.close()
+                if loop is current and pool.closer is not None:
+                    await pool.closer.aclose()
 
     aclose = close
 

@@ -498,6 +498,7 @@ typedef struct {
     hirate_limiter *lim;    /* NULL once closed */
     hstate *st;             /* the module's state; the type keeps the module alive */
     int redis;              /* 1: a URL, so calls release the GIL */
+    int cluster;            /* 1: a Redis Cluster URL (hirate_is_cluster) */
     int closed;             /* set by close(): no new call starts */
     unsigned long inuse;    /* calls running without the GIL; changed with the GIL held */
     unsigned long fork_gen; /* the g_fork_gen that inuse counts in */
@@ -1155,6 +1156,136 @@ static PyObject *op_fail(PyObject *op, PyObject *args, PyObject *kw)
     Py_RETURN_NONE;
 }
 
+/* ---- the legs of a round (hirate_op_legs and the rest) ---------------------- */
+
+/* A leg's number from o: an int from 0. The core answers a number past the
+ * round's legs with its own defaults (no node, no request). */
+static int leg_index(PyObject *o, size_t *out)
+{
+    Py_ssize_t i = PyLong_AsSsize_t(o);
+    if (i == -1 && PyErr_Occurred())
+        return -1;
+    if (i < 0) {
+        PyErr_Format(PyExc_IndexError, "no leg %zd: legs count from 0", i);
+        return -1;
+    }
+    *out = (size_t)i;
+    return 0;
+}
+
+static PyObject *op_legs(PyObject *op, void *c)
+{
+    (void)c;
+    OpObject *self = (OpObject *)op;
+    return PyLong_FromSize_t(self->op && !self->done ? hirate_op_legs(self->op) : 0);
+}
+
+static PyObject *op_leg_node(PyObject *op, PyObject *arg)
+{
+    OpObject *self = (OpObject *)op;
+    size_t leg;
+    if (leg_index(arg, &leg) < 0)
+        return NULL;
+    int node = self->op && !self->done ? hirate_op_leg_node(self->op, leg) : -1;
+    if (node < 0) {
+        PyErr_Format(PyExc_IndexError, "no leg %zu in this round", leg);
+        return NULL;
+    }
+    return PyLong_FromLong(node);
+}
+
+static PyObject *op_leg_request(PyObject *op, PyObject *arg)
+{
+    OpObject *self = (OpObject *)op;
+    size_t leg;
+    if (leg_index(arg, &leg) < 0)
+        return NULL;
+    if (!self->op || self->done)
+        Py_RETURN_NONE;
+    size_t len;
+    const char *req = hirate_op_leg_request(self->op, leg, &len);
+    if (!req)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize(req, (Py_ssize_t)len);
+}
+
+/* leg_feed(leg, data): METH_FASTCALL, since it runs for every reply. */
+static PyObject *op_leg_feed(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    OpObject *self = (OpObject *)op;
+    size_t leg;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "leg_feed() takes 2 arguments (leg, data), got %zd",
+                     nargs);
+        return NULL;
+    }
+    if (leg_index(args[0], &leg) < 0)
+        return NULL;
+    if (self->owner->closed)
+        return raise_closed(self->owner->st);
+    if (self->done || !self->op) {
+        PyErr_SetString(PyExc_ValueError, "leg_feed() on an Op that is already decided");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    size_t used = 0;
+    int state = hirate_op_leg_feed(self->op, leg, view.buf, (size_t)view.len, &used);
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(in)", state, (Py_ssize_t)used);
+}
+
+static PyObject *op_leg_fail(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"leg", "code", "why", NULL};
+    OpObject *self = (OpObject *)op;
+    PyObject *leg_obj;
+    size_t leg;
+    long code;
+    const char *why = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Ol|z:leg_fail", kwlist, &leg_obj, &code, &why) ||
+        leg_index(leg_obj, &leg) < 0 || op_check_code(code) < 0)
+        return NULL;
+    if (self->done || !self->op)
+        Py_RETURN_NONE;
+    /* As fail(): cut off by close(), the leg's calls are ClosedError. */
+    if (self->owner->closed) {
+        code = HIRATE_ECLOSED;
+        why = NULL;
+    }
+    hirate_op_leg_fail(self->op, leg, (int)code, why);
+    Py_RETURN_NONE;
+}
+
+static PyObject *op_leg_drop(PyObject *op, PyObject *arg)
+{
+    OpObject *self = (OpObject *)op;
+    size_t leg;
+    if (leg_index(arg, &leg) < 0)
+        return NULL;
+    /* Readable once the op is done too: the last round's legs are kept. */
+    return PyBool_FromLong(self->op ? hirate_op_leg_drop(self->op, leg) : 0);
+}
+
+static PyObject *op_next(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    OpObject *self = (OpObject *)op;
+    if (self->done || !self->op)
+        return PyLong_FromLong(HIRATE_IO_DONE);
+    if (self->owner->closed) {
+        /* No new round after close(): what still waits is ClosedError. */
+        hirate_op_fail(self->op, HIRATE_ECLOSED, NULL);
+        self->done = 1;
+        return PyLong_FromLong(HIRATE_IO_DONE);
+    }
+    int state = hirate_op_next(self->op);
+    if (state == HIRATE_IO_DONE)
+        self->done = 1;
+    return PyLong_FromLong(state);
+}
+
 static int op_decided(OpObject *self, const char *what)
 {
     if (!self->done) {
@@ -1238,6 +1369,7 @@ static PyGetSetDef op_getset[] = {
      "The bytes to send now, or None when nothing (more) needs Redis.", NULL},
     {"drop", op_drop, NULL, "True when the connection must be closed, not reused.", NULL},
     {"done", op_done, NULL, "True once every item is decided.", NULL},
+    {"legs", op_legs, NULL, "The number of legs of the current round (0 once decided).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1249,6 +1381,22 @@ static PyMethodDef op_methods[] = {
      "fail(code, why=None): the I/O failed with code (ECONNECT, ETIMEDOUT, EIO, ETLS, or "
      "ECLOSED when the caller gave up), why in the I/O library's words; the core decides "
      "whatever is still waiting."},
+    {"leg_node", op_leg_node, METH_O,
+     "leg_node(leg) -> int: the node that leg of the current round goes to."},
+    {"leg_request", op_leg_request, METH_O,
+     "leg_request(leg) -> bytes: what to send to that leg's node (None once decided)."},
+    {"leg_feed", (PyCFunction)(void (*)(void))op_leg_feed, METH_FASTCALL,
+     "leg_feed(leg, data) -> (state, used): reads that leg's replies from data; state is "
+     "IO_MORE (read more) or IO_DONE (the leg has all its replies); used is how many bytes "
+     "they took."},
+    {"leg_fail", (PyCFunction)(void (*)(void))op_leg_fail, METH_VARARGS | METH_KEYWORDS,
+     "leg_fail(leg, code, why=None): that leg's I/O failed with code (as fail()); its calls "
+     "not yet answered go to the core."},
+    {"leg_drop", op_leg_drop, METH_O,
+     "leg_drop(leg) -> bool: True when that leg's connection must be closed, not reused."},
+    {"next", op_next, METH_NOARGS,
+     "next() -> state, once every leg of the round is done or failed: IO_SEND (a new "
+     "round: its legs are there) or IO_DONE (every item is decided)."},
     {"results", op_results, METH_NOARGS,
      "results() -> list: per item its Decision, or the exception of its error in its place."},
     {"result", op_result, METH_NOARGS,
@@ -1284,16 +1432,27 @@ typedef struct {
     char msg[HIRATE_ERRMSG_SIZE];
 } HandshakeObject;
 
-static PyObject *limiter_handshake_start(PyObject *op, PyObject *unused)
+/* A node's number (the core's: 0 is the URL's, an op's legs name the rest),
+ * from the optional argument of _endpoint and _handshake_start. */
+static int node_arg(PyObject *args, PyObject *kw, const char *fmt, int *node)
 {
-    (void)unused;
+    static char *kwlist[] = {"node", NULL};
+    *node = 0;
+    return PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, node) ? 0 : -1;
+}
+
+static PyObject *limiter_handshake_start(PyObject *op, PyObject *args, PyObject *kw)
+{
     LimiterObject *self = (LimiterObject *)op;
     hstate *st = self->st;
-    if (need_redis(self) < 0)
+    int node;
+    if (node_arg(args, kw, "|i:_handshake_start", &node) < 0 || need_redis(self) < 0)
         return NULL;
     hirate_handshake *hs = NULL;
     char err[HIRATE_ERRMSG_SIZE] = "";
-    int rc = hirate_handshake_start(self->lim, &hs, err, sizeof err);
+    /* Node 0 through the node-less call, as before nodes existed. */
+    int rc = node == 0 ? hirate_handshake_start(self->lim, &hs, err, sizeof err)
+                       : hirate_node_handshake_start(self->lim, node, &hs, err, sizeof err);
     if (rc < 0)
         return raise_code(st, rc, err);   /* not now: the backoff, with the failure's code */
     HandshakeObject *h = PyObject_New(HandshakeObject, st->handshake_type);
@@ -1446,14 +1605,15 @@ static PyObject *path_or_none(const char *p)
     return p ? PyUnicode_DecodeFSDefault(p) : Py_NewRef(Py_None);
 }
 
-static PyObject *limiter_endpoint(PyObject *op, PyObject *unused)
+static PyObject *limiter_endpoint(PyObject *op, PyObject *args, PyObject *kw)
 {
-    (void)unused;
     LimiterObject *self = (LimiterObject *)op;
     hirate_endpoint ep;
-    if (need_redis(self) < 0)
+    int node;
+    if (node_arg(args, kw, "|i:_endpoint", &node) < 0 || need_redis(self) < 0)
         return NULL;
-    int rc = hirate_endpoint_get(self->lim, &ep);
+    int rc = node == 0 ? hirate_endpoint_get(self->lim, &ep)
+                       : hirate_node_endpoint(self->lim, node, &ep);
     if (rc < 0)
         return raise_code(self->st, rc, NULL);
     return Py_BuildValue(
@@ -1802,6 +1962,8 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         self->closed = 1;
         Py_CLEAR(self);
         raise_code(st, rc, why);
+    } else {
+        self->cluster = hirate_is_cluster(self->lim);   /* kept: close() frees lim */
     }
 done:
     for (int i = 0; i < 4; i++)
@@ -1905,6 +2067,12 @@ static PyObject *limiter_closed(PyObject *op, void *c)
     return PyBool_FromLong(((LimiterObject *)op)->closed);
 }
 
+static PyObject *limiter_is_cluster(PyObject *op, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(((LimiterObject *)op)->cluster);
+}
+
 static PyGetSetDef limiter_getset[] = {
     {"capacity", limiter_capacity, NULL, "Bucket size in whole tokens.", NULL},
     {"rate", limiter_rate, NULL, "Tokens added per second.", NULL},
@@ -1912,6 +2080,8 @@ static PyGetSetDef limiter_getset[] = {
     {"url", limiter_url, NULL, "The Redis URL with its password as ***, or None.", NULL},
     {"on_error", limiter_on_error, NULL, "'local', 'open' or 'closed'.", NULL},
     {"closed", limiter_closed, NULL, "True after close().", NULL},
+    {"is_cluster", limiter_is_cluster, NULL,
+     "True for a Redis Cluster URL (redis+cluster://, rediss+cluster://).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1942,12 +2112,14 @@ static PyMethodDef limiter_methods[] = {
      "_decide_at(key, cost, spend, now_us) -> Decision at an injected time (tests)."},
     {"_op_start_reset", limiter_op_start_reset, METH_O,
      "_op_start_reset(key) -> Op: reset(key), the caller doing the I/O."},
-    {"_endpoint", limiter_endpoint, METH_NOARGS,
-     "_endpoint() -> dict: where to connect (host, port, path, where), the timeouts in "
-     "seconds (connect_timeout, timeout, probe_timeout) and the TLS settings."},
-    {"_handshake_start", limiter_handshake_start, METH_NOARGS,
-     "_handshake_start() -> Handshake for a new connection; raises the failure's error "
-     "during the reconnect backoff."},
+    {"_endpoint", (PyCFunction)(void (*)(void))limiter_endpoint, METH_VARARGS | METH_KEYWORDS,
+     "_endpoint(node=0) -> dict: where to connect to that node (host, port, path, where), "
+     "the timeouts in seconds (connect_timeout, timeout, probe_timeout) and the TLS "
+     "settings. A node's endpoint never changes."},
+    {"_handshake_start", (PyCFunction)(void (*)(void))limiter_handshake_start,
+     METH_VARARGS | METH_KEYWORDS,
+     "_handshake_start(node=0) -> Handshake for a new connection to that node; raises the "
+     "failure's error during the node's reconnect backoff."},
     {"_stats", limiter_stats, METH_NOARGS, "_stats() -> dict of counters."},
     {NULL, NULL, 0, NULL},
 };
@@ -1959,7 +2131,11 @@ static PyType_Slot limiter_slots[] = {
                         "tls_cert_file=None, tls_key_file=None, tls_server_name=None, "
                         "tls_verify=True)\n\n"
                         "A token-bucket rate limiter: in Redis when url is given, else in "
-                        "memory."},
+                        "memory. url: redis://[user:password@]host[:port][/db], rediss://... "
+                        "(TLS), unix:///path[?db=N], or a Redis Cluster: "
+                        "redis+cluster://[user:password@]host:port[,host:port...] (any "
+                        "nodes as seeds, a replica too; pool_size is per node) and "
+                        "rediss+cluster://... (TLS)."},
     {Py_tp_new, (void *)limiter_tp_new},
     {Py_tp_dealloc, (void *)limiter_dealloc},
     {Py_tp_repr, (void *)limiter_repr},
