@@ -233,7 +233,7 @@ HIRATE_EXPORT int hirate_decide_at(hirate_limiter *lim, const void *key, size_t 
 typedef struct hirate_counters {
     uint64_t connects;        /* connection attempts (the blocking client and
                                  handshakes started through this header) */
-    uint64_t evalsha;         /* EVALSHA calls sent by the blocking client */
+    uint64_t evalsha;         /* EVALSHA calls sent */
     uint64_t eval;            /* EVAL calls sent (after NOSCRIPT) */
     uint64_t conns_dropped;   /* its connections closed after an error */
     uint64_t cache_hits;      /* refusals answered by the deny cache */
@@ -242,6 +242,11 @@ typedef struct hirate_counters {
     size_t memory_keys;       /* buckets held by the memory backend */
     size_t local_keys;        /* buckets held by the local fallback */
     size_t cache_keys;        /* refusals held by the deny cache */
+    /* A Redis Cluster's (0 otherwise): */
+    size_t nodes;             /* nodes known: seeds and the map's */
+    uint64_t map_refreshes;   /* CLUSTER SLOTS requests made */
+    uint64_t moved;           /* MOVED replies followed */
+    uint64_t asked;           /* ASK replies followed */
 } hirate_counters;
 
 HIRATE_EXPORT void hirate_counters_get(hirate_limiter *lim, hirate_counters *out);

@@ -10,6 +10,7 @@
 
 #include "breaker.h"
 #include "bucket.h"
+#include "cluster.h"
 #include "errors.h"
 #include "fork.h"
 #include "handshake.h"
@@ -28,20 +29,31 @@ struct hirate_limiter {
     char args[96];              /* capacity and rate as RESP bulk strings */
     size_t argslen;
     int on_error;
-    hirate_link link;           /* with a URL: where Redis is, and the backoff */
-    hirate_redis *redis;        /* NULL: in-memory */
+    hirate_node node0;          /* with a URL: where Redis is (a cluster's
+                                   first seed), its backoff, breaker and pool;
+                                   node0.redis NULL: in-memory */
+    hirate_cluster *cluster;    /* a Redis Cluster's nodes and map, or NULL */
     hirate_memory *memory;      /* the buckets without a URL; with one, the
                                    LOCAL fallback's (NULL for OPEN, CLOSED) */
     hirate_memory *cache;       /* refusals foretold from Redis' replies */
-    hirate_breaker breaker;
     uint64_t reset_epoch;       /* bumped by every reset (atomic) */
     int64_t offset_min[2];      /* least (Redis time - send time) seen in this
                                    window and the last one (atomic) */
     int64_t offset_window;      /* when this window began (atomic) */
     uint64_t cache_hits, policy;/* counters (atomic) */
+    uint64_t op_evalsha, op_eval;/* calls sent by ops (atomic) */
     pthread_mutex_t errlock;
     char errmsg[HIRATE_ERRMSG_SIZE];
 };
+
+/* Node id of the limiter: node 0 is its own, a cluster's others are in its
+ * table. NULL for a number never given. */
+static hirate_node *node_of(hirate_limiter *l, int id)
+{
+    if (l->cluster)
+        return hirate_cluster_node(l->cluster, id);
+    return id == 0 && l->node0.redis ? &l->node0 : NULL;
+}
 
 void hirate_options_init(hirate_options *o)
 {
@@ -82,11 +94,13 @@ static void fork_prepare(hirate_fork_node *n)
 {
     hirate_limiter *l = (hirate_limiter *)n;
     pthread_mutex_lock(&l->errlock);
-    pthread_mutex_lock(&l->breaker.lock);
-    if (l->redis) {
-        hirate_link_fork_prepare(&l->link);
-        hirate_redis_fork_prepare(l->redis);
+    pthread_mutex_lock(&l->node0.breaker.lock);
+    if (l->node0.redis) {
+        hirate_link_fork_prepare(&l->node0.link);
+        hirate_redis_fork_prepare(l->node0.redis);
     }
+    if (l->cluster)
+        hirate_cluster_fork_prepare(l->cluster);
     if (l->memory)
         hirate_memory_lock_all(l->memory);
     if (l->cache)
@@ -98,17 +112,19 @@ static void fork_prepare(hirate_fork_node *n)
 static void fork_release(hirate_fork_node *n, int child)
 {
     hirate_limiter *l = (hirate_limiter *)n;
+    if (l->cluster)
+        hirate_cluster_fork_release(l->cluster, child);
     if (l->cache)
         hirate_memory_unlock_all(l->cache);
     if (l->memory)
         hirate_memory_unlock_all(l->memory);
-    if (l->redis && child)
-        hirate_redis_fork_child(l->redis);
-    else if (l->redis)
-        hirate_redis_fork_parent(l->redis);
-    if (l->redis)
-        hirate_link_fork_release(&l->link, child);
-    pthread_mutex_unlock(&l->breaker.lock);
+    if (l->node0.redis && child)
+        hirate_redis_fork_child(l->node0.redis);
+    else if (l->node0.redis)
+        hirate_redis_fork_parent(l->node0.redis);
+    if (l->node0.redis)
+        hirate_link_fork_release(&l->node0.link, child);
+    pthread_mutex_unlock(&l->node0.breaker.lock);
     pthread_mutex_unlock(&l->errlock);
 }
 
@@ -214,14 +230,24 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
     }
     l->argslen = hirate_proto_encode_limits(l->args, sizeof l->args, cfg.capacity, cfg.rate);
     pthread_mutex_init(&l->errlock, NULL);
-    hirate_breaker_init(&l->breaker, o->backoff_min_ms, o->backoff_max_ms);
+    hirate_breaker_init(&l->node0.breaker, o->backoff_min_ms, o->backoff_max_ms);
     int ok = 1;
     if (o->url) {
-        l->link = link;
+        l->node0.link = link;
         memset(&link, 0, sizeof link);   /* the password: one copy is enough */
-        hirate_link_start(&l->link);
-        rcfg.link = &l->link;
-        ok = (l->redis = hirate_redis_new(&rcfg)) != NULL;
+        hirate_link_start(&l->node0.link);
+        rcfg.link = &l->node0.link;
+        ok = (l->node0.redis = hirate_redis_new(&rcfg)) != NULL;
+        if (ok && l->node0.link.url.cluster) {
+            ok = (l->cluster = malloc(sizeof *l->cluster)) != NULL &&
+                 hirate_cluster_init(l->cluster, &l->node0, o->pool_size, o->backoff_min_ms,
+                                     o->backoff_max_ms) == 0;
+            if (!ok && l->cluster) {
+                hirate_cluster_destroy(l->cluster);
+                free(l->cluster);
+                l->cluster = NULL;
+            }
+        }
         if (ok && o->deny_cache)
             ok = (l->cache = hirate_memory_new(o->deny_cache_keys)) != NULL;
     }
@@ -245,12 +271,16 @@ void hirate_limiter_free(hirate_limiter *l)
         return;
     if (l->fork.next)
         hirate_fork_unregister(&l->fork);
-    hirate_redis_free(l->redis);
-    if (l->link.started)
-        hirate_link_destroy(&l->link);
+    if (l->cluster) {
+        hirate_cluster_destroy(l->cluster);
+        free(l->cluster);
+    }
+    hirate_redis_free(l->node0.redis);
+    if (l->node0.link.started)
+        hirate_link_destroy(&l->node0.link);
     hirate_memory_free(l->memory);
     hirate_memory_free(l->cache);
-    hirate_breaker_destroy(&l->breaker);
+    hirate_breaker_destroy(&l->node0.breaker);
     pthread_mutex_destroy(&l->errlock);
     free(l);
 }
@@ -407,7 +437,6 @@ typedef struct batch {
     int64_t now_us;         /* injected time, or < 0 */
     int64_t now;            /* the decision clock: injected or monotonic */
     size_t m;               /* calls for Redis */
-    int verdict;            /* the breaker's */
     uint64_t epoch;         /* resets seen when the calls were made */
     size_t *index;          /* item index of each call */
     hirate_call *calls;
@@ -485,7 +514,7 @@ static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_
     size_t npending = 0;
     for (size_t i = 0; i < n; i++) {
         hirate_item *it = &items[i];
-        if (!l->redis) {
+        if (!l->node0.redis) {
             it->rc = decide_in_memory(l, it->key, it->keylen, it->cost, spend, b->now,
                                       &it->decision);
         } else if ((it->rc = check_input(l, it->key, it->keylen, it->cost)) == 0) {
@@ -530,77 +559,121 @@ static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_
                                        l->argslen, it->cost, spend, now_us};
         b->m++;
     }
-    if (!b->m)
-        return 0;
-
-    int error = 0;
-    int64_t wait_us = 0;
-    /* The breaker keeps real time, even when a test injects the time. */
-    int64_t mono = now_us >= 0 ? hirate_monotonic_us() : b->now;
-    b->verdict = hirate_breaker_enter(&l->breaker, mono, &error, &wait_us);
-    if (b->verdict == HIRATE_BREAKER_SKIP) {
-        for (size_t j = 0; j < b->m; j++)
-            apply_policy(l, &items[b->index[j]], spend, b->now, error, wait_us);
-        b->m = 0;
-        return 0;
-    }
     b->epoch = __atomic_load_n(&l->reset_epoch, __ATOMIC_ACQUIRE);
     return b->m;
 }
 
-/* After the calls were answered (rcs, ds, states); err holds the message of
- * the last error. */
-static void batch_settle(batch *b, const char *err)
+/* A call's rcs[] between the rounds of an op: still to send, or its item
+ * already has its answer. (Codes are negative, NOSCRIPT, MOVED and ASK
+ * small positive numbers.) */
+#define CALL_PENDING 100
+#define CALL_SETTLED 101
+
+/* The breaker keeps real time, even when a test injects the time. */
+static int64_t breaker_now(const batch *b)
+{
+    return b->now_us >= 0 ? hirate_monotonic_us() : b->now;
+}
+
+/* Asks node's breaker about calls sel[0..k) (all m calls when sel is NULL):
+ * its verdict, after which SKIP has let the policy decide them. */
+static int breaker_enter(batch *b, hirate_node *node, const size_t *sel, size_t k)
+{
+    int error = 0;
+    int64_t wait_us = 0;
+    int verdict = hirate_breaker_enter(&node->breaker, breaker_now(b), &error, &wait_us);
+    if (verdict == HIRATE_BREAKER_SKIP) {
+        for (size_t i = 0; i < k; i++) {
+            size_t j = sel ? sel[i] : i;
+            b->rcs[j] = CALL_SETTLED;
+            apply_policy(b->l, &b->items[b->index[j]], b->spend, b->now, error, wait_us);
+        }
+    }
+    return verdict;
+}
+
+/* Tells node's breaker what calls sel[0..k) (all m when sel is NULL) met,
+ * from their rcs; returns the time until it lets calls through again, for
+ * the policy. err holds the message of the last error. */
+static int64_t breaker_outcome(batch *b, hirate_node *node, int verdict, const size_t *sel,
+                               size_t k, const char *err)
 {
     hirate_limiter *l = b->l;
     int outage = 0, answered = 0;
-    int64_t wait_us = 0;
-    for (size_t j = 0; j < b->m; j++) {
-        if (is_outage(b->rcs[j]))
-            outage = b->rcs[j];
-        answered |= b->rcs[j] != HIRATE_ECLOSED;
+    for (size_t i = 0; i < k; i++) {
+        int rc = b->rcs[sel ? sel[i] : i];
+        if (is_outage(rc))
+            outage = rc;
+        answered |= rc != HIRATE_ECLOSED;
     }
+    int probe = verdict == HIRATE_BREAKER_PROBE;
     if (!outage && !answered) {
         /* Abandoned before Redis answered anything: nothing was learnt. */
-        hirate_breaker_release(&l->breaker, b->verdict == HIRATE_BREAKER_PROBE);
-    } else if (outage) {
-        remember(l, outage, err);
-        /* The backoff runs from when the failure was known, not from when
-         * the call began (a timeout is as long as a backoff). */
-        wait_us = hirate_breaker_failure(&l->breaker, b->verdict == HIRATE_BREAKER_PROBE, outage,
-                                         hirate_monotonic_us());
-    } else {
-        hirate_breaker_success(&l->breaker, b->verdict == HIRATE_BREAKER_PROBE);
+        hirate_breaker_release(&node->breaker, probe);
+        return 0;
     }
-    for (size_t j = 0; j < b->m; j++) {
-        hirate_item *it = &b->items[b->index[j]];
-        it->rc = b->rcs[j];
-        if (it->rc == 0) {
-            it->decision = b->ds[j];
-            if (l->cache && it->cost > 0 && it->cost <= l->cfg.capacity)
-                learn(l, it, &b->states[j], b->now, b->known[j], b->epoch);
-        } else if (is_outage(it->rc)) {
-            apply_policy(l, it, b->spend, b->now, it->rc, wait_us);
-        } else {
-            remember(l, it->rc, err);
-            if (!b->msgs || !b->msgs[b->index[j]])
-                batch_note(b, b->index[j], err);
-        }
+    if (!outage) {
+        hirate_breaker_success(&node->breaker, probe);
+        return 0;
+    }
+    remember(l, outage, err);
+    /* The backoff runs from when the failure was known, not from when the
+     * call began (a timeout is as long as a backoff). */
+    return hirate_breaker_failure(&node->breaker, probe, outage, hirate_monotonic_us());
+}
+
+/* Call j's answer (its rcs[j]) becomes its item's: a decision that teaches
+ * the deny cache, the policy's for an outage, or the error with its words. */
+static void settle_call(batch *b, size_t j, int64_t wait_us, const char *err)
+{
+    hirate_limiter *l = b->l;
+    hirate_item *it = &b->items[b->index[j]];
+    it->rc = b->rcs[j];
+    if (it->rc == 0) {
+        it->decision = b->ds[j];
+        if (l->cache && it->cost > 0 && it->cost <= l->cfg.capacity)
+            learn(l, it, &b->states[j], b->now, b->known[j], b->epoch);
+    } else if (is_outage(it->rc)) {
+        apply_policy(l, it, b->spend, b->now, it->rc, wait_us);
+    } else {
+        remember(l, it->rc, err);
+        if (!b->msgs || !b->msgs[b->index[j]])
+            batch_note(b, b->index[j], err);
     }
 }
+
+/* After the blocking client answered every call of a single Redis. */
+static void batch_settle(batch *b, int verdict, const char *err)
+{
+    int64_t wait_us = breaker_outcome(b, &b->l->node0, verdict, NULL, b->m, err);
+    for (size_t j = 0; j < b->m; j++)
+        settle_call(b, j, wait_us, err);
+}
+
+static void run_blocking(hirate_limiter *l, hirate_op *op);
 
 /* Decides items in order: each gets its rc and, when 0, its decision. */
 static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int spend,
                          int64_t now_us)
 {
+    if (l->cluster) {
+        hirate_op *op;
+        if (hirate_op_start(l, items, n, spend, now_us, &op) == 1)
+            run_blocking(l, op);
+        hirate_op_free(op);
+        return;
+    }
     batch b;
     b.keep_msgs = 0;
     b.msgs = NULL;
     if (batch_begin(&b, l, items, n, spend, now_us)) {
-        char err[HIRATE_ERRMSG_SIZE];
-        hirate_redis_decide_many(l->redis, b.calls, b.m, l->cfg.capacity, b.ds, b.states, b.rcs,
-                                 err, sizeof err);
-        batch_settle(&b, err);
+        int verdict = breaker_enter(&b, &l->node0, NULL, b.m);
+        if (verdict != HIRATE_BREAKER_SKIP) {
+            char err[HIRATE_ERRMSG_SIZE];
+            hirate_redis_decide_many(l->node0.redis, b.calls, b.m, l->cfg.capacity, b.ds,
+                                     b.states, b.rcs, err, sizeof err);
+            batch_settle(&b, verdict, err);
+        }
     }
     batch_free(&b);
 }
@@ -612,7 +685,7 @@ static int decide(hirate_limiter *l, const void *key, size_t keylen, int64_t cos
         return HIRATE_EINVAL;
     if (!out)
         return remember(l, HIRATE_EINVAL, "the decision pointer is NULL");
-    if (!l->redis)   /* the in-memory hot path: no batch bookkeeping */
+    if (!l->node0.redis)   /* the in-memory hot path: no batch bookkeeping */
         return decide_in_memory(l, key, keylen, cost, spend, now_us, out);
     hirate_item it = {key, keylen, cost, 0, {0}};
     decide_items(l, &it, 1, spend, now_us);
@@ -672,8 +745,17 @@ int hirate_reset(hirate_limiter *l, const void *key, size_t keylen)
     if (!l)
         return HIRATE_EINVAL;
     int rc = reset_local(l, key, keylen, err, sizeof err);
-    if (rc == 0 && l->redis) {
-        rc = hirate_redis_reset(l->redis, l->prefix, l->prefixlen, key, keylen, err, sizeof err);
+    if (rc == 0 && l->cluster) {
+        hirate_op *op;
+        if ((rc = hirate_op_start_reset(l, key, keylen, &op)) == 1) {
+            run_blocking(l, op);
+            rc = hirate_op_result(op);
+        }
+        hirate_op_free(op);
+        return rc;
+    }
+    if (rc == 0 && l->node0.redis) {
+        rc = hirate_redis_reset(l->node0.redis, l->prefix, l->prefixlen, key, keylen, err, sizeof err);
         return rc < 0 ? remember(l, rc, err) : 0;
     }
     return rc;
@@ -698,13 +780,27 @@ void hirate_counters_get(hirate_limiter *l, hirate_counters *out)
     memset(out, 0, sizeof *out);
     if (!l)
         return;
-    if (l->redis) {
-        hirate_redis_stats rs;
-        hirate_redis_stats_get(l->redis, &rs);
-        out->connects = __atomic_load_n(&l->link.connects, __ATOMIC_RELAXED);
-        out->evalsha = rs.evalsha;
-        out->eval = rs.eval;
-        out->conns_dropped = rs.dropped;
+    if (l->node0.redis) {
+        for (int i = 0; node_of(l, i); i++) {
+            hirate_node *nd = node_of(l, i);
+            hirate_redis_stats rs;
+            hirate_redis_stats_get(nd->redis, &rs);
+            out->connects += __atomic_load_n(&nd->link.connects, __ATOMIC_RELAXED);
+            out->evalsha += rs.evalsha;
+            out->eval += rs.eval;
+            out->conns_dropped += rs.dropped;
+            pthread_mutex_lock(&nd->breaker.lock);
+            out->breaker_opens += nd->breaker.opens;
+            pthread_mutex_unlock(&nd->breaker.lock);
+        }
+        out->evalsha += __atomic_load_n(&l->op_evalsha, __ATOMIC_RELAXED);
+        out->eval += __atomic_load_n(&l->op_eval, __ATOMIC_RELAXED);
+        if (l->cluster) {
+            out->nodes = (size_t)hirate_cluster_count(l->cluster);
+            out->map_refreshes = __atomic_load_n(&l->cluster->refreshes, __ATOMIC_RELAXED);
+            out->moved = __atomic_load_n(&l->cluster->moved, __ATOMIC_RELAXED);
+            out->asked = __atomic_load_n(&l->cluster->asked, __ATOMIC_RELAXED);
+        }
         if (l->memory)
             out->local_keys = hirate_memory_count(l->memory);
     } else {
@@ -714,9 +810,8 @@ void hirate_counters_get(hirate_limiter *l, hirate_counters *out)
         out->cache_keys = hirate_memory_count(l->cache);
     out->cache_hits = __atomic_load_n(&l->cache_hits, __ATOMIC_RELAXED);
     out->policy = __atomic_load_n(&l->policy, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&l->breaker.lock);
-    out->breaker_opens = l->breaker.opens;
-    pthread_mutex_unlock(&l->breaker.lock);
+    if (!l->node0.redis)
+        out->breaker_opens = l->node0.breaker.opens;
 }
 
 const char *hirate_script_source(size_t *len)
@@ -738,64 +833,310 @@ const char *hirate_version(void)
 
 /* ---- deciding without I/O (hirate_io.h) ----------------------------------------- */
 
+/*
+ * An op goes to Redis in rounds of legs, one leg per node (hirate_io.h). Its
+ * calls wait as CALL_PENDING until a round sends them; a reply settles a
+ * call (a decision, an error, or the policy's answer to an outage), or sends
+ * it again in the next round when it provably did not run:
+ *   NOSCRIPT  to the same node, as EVAL (once: NOSCRIPT after EVAL is an
+ *             error);
+ *   MOVED     to the slot's new master, which the map learns;
+ *   ASK       to the node named, after ASKING, leaving the map alone;
+ * each call follows at most HIRATE_CLUSTER_REDIRECTS_MAX redirections. A
+ * leg's end tells its node's breaker what its calls met, so one dead shard
+ * opens its own breaker only. A cluster's map refresh rides in a leg of the
+ * round (after its calls) or in a leg of its own.
+ */
+
 enum { OP_DECIDE, OP_RESET };
+enum { LEG_BUSY, LEG_DONE, LEG_FAILED };
+
+/* A call's state for its next send. */
+#define SEND_EVAL 1         /* as EVAL: the node lacked the script */
+#define SEND_ASKING 2       /* after ASKING: the node is importing its slot */
+#define SEND_KEEP_NODE 4    /* to node[j] (NOSCRIPT, ASK), not to its slot's master */
+#define SENT_EVAL 8         /* it was sent as EVAL: NOSCRIPT now is an error */
+#define GROUPED 16          /* (while a round is made: in a leg already) */
+
+typedef struct leg {
+    int node;
+    int verdict;            /* the node's breaker, for the leg's calls */
+    size_t first, count;    /* its calls: op->order[first .. first + count) */
+    size_t next;            /* the next of them whose reply is due */
+    int ok_due;             /* ASKING's +OK comes before that reply */
+    int map;                /* CLUSTER SLOTS follows the calls */
+    hirate_rreader *rr;     /* which reads the map's reply */
+    int state;
+    int drop;
+    char *req;
+    size_t reqlen;
+} leg;
 
 struct hirate_op {
     int kind;
-    batch b;            /* OP_DECIDE */
-    int pass;           /* 1: every call as EVALSHA; 2: after NOSCRIPT, again */
-    size_t next;        /* the next call whose reply is due */
-    int drop;           /* the connection must not be used again */
-    int rc;             /* OP_RESET: the outcome */
+    hirate_limiter *l;
+    batch b;                /* OP_DECIDE */
+    int *node;              /* per call: where it goes next */
+    unsigned char *flags;   /* SEND_* and SENT_EVAL */
+    unsigned char *redirects;
+    size_t *order;          /* the calls of the round, leg by leg */
+    leg *legs;
+    size_t nlegs, cap_legs;
+    int drop;               /* some leg's connection must be closed */
     int done;
-    char *req;
-    size_t reqlen;
+    int rc;                 /* OP_RESET: the outcome */
+    /* OP_RESET: one DEL, with its own redirections */
+    char full[HIRATE_PREFIX_MAX + HIRATE_KEY_MAX];
+    size_t fulllen;
+    int reset_node, reset_flags, reset_redirects, reset_pending;
     char err[HIRATE_ERRMSG_SIZE];
 };
 
-/* Encodes this pass's request: every call, or those that met NOSCRIPT with
- * the first as EVAL. */
-static int op_encode(hirate_op *op)
+static hirate_call *op_call(hirate_op *op, size_t j)
 {
-    int select = op->pass == 2 ? HIRATE_PROTO_NOSCRIPT : 0;
-    size_t cap = hirate_proto_batch_bound(op->b.calls, op->b.m, op->b.rcs, select, op->pass == 2);
-    free(op->req);
-    op->req = malloc(cap);
-    if (!op->req)
+    return &op->b.calls[j];
+}
+
+static unsigned call_slot(const hirate_call *c)
+{
+    return hirate_keyslot2(c->prefix, c->prefixlen, c->key, c->keylen);
+}
+
+static void leg_clear(leg *g)
+{
+    hirate_rreader_free(g->rr);
+    free(g->req);
+    memset(g, 0, sizeof *g);
+}
+
+static void legs_clear(hirate_op *op)
+{
+    for (size_t i = 0; i < op->nlegs; i++)
+        leg_clear(&op->legs[i]);
+    op->nlegs = 0;
+}
+
+/* A new leg to node (legs are kept in an array big enough for every node). */
+static leg *leg_add(hirate_op *op, int node)
+{
+    if (op->nlegs == op->cap_legs) {
+        size_t cap = op->cap_legs ? op->cap_legs * 2 : 4;
+        leg *g = realloc(op->legs, cap * sizeof *g);
+        if (!g)
+            return NULL;
+        op->legs = g;
+        op->cap_legs = cap;
+    }
+    leg *g = &op->legs[op->nlegs++];
+    memset(g, 0, sizeof *g);
+    g->node = node;
+    g->verdict = HIRATE_BREAKER_PASS;
+    return g;
+}
+
+static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
+static const char slots_cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+
+/* A leg's bytes: each call (after ASKING when asked; the first that needs
+ * it as EVAL), then CLUSTER SLOTS when it carries the refresh. */
+static int leg_encode(hirate_op *op, leg *g)
+{
+    size_t cap = sizeof slots_cmd;
+    for (size_t i = 0; i < g->count; i++)
+        cap += hirate_proto_call_bound(op_call(op, op->order[g->first + i]), 1) +
+               sizeof asking_cmd;
+    if (op->kind == OP_RESET)
+        cap += sizeof asking_cmd + op->fulllen + 32;
+    if (!(g->req = malloc(cap)))
         return HIRATE_ENOMEM;
-    op->reqlen = hirate_proto_encode_batch(op->req, cap, op->b.calls, op->b.m, op->b.rcs, select,
-                                           op->pass == 2);
-    op->next = 0;
+    size_t len = 0;
+    int eval_sent = 0;
+    if (op->kind == OP_RESET) {
+        const char *argv[2] = {"DEL", op->full};
+        size_t lens[2] = {3, op->fulllen};
+        if (op->reset_flags & SEND_ASKING) {
+            memcpy(g->req, asking_cmd, sizeof asking_cmd - 1);
+            len += sizeof asking_cmd - 1;
+        }
+        len += hirate_proto_encode_argv(g->req + len, cap - len, 2, argv, lens);
+    }
+    for (size_t i = 0; i < g->count; i++) {
+        size_t j = op->order[g->first + i];
+        if (op->flags[j] & SEND_ASKING) {
+            memcpy(g->req + len, asking_cmd, sizeof asking_cmd - 1);
+            len += sizeof asking_cmd - 1;
+        }
+        /* One EVAL loads the script for the calls after it. */
+        int eval = (op->flags[j] & SEND_EVAL) && !eval_sent;
+        eval_sent |= eval;
+        if (op->flags[j] & SEND_EVAL)
+            op->flags[j] |= SENT_EVAL;
+        __atomic_fetch_add(eval ? &op->l->op_eval : &op->l->op_evalsha, 1, __ATOMIC_RELAXED);
+        len += hirate_proto_encode_call(g->req + len, cap - len, op_call(op, op->order[g->first + i]),
+                                        eval);
+    }
+    if (g->map) {
+        memcpy(g->req + len, slots_cmd, sizeof slots_cmd - 1);
+        len += sizeof slots_cmd - 1;
+        if (!(g->rr = hirate_rreader_new(HIRATE_CLUSTER_MAP_BYTES, HIRATE_CLUSTER_MAP_ELEMS,
+                                         HIRATE_CLUSTER_MAP_STR)))
+            return HIRATE_ENOMEM;
+    }
+    g->reqlen = len;
     return 0;
 }
 
-/* The next call of this pass still waiting for its reply, or m. */
-static size_t op_due(const hirate_op *op)
+/* Where pending call j goes now. */
+static int call_node(hirate_op *op, size_t j)
 {
-    size_t j = op->next;
-    while (op->pass == 2 && j < op->b.m && op->b.rcs[j] != HIRATE_PROTO_NOSCRIPT)
-        j++;
-    return j;
+    if (!op->l->cluster)
+        return 0;
+    if (op->flags[j] & SEND_KEEP_NODE)
+        return op->node[j];
+    return hirate_cluster_route(op->l->cluster, call_slot(op_call(op, j)));
+}
+
+static void op_finish(hirate_op *op);
+static void leg_settle(hirate_op *op, leg *g);
+
+/* Makes the next round's legs from the pending calls: 1 when there is one
+ * to send, 0 when none is left (every call settled, perhaps by a breaker). */
+static int op_round(hirate_op *op)
+{
+    hirate_limiter *l = op->l;
+    /* With nothing left to send, the last round's legs stay readable. */
+    int pending = op->kind == OP_RESET && op->reset_pending;
+    for (size_t j = 0; op->kind == OP_DECIDE && j < op->b.m && !pending; j++)
+        pending = op->b.rcs[j] == CALL_PENDING;
+    if (!pending)
+        return 0;
+    legs_clear(op);
+    if (op->kind == OP_RESET) {
+        if (l->cluster && !(op->reset_flags & SEND_KEEP_NODE))
+            op->reset_node = hirate_cluster_route(l->cluster, hirate_keyslot(op->full, op->fulllen));
+        leg *g = leg_add(op, op->reset_node);
+        if (!g || leg_encode(op, g) < 0) {
+            op->rc = hirate__fail(op->err, sizeof op->err, HIRATE_ENOMEM,
+                                  "out of memory for a request");
+            op->reset_pending = 0;
+            return 0;
+        }
+        return 1;
+    }
+    /* Group the pending calls by node, in order within each. */
+    size_t k = 0;
+    for (size_t j = 0; j < op->b.m; j++)
+        if (op->b.rcs[j] == CALL_PENDING)
+            op->node[j] = call_node(op, j);
+    for (size_t j = 0; j < op->b.m; j++) {
+        if (op->b.rcs[j] != CALL_PENDING || (op->flags[j] & GROUPED))
+            continue;
+        int node = op->node[j];
+        size_t first = k;
+        for (size_t i = j; i < op->b.m; i++) {
+            if (op->b.rcs[i] == CALL_PENDING && op->node[i] == node) {
+                op->order[k++] = i;
+                op->flags[i] |= GROUPED;
+            }
+        }
+        hirate_node *nd = node_of(l, node);
+        int verdict = breaker_enter(&op->b, nd, op->order + first, k - first);
+        if (verdict == HIRATE_BREAKER_SKIP) {
+            k = first;   /* the policy answered them */
+            if (l->cluster)
+                hirate_cluster_stale(l->cluster);
+            continue;
+        }
+        leg *g = leg_add(op, node);
+        if (!g) {
+            for (size_t i = first; i < k; i++)
+                op->b.rcs[op->order[i]] = HIRATE_ENOMEM;
+            hirate_breaker_release(&nd->breaker, verdict == HIRATE_BREAKER_PROBE);
+            k = first;
+            continue;
+        }
+        g->verdict = verdict;
+        g->first = first;
+        g->count = k - first;
+    }
+    for (size_t j = 0; j < op->b.m; j++)
+        op->flags[j] &= ~GROUPED;
+    if (l->cluster) {
+        int node = hirate_cluster_refresh_begin(l->cluster, hirate_monotonic_us(),
+                                                op->nlegs ? op->legs[0].node : -1);
+        if (node >= 0) {
+            leg *g = NULL;
+            for (size_t i = 0; i < op->nlegs && !g; i++)
+                if (op->legs[i].node == node)
+                    g = &op->legs[i];
+            if (!g && op->nlegs && !(g = leg_add(op, node)))
+                hirate_cluster_refresh_end(l->cluster, node, NULL, NULL, 0);
+            if (g)
+                g->map = 1;
+            else
+                hirate_cluster_refresh_end(l->cluster, node, NULL, NULL, 0);
+        }
+    }
+    for (size_t i = 0; i < op->nlegs; i++) {
+        if (leg_encode(op, &op->legs[i]) < 0) {
+            hirate__fail(op->err, sizeof op->err, HIRATE_ENOMEM, "out of memory for a request");
+            hirate_op_leg_fail(op, i, HIRATE_ENOMEM, NULL);
+        }
+    }
+    for (size_t i = 0; i < op->nlegs; i++)
+        if (op->legs[i].state == LEG_BUSY)
+            return 1;
+    /* Every leg failed before it was sent (no memory): settled already. */
+    legs_clear(op);
+    for (size_t j = 0; j < op->b.m; j++)
+        if (op->b.rcs[j] == CALL_PENDING)
+            op->b.rcs[j] = HIRATE_ENOMEM;
+    return 0;
+}
+
+static int op_new(hirate_limiter *l, int kind, hirate_op **out)
+{
+    hirate_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return HIRATE_ENOMEM;
+    op->kind = kind;
+    op->l = l;
+    op->b.l = l;
+    *out = op;
+    return 0;
 }
 
 int hirate_op_start(hirate_limiter *l, hirate_item *items, size_t n, int spend, int64_t now_us,
                     hirate_op **out)
 {
     *out = NULL;
-    if (!l || (!items && n) || !l->redis)
+    if (!l || (!items && n) || !l->node0.redis)
         return HIRATE_EINVAL;
-    hirate_op *op = calloc(1, sizeof *op);
-    if (!op)
+    hirate_op *op;
+    if (op_new(l, OP_DECIDE, &op) < 0)
         return HIRATE_ENOMEM;
-    op->kind = OP_DECIDE;
     op->b.keep_msgs = 1;
     if (!batch_begin(&op->b, l, items, n, spend, now_us)) {
         hirate_op_free(op);   /* decided without Redis */
         return 0;
     }
-    op->pass = 1;
-    if (op_encode(op) < 0) {
-        hirate_op_fail(op, HIRATE_ENOMEM, "out of memory for a request");
+    size_t m = op->b.m;
+    op->node = malloc(m * sizeof *op->node);
+    op->order = malloc(m * sizeof *op->order);
+    op->flags = calloc(m, 2);
+    if (!op->node || !op->order || !op->flags) {
+        for (size_t j = 0; j < m; j++)
+            op->b.rcs[j] = HIRATE_ENOMEM;
+        hirate__fail(op->err, sizeof op->err, HIRATE_ENOMEM, "out of memory for a request");
+        op_finish(op);
+        hirate_op_free(op);
+        return 0;
+    }
+    op->redirects = op->flags + m;
+    for (size_t j = 0; j < m; j++)
+        op->b.rcs[j] = CALL_PENDING;
+    if (!op_round(op)) {
+        op_finish(op);
         hirate_op_free(op);
         return 0;
     }
@@ -806,101 +1147,235 @@ int hirate_op_start(hirate_limiter *l, hirate_item *items, size_t n, int spend, 
 int hirate_op_start_reset(hirate_limiter *l, const void *key, size_t keylen, hirate_op **out)
 {
     *out = NULL;
-    if (!l || !l->redis)
+    if (!l || !l->node0.redis)
         return HIRATE_EINVAL;
-    hirate_op *op = calloc(1, sizeof *op);
-    if (!op)
+    hirate_op *op;
+    if (op_new(l, OP_RESET, &op) < 0)
         return HIRATE_ENOMEM;
-    op->kind = OP_RESET;
     int rc = reset_local(l, key, keylen, op->err, sizeof op->err);
     if (rc < 0) {
         free(op);
         return rc;
     }
-    char full[HIRATE_PREFIX_MAX + HIRATE_KEY_MAX];
-    memcpy(full, l->prefix, l->prefixlen);
-    memcpy(full + l->prefixlen, key, keylen);
-    const char *argv[2] = {"DEL", full};
-    size_t lens[2] = {3, l->prefixlen + keylen};
-    op->reqlen = hirate_proto_encode_argv(NULL, 0, 2, argv, lens);
-    if (!(op->req = malloc(op->reqlen))) {
-        free(op);
-        return HIRATE_ENOMEM;
+    memcpy(op->full, l->prefix, l->prefixlen);
+    memcpy(op->full + l->prefixlen, key, keylen);
+    op->fulllen = l->prefixlen + keylen;
+    op->reset_pending = 1;
+    if (l->cluster)
+        op->reset_node = hirate_cluster_route(l->cluster, hirate_keyslot(op->full, op->fulllen));
+    if (!op_round(op)) {
+        rc = op->rc;
+        hirate_op_free(op);
+        return rc < 0 ? rc : HIRATE_ENOMEM;
     }
-    hirate_proto_encode_argv(op->req, op->reqlen, 2, argv, lens);
-    op->b.l = l;
     *out = op;
     return 1;
 }
 
+size_t hirate_op_legs(const hirate_op *op)
+{
+    return op && !op->done ? op->nlegs : 0;
+}
+
+static leg *leg_at(const hirate_op *op, size_t i)
+{
+    return op && !op->done && i < op->nlegs ? &op->legs[i] : NULL;
+}
+
+/* The last round's legs stay readable once the op is done. */
+static leg *leg_kept(const hirate_op *op, size_t i)
+{
+    return op && i < op->nlegs ? &op->legs[i] : NULL;
+}
+
+int hirate_op_leg_node(const hirate_op *op, size_t i)
+{
+    leg *g = leg_at(op, i);
+    return g ? g->node : -1;
+}
+
+const char *hirate_op_leg_request(const hirate_op *op, size_t i, size_t *len)
+{
+    leg *g = leg_kept(op, i);
+    *len = g ? g->reqlen : 0;
+    return g ? g->req : NULL;
+}
+
+int hirate_op_leg_drop(const hirate_op *op, size_t i)
+{
+    leg *g = leg_kept(op, i);
+    return g ? g->drop : op ? op->drop : 0;
+}
+
 const char *hirate_op_request(const hirate_op *op, size_t *len)
 {
-    *len = op->reqlen;
-    return op->req;
+    return hirate_op_leg_request(op, 0, len);
 }
 
-/* Every call still waiting for this pass's reply gets rc. */
-static void op_answer_rest(hirate_op *op, int rc)
+int hirate_op_drop(const hirate_op *op)
 {
-    for (size_t j = op_due(op); j < op->b.m; op->next = j + 1, j = op_due(op))
-        op->b.rcs[j] = rc;
+    return op->drop;
 }
 
-/* A reset's one reply: an integer is success. */
-static int op_feed_reset(hirate_op *op, const char *buf, size_t len, size_t *used)
+/* A redirection of call j (or of the reset when j is (size_t)-1), from the
+ * node of leg g: 1 when it will be sent again, 0 when it cannot be (its rc
+ * set with the message). */
+static int follow(hirate_op *op, leg *g, size_t j, const hirate_reply *rep)
 {
-    hirate_reply rep;
-    long r = hirate_proto_parse(buf, len, &rep);
-    if (r == 0 && len <= HIRATE_PROTO_MAX_REPLY)
-        return HIRATE_IO_MORE;
-    op->done = 1;
-    if (r <= 0 || r > HIRATE_PROTO_MAX_REPLY) {
-        op->drop = 1;
-        op->rc = hirate__fail(op->err, sizeof op->err, HIRATE_EPROTO,
-                              "malformed reply from Redis: %s",
-                              r < 0 ? rep.why : "longer than the longest reply");
-        return HIRATE_IO_DONE;
-    }
-    *used = (size_t)r;
-    if (rep.top.type == ':') {
-        op->rc = 0;
-    } else if (rep.top.type == '-') {
-        op->rc = hirate_proto_error_reply(&rep, &op->drop, op->err, sizeof op->err);
+    hirate_cluster *c = op->l->cluster;
+    int ask;
+    unsigned slot;
+    char host[256];
+    int port, *redirects, *flags, *node;
+    int rdummy, fdummy, ndummy;
+    if (j == (size_t)-1) {
+        redirects = &op->reset_redirects;
+        flags = &op->reset_flags;
+        node = &op->reset_node;
     } else {
-        op->drop = 1;
+        rdummy = op->redirects[j];
+        fdummy = op->flags[j];
+        ndummy = op->node[j];
+        redirects = &rdummy;
+        flags = &fdummy;
+        node = &ndummy;
+    }
+    int rc = 0;
+    if (!hirate_redirect_parse(rep->top.str, rep->top.len, &ask, &slot, host, &port)) {
+        rc = hirate__fail_quoting(op->err, sizeof op->err, HIRATE_EPROTO,
+                                  "malformed reply from Redis: a redirection without a slot "
+                                  "and an address: ", rep->top.str, rep->top.len);
+        g->drop = 1;
+    } else if (++*redirects > HIRATE_CLUSTER_REDIRECTS_MAX) {
+        rc = hirate__fail(op->err, sizeof op->err, HIRATE_ESERVER,
+                          "slot %u moved %d times during one call (last: %s:%d)", slot,
+                          HIRATE_CLUSTER_REDIRECTS_MAX, host, port);
+    } else {
+        hirate_node *from = node_of(op->l, g->node);
+        int id = hirate_cluster_find(c, host[0] ? host : from->link.url.host, port);
+        if (id < 0) {
+            rc = hirate__fail(op->err, sizeof op->err, HIRATE_ESERVER,
+                              "the cluster has more than %d nodes", HIRATE_IO_NODES_MAX);
+        } else if (ask) {
+            __atomic_fetch_add(&c->asked, 1, __ATOMIC_RELAXED);
+            *node = id;
+            *flags = (*flags & ~SEND_EVAL & ~SENT_EVAL) | SEND_ASKING | SEND_KEEP_NODE;
+        } else {
+            hirate_cluster_moved(c, slot, id);
+            *flags &= ~(SEND_EVAL | SENT_EVAL | SEND_ASKING | SEND_KEEP_NODE);
+        }
+    }
+    if (j != (size_t)-1) {
+        op->redirects[j] = (unsigned char)(*redirects > 255 ? 255 : *redirects);
+        op->flags[j] = (unsigned char)*flags;
+        op->node[j] = *node;
+    }
+    return rc;
+}
+
+/* The DEL's one reply: an integer is success. */
+static int feed_reset(hirate_op *op, leg *g, const hirate_reply *rep)
+{
+    op->reset_pending = 0;
+    if (rep->top.type == ':')
+        return op->rc = 0;
+    if (rep->top.type == '-' && op->l->cluster) {
+        int cls = hirate_proto_error_class(rep->top.str, rep->top.len);
+        if (cls == HIRATE_PROTO_MOVED || cls == HIRATE_PROTO_ASK) {
+            if ((op->rc = follow(op, g, (size_t)-1, rep)) == 0) {
+                op->reset_pending = 1;
+                if (cls == HIRATE_PROTO_MOVED)
+                    op->reset_flags = 0;
+                return 0;
+            }
+            remember(op->l, op->rc, op->err);
+            return op->rc;
+        }
+    }
+    op->reset_flags = 0;
+    if (rep->top.type == '-')
+        op->rc = hirate_proto_error_reply(rep, &g->drop, op->err, sizeof op->err);
+    else
         op->rc = hirate__fail(op->err, sizeof op->err, HIRATE_EPROTO,
                               "malformed reply from Redis: DEL gave no integer");
-    }
-    if (op->rc < 0)
-        remember(op->b.l, op->rc, op->err);
-    return HIRATE_IO_DONE;
+    if (op->rc == HIRATE_EPROTO)
+        g->drop = 1;
+    remember(op->l, op->rc, op->err);
+    return op->rc;
 }
 
-int hirate_op_feed(hirate_op *op, const char *buf, size_t len, size_t *used)
+/* Call j's reply: settled, or pending again for the next round. */
+static void feed_call(hirate_op *op, leg *g, size_t j, const hirate_reply *rep)
+{
+    hirate_limiter *l = op->l;
+    int *rc = &op->b.rcs[j];
+    int ask = op->flags[j] & SEND_ASKING;
+    op->flags[j] &= ~SEND_ASKING;   /* one ASKING, one call */
+    if (ask)
+        op->flags[j] &= ~SEND_KEEP_NODE;
+    if (rep->top.type == '-' && l->cluster) {
+        int cls = hirate_proto_error_class(rep->top.str, rep->top.len);
+        if (cls == HIRATE_PROTO_MOVED || cls == HIRATE_PROTO_ASK) {
+            *rc = follow(op, g, j, rep);
+            if (*rc == 0)
+                *rc = CALL_PENDING;   /* it did not run: again, elsewhere */
+            else
+                batch_note(&op->b, op->b.index[j], op->err);
+            return;
+        }
+        if (cls == HIRATE_ESERVER)   /* CLUSTERDOWN, TRYAGAIN: the map may be behind */
+            hirate_cluster_stale(l->cluster);
+    }
+    *rc = hirate_proto_outcome(rep, op_call(op, j), l->cfg.capacity,
+                               (op->flags[j] & SENT_EVAL) != 0, &op->b.ds[j], &op->b.states[j],
+                               &g->drop, op->err, sizeof op->err);
+    if (*rc == HIRATE_PROTO_NOSCRIPT) {
+        /* The node does not know the script (a restart, SCRIPT FLUSH, a
+         * promoted replica): the call did not run. EVAL it there. */
+        *rc = CALL_PENDING;
+        op->flags[j] |= SEND_EVAL | SEND_KEEP_NODE;
+        op->node[j] = g->node;
+    } else if (*rc < 0) {
+        batch_note(&op->b, op->b.index[j], op->err);   /* its own words */
+    }
+}
+
+/* The map's reply, taken as it comes (it may be long): 1 when it is whole. */
+static int feed_map(hirate_op *op, leg *g, const char *buf, size_t len, size_t *used)
+{
+    const char *why = NULL;
+    hirate_rnode *map = NULL;
+    *used = len;
+    int got = hirate_rreader_feed(g->rr, buf, len, &why) < 0 ? -1
+                                                             : hirate_rreader_next(g->rr, &map, &why);
+    if (got == 0)
+        return 0;
+    if (got < 0 || hirate_rreader_pending(g->rr)) {
+        /* Not RESP, too long, or bytes after it: the stream is lost. */
+        g->drop = 1;
+        hirate_cluster_refresh_end(op->l->cluster, g->node, NULL, NULL, 0);
+    } else if (map->type == '-') {
+        /* A node that is not in cluster mode, or cannot say: ask another
+         * one later; the calls' own replies say the rest. */
+        hirate_cluster_refresh_end(op->l->cluster, g->node, NULL, NULL, 0);
+    } else {
+        char err[HIRATE_ERRMSG_SIZE];
+        if (hirate_cluster_refresh_end(op->l->cluster, g->node, map, err, sizeof err) < 0)
+            g->drop = 1;
+    }
+    hirate_rnode_free(map);
+    g->map = 0;
+    return 1;
+}
+
+int hirate_op_leg_feed(hirate_op *op, size_t i, const char *buf, size_t len, size_t *used)
 {
     *used = 0;
-    if (op->done)
+    leg *g = leg_at(op, i);
+    if (!g || g->state != LEG_BUSY)
         return HIRATE_IO_DONE;
-    if (op->kind == OP_RESET)
-        return op_feed_reset(op, buf, len, used);
-    for (;;) {
-        size_t j = op_due(op);
-        if (j == op->b.m) {
-            int again = 0;
-            for (size_t k = 0; op->pass == 1 && k < op->b.m; k++)
-                again |= op->b.rcs[k] == HIRATE_PROTO_NOSCRIPT;
-            if (again) {
-                /* The calls that met NOSCRIPT provably did not run. */
-                op->pass = 2;
-                if (op_encode(op) == 0)
-                    return HIRATE_IO_SEND;
-                hirate_op_fail(op, HIRATE_ENOMEM, "out of memory for a request");
-                return HIRATE_IO_DONE;
-            }
-            op->done = 1;
-            batch_settle(&op->b, op->err);
-            return HIRATE_IO_DONE;
-        }
+    size_t calls = op->kind == OP_RESET ? 1 : g->count;
+    while (g->next < calls) {
         hirate_reply rep;
         long r = hirate_proto_parse(buf + *used, len - *used, &rep);
         if (r == 0 && len - *used <= HIRATE_PROTO_MAX_REPLY)
@@ -911,47 +1386,151 @@ int hirate_op_feed(hirate_op *op, const char *buf, size_t len, size_t *used)
         if (r <= 0 || r > HIRATE_PROTO_MAX_REPLY) {
             hirate__fail(op->err, sizeof op->err, HIRATE_EPROTO, "malformed reply from Redis: %s",
                          r < 0 ? rep.why : "longer than the longest reply");
-            hirate_op_fail(op, HIRATE_EPROTO, NULL);
+            hirate_op_leg_fail(op, i, HIRATE_EPROTO, NULL);
             return HIRATE_IO_DONE;
         }
-        op->b.rcs[j] = hirate_proto_outcome(&rep, &op->b.calls[j], op->b.l->cfg.capacity,
-                                            op->pass == 2, &op->b.ds[j], &op->b.states[j],
-                                            &op->drop, op->err, sizeof op->err);
-        if (op->b.rcs[j] < 0)
-            batch_note(&op->b, op->b.index[j], op->err);   /* its own words */
         *used += (size_t)r;
-        op->next = j + 1;
+        size_t j = op->kind == OP_RESET ? 0 : op->order[g->first + g->next];
+        int asked = op->kind == OP_RESET ? (op->reset_flags & SEND_ASKING)
+                                         : (op->flags[j] & SEND_ASKING);
+        if (asked && !g->ok_due) {
+            g->ok_due = 1;   /* this was ASKING's reply */
+            if (rep.top.type != '+') {
+                hirate__fail(op->err, sizeof op->err, HIRATE_EPROTO,
+                             "malformed reply from Redis: ASKING was not answered +OK");
+                hirate_op_leg_fail(op, i, HIRATE_EPROTO, NULL);
+                return HIRATE_IO_DONE;
+            }
+            continue;
+        }
+        g->ok_due = 0;
+        if (op->kind == OP_RESET) {
+            op->reset_flags &= ~SEND_ASKING;
+            feed_reset(op, g, &rep);
+        } else {
+            feed_call(op, g, j, &rep);
+        }
+        g->next++;
     }
+    if (g->map) {
+        size_t took;
+        int whole = feed_map(op, g, buf + *used, len - *used, &took);
+        *used += took;
+        if (!whole)
+            return HIRATE_IO_MORE;
+    }
+    leg_settle(op, g);
+    g->state = LEG_DONE;
+    op->drop |= g->drop;
+    return HIRATE_IO_DONE;
+}
+
+/* A leg's end: its node's breaker learns what its calls met, and each call
+ * that has its answer gives it to its item. */
+static void leg_settle(hirate_op *op, leg *g)
+{
+    if (op->kind == OP_RESET || !g->count)
+        return;
+    hirate_node *nd = node_of(op->l, g->node);
+    size_t *sel = op->order + g->first;
+    /* Calls that go again (NOSCRIPT, MOVED, ASK) reached a live server. */
+    int64_t wait_us = breaker_outcome(&op->b, nd, g->verdict, sel, g->count, op->err);
+    for (size_t i = 0; i < g->count; i++) {
+        size_t j = sel[i];
+        if (op->b.rcs[j] == CALL_PENDING || op->b.rcs[j] == CALL_SETTLED)
+            continue;
+        if (is_outage(op->b.rcs[j]) && op->l->cluster)
+            hirate_cluster_stale(op->l->cluster);
+        settle_call(&op->b, j, wait_us, op->err);
+        op->b.rcs[j] = CALL_SETTLED;
+    }
+}
+
+void hirate_op_leg_fail(hirate_op *op, size_t i, int code, const char *why)
+{
+    leg *g = leg_at(op, i);
+    if (!g || g->state != LEG_BUSY)
+        return;
+    if (why && *why)
+        hirate__fail(op->err, sizeof op->err, code, "%s", why);
+    else if (!op->err[0] || code != HIRATE_EPROTO)
+        hirate__fail(op->err, sizeof op->err, code, "%s", hirate_strerror(code));
+    g->drop = 1;
+    op->drop = 1;
+    g->state = LEG_FAILED;
+    if (op->kind == OP_RESET) {
+        op->reset_pending = 0;
+        op->rc = code;
+        if (code != HIRATE_ECLOSED)
+            remember(op->l, code, op->err);
+    }
+    /* Every call not yet answered may have run: the failure is theirs. */
+    for (size_t k = g->next; op->kind == OP_DECIDE && k < g->count; k++)
+        op->b.rcs[op->order[g->first + k]] = code;
+    if (g->map)
+        hirate_cluster_refresh_end(op->l->cluster, g->node, NULL, NULL, 0);
+    g->map = 0;
+    if (op->l->cluster && code != HIRATE_ECLOSED)
+        hirate_cluster_stale(op->l->cluster);   /* a failover? ask another node */
+    leg_settle(op, g);
+}
+
+/* Every item has its answer: calls never sent get the op's last failure. */
+static void op_finish(hirate_op *op)
+{
+    if (op->done)
+        return;
+    op->done = 1;
+    if (op->kind != OP_DECIDE)
+        return;
+    for (size_t j = 0; j < op->b.m; j++) {
+        if (op->b.rcs[j] == CALL_SETTLED)
+            continue;
+        if (op->b.rcs[j] == CALL_PENDING)
+            op->b.rcs[j] = HIRATE_ECLOSED;
+        settle_call(&op->b, j, 0, op->err);
+        op->b.rcs[j] = CALL_SETTLED;
+    }
+}
+
+int hirate_op_next(hirate_op *op)
+{
+    if (!op || op->done)
+        return HIRATE_IO_DONE;
+    for (size_t i = 0; i < op->nlegs; i++)
+        if (op->legs[i].state == LEG_BUSY)
+            hirate_op_leg_fail(op, i, HIRATE_ECLOSED, "the caller left a leg unfinished");
+    if (op_round(op))
+        return HIRATE_IO_SEND;
+    op_finish(op);
+    return HIRATE_IO_DONE;
+}
+
+int hirate_op_feed(hirate_op *op, const char *buf, size_t len, size_t *used)
+{
+    *used = 0;
+    if (op->done)
+        return HIRATE_IO_DONE;
+    int state = hirate_op_leg_feed(op, 0, buf, len, used);
+    return state == HIRATE_IO_MORE ? state : hirate_op_next(op);
 }
 
 void hirate_op_fail(hirate_op *op, int code, const char *why)
 {
     if (op->done)
         return;
-    if (why && *why)
-        hirate__fail(op->err, sizeof op->err, code, "%s", why);
-    else if (!op->err[0] || code != HIRATE_EPROTO)
-        hirate__fail(op->err, sizeof op->err, code, "%s", hirate_strerror(code));
-    op->drop = 1;
-    op->done = 1;
-    if (op->kind == OP_RESET) {
-        op->rc = code;
-        if (code != HIRATE_ECLOSED)
-            remember(op->b.l, code, op->err);
-        return;
-    }
-    op_answer_rest(op, code);
-    /* Calls that met NOSCRIPT in the first pass were waiting to be sent
-     * again; they will not be, so the failure is theirs too. */
-    for (size_t j = 0; j < op->b.m; j++)
-        if (op->b.rcs[j] == HIRATE_PROTO_NOSCRIPT)
+    for (size_t i = 0; i < op->nlegs; i++)
+        hirate_op_leg_fail(op, i, code, why);
+    /* Calls that were to go again (after NOSCRIPT or a redirection) will
+     * not be sent: the failure is theirs too. */
+    for (size_t j = 0; op->kind == OP_DECIDE && j < op->b.m; j++)
+        if (op->b.rcs[j] == CALL_PENDING)
             op->b.rcs[j] = code;
-    batch_settle(&op->b, op->err);
-}
-
-int hirate_op_drop(const hirate_op *op)
-{
-    return op->drop;
+    if (op->kind == OP_RESET && op->reset_pending) {
+        op->rc = code;
+        op->reset_pending = 0;
+    }
+    op_finish(op);
 }
 
 const char *hirate_op_errmsg(const hirate_op *op, size_t i)
@@ -976,26 +1555,105 @@ void hirate_op_free(hirate_op *op)
 {
     if (!op)
         return;
+    legs_clear(op);
+    free(op->legs);
     if (op->kind == OP_DECIDE)
         batch_free(&op->b);
-    free(op->req);
+    free(op->node);
+    free(op->order);
+    free(op->flags);
     free(op);
+}
+
+/* ---- the blocking client over a cluster's nodes ------------------------------------ */
+
+/* Runs op's rounds on the nodes' pools: every leg's request is sent first, so
+ * that the nodes work at once, then each leg's replies are read. */
+static void run_blocking(hirate_limiter *l, hirate_op *op)
+{
+    int64_t deadline = hirate_monotonic_us() + (int64_t)l->node0.link.timeout_ms * 1000;
+    do {
+        size_t n = hirate_op_legs(op);
+        hirate_redis_conn *one, **conns = n == 1 ? &one : calloc(n, sizeof *conns);
+        if (!conns) {
+            hirate_op_fail(op, HIRATE_ENOMEM, "out of memory for a round");
+            return;
+        }
+        for (size_t i = 0; i < n; i++) {
+            char err[HIRATE_ERRMSG_SIZE];
+            size_t len;
+            hirate_node *nd = node_of(l, hirate_op_leg_node(op, i));
+            const char *req = hirate_op_leg_request(op, i, &len);
+            conns[i] = NULL;
+            int rc = hirate_redis_lease(nd->redis, &conns[i], err, sizeof err);
+            if (rc == 0 && (rc = hirate_redis_send(nd->redis, conns[i], req, len, deadline, err,
+                                                   sizeof err)) < 0) {
+                hirate_redis_unlease(nd->redis, conns[i], 0);
+                conns[i] = NULL;
+            }
+            if (rc < 0)
+                hirate_op_leg_fail(op, i, rc, err);
+        }
+        for (size_t i = 0; i < n; i++) {
+            hirate_node *nd = node_of(l, hirate_op_leg_node(op, i));
+            char err[HIRATE_ERRMSG_SIZE];
+            int state = HIRATE_IO_MORE;
+            while (conns[i] && state == HIRATE_IO_MORE) {
+                const char *data;
+                size_t len, used;
+                int rc = hirate_redis_read(nd->redis, conns[i], deadline, &data, &len, err,
+                                           sizeof err);
+                if (rc < 0) {
+                    hirate_op_leg_fail(op, i, rc, err);
+                    break;
+                }
+                state = hirate_op_leg_feed(op, i, data, len, &used);
+                hirate_redis_consumed(conns[i], used);
+            }
+            if (conns[i])
+                hirate_redis_unlease(nd->redis, conns[i], !hirate_op_leg_drop(op, i));
+        }
+        if (conns != &one)
+            free(conns);
+    } while (hirate_op_next(op) == HIRATE_IO_SEND);
+}
+
+/* ---- endpoints and handshakes of nodes --------------------------------------------- */
+
+int hirate_node_endpoint(hirate_limiter *l, int node, hirate_endpoint *out)
+{
+    hirate_node *nd = l && out ? node_of(l, node) : NULL;
+    if (!nd)
+        return HIRATE_EINVAL;
+    hirate_link_endpoint(&nd->link, out);
+    return 0;
 }
 
 int hirate_endpoint_get(hirate_limiter *l, hirate_endpoint *out)
 {
-    if (!l || !l->redis || !out)
-        return HIRATE_EINVAL;
-    hirate_link_endpoint(&l->link, out);
-    return 0;
+    return hirate_node_endpoint(l, 0, out);
 }
 
-int hirate_handshake_start(hirate_limiter *l, hirate_handshake **out, char *err, size_t errlen)
+int hirate_is_cluster(hirate_limiter *l)
+{
+    return l && l->cluster != NULL;
+}
+
+int hirate_node_handshake_start(hirate_limiter *l, int node, hirate_handshake **out, char *err,
+                                size_t errlen)
 {
     if (!out)
         return HIRATE_EINVAL;
     *out = NULL;
-    if (!l || !l->redis)
+    if (!l || !l->node0.redis)
         return hirate__fail(err, errlen, HIRATE_EINVAL, "the limiter has no Redis URL");
-    return hirate_link_handshake(&l->link, out, err, errlen);
+    hirate_node *nd = node_of(l, node);
+    if (!nd)
+        return hirate__fail(err, errlen, HIRATE_EINVAL, "the limiter has no node %d", node);
+    return hirate_link_handshake(&nd->link, out, err, errlen);
+}
+
+int hirate_handshake_start(hirate_limiter *l, hirate_handshake **out, char *err, size_t errlen)
+{
+    return hirate_node_handshake_start(l, 0, out, err, errlen);
 }

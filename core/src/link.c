@@ -79,6 +79,7 @@ int hirate_link_init(hirate_link *k, const hirate_options *o, char *err, size_t 
         (rc = check_readable(k->tls_cert_file, "tls_cert_file", 0, err, errlen)) < 0 ||
         (rc = check_readable(k->tls_key_file, "tls_key_file", 0, err, errlen)) < 0)
         goto fail;
+    k->server_name_given = k->tls_server_name != NULL;
     if (k->url.tls && !k->tls_server_name && !(k->tls_server_name = strdup(k->url.host))) {
         rc = hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory");
         goto fail;
@@ -100,6 +101,35 @@ fail:
     return rc;
 }
 
+int hirate_link_clone(hirate_link *k, const hirate_link *seed, const char *host, int port)
+{
+    memset(k, 0, sizeof *k);
+    k->url = seed->url;
+    snprintf(k->url.host, sizeof k->url.host, "%s", host);
+    k->url.port = port;
+    k->url.seeds[0] = '\0';
+    k->connect_timeout_ms = seed->connect_timeout_ms;
+    k->timeout_ms = seed->timeout_ms;
+    k->tls_verify = seed->tls_verify;
+    k->server_name_given = seed->server_name_given;
+    k->tls = seed->tls;
+    k->tls_borrowed = 1;
+    int ok = 1;
+#define HIRATE_COPY_(f) \
+    if (seed->f && !(k->f = strdup(seed->f))) ok = 0;
+    TLS_STRINGS(HIRATE_COPY_)
+#undef HIRATE_COPY_
+    if (ok && k->url.tls && !k->server_name_given) {
+        free(k->tls_server_name);
+        ok = (k->tls_server_name = strdup(host)) != NULL;
+    }
+    if (!ok) {
+        hirate_link_destroy(k);
+        return HIRATE_ENOMEM;
+    }
+    return 0;
+}
+
 void hirate_link_start(hirate_link *k)
 {
     pthread_mutex_init(&k->lock, NULL);
@@ -110,7 +140,8 @@ void hirate_link_start(hirate_link *k)
 
 void hirate_link_destroy(hirate_link *k)
 {
-    hirate_tls_ctx_free(k->tls);
+    if (!k->tls_borrowed)
+        hirate_tls_ctx_free(k->tls);
 #define HIRATE_FREE_(f) free(k->f);
     TLS_STRINGS(HIRATE_FREE_)
 #undef HIRATE_FREE_
@@ -192,11 +223,11 @@ void hirate_link_outcome(hirate_link *k, int rc, const char *why)
         return;   /* given up: nothing was learnt about the server */
     pthread_mutex_lock(&k->lock);
     if (rc == 0) {
-        k->failing = 0;
+        __atomic_store_n(&k->failing, 0, __ATOMIC_RELAXED);
         k->backoff_ms = 0;
     } else {
         if (!k->failing) {
-            k->failing = 1;
+            __atomic_store_n(&k->failing, 1, __ATOMIC_RELAXED);
             k->backoff_ms = BACKOFF_FIRST_MS;
             k->next_try_us = hirate_monotonic_us() + jittered_us(k, k->backoff_ms);
         }
@@ -215,7 +246,7 @@ void hirate_link_fork_release(hirate_link *k, int child)
 {
     if (child) {
         /* The child starts with a clean slate, as its pool does. */
-        k->failing = 0;
+        __atomic_store_n(&k->failing, 0, __ATOMIC_RELAXED);
         k->backoff_ms = 0;
     }
     pthread_mutex_unlock(&k->lock);

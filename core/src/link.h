@@ -24,6 +24,8 @@ typedef struct hirate_link {
     int tls_verify;
     char *tls_ca_file, *tls_ca_dir, *tls_cert_file, *tls_key_file, *tls_server_name;
     hirate_tls_ctx *tls;        /* the blocking client's context; NULL when plain */
+    int tls_borrowed;           /* tls is a cluster seed's, freed with it */
+    int server_name_given;      /* tls_server_name came from the options */
 
     int started;                /* hirate_link_start was called */
     pthread_mutex_t lock;       /* the backoff: */
@@ -40,6 +42,10 @@ typedef struct hirate_link {
  * rediss:// is HIRATE_EOPTION), and makes the TLS context (a file that
  * cannot be read is HIRATE_ETLS naming it). */
 int hirate_link_init(hirate_link *k, const hirate_options *o, char *err, size_t errlen);
+/* A cluster node's link: seed's settings (credentials, timeouts, TLS, its
+ * TLS context) to host:port. The name checked is the option's, else host.
+ * 0, or HIRATE_ENOMEM. */
+int hirate_link_clone(hirate_link *k, const hirate_link *seed, const char *host, int port);
 /* Readies the backoff, once the link is where it will stay. */
 void hirate_link_start(hirate_link *k);
 void hirate_link_destroy(hirate_link *k);

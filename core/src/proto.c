@@ -374,6 +374,10 @@ int hirate_proto_error_class(const char *msg, size_t len)
     };
     if (first_word_is(msg, len, "NOSCRIPT"))
         return HIRATE_PROTO_NOSCRIPT;
+    if (first_word_is(msg, len, "MOVED"))
+        return HIRATE_PROTO_MOVED;
+    if (first_word_is(msg, len, "ASK"))
+        return HIRATE_PROTO_ASK;
     for (size_t i = 0; i < sizeof unavailable / sizeof *unavailable; i++)
         if (first_word_is(msg, len, unavailable[i]))
             return HIRATE_ESERVER;
@@ -469,7 +473,11 @@ int hirate_proto_error_reply(const hirate_reply *rep, int *drop, char *err, size
     if (hirate_proto_error_drops_connection(rep->top.str, rep->top.len))
         *drop = 1;
     int rc = hirate_proto_error_class(rep->top.str, rep->top.len);
-    return hirate__fail_quoting(err, errlen, rc == HIRATE_PROTO_NOSCRIPT ? HIRATE_EREPLY : rc,
+    if (rc == HIRATE_PROTO_MOVED || rc == HIRATE_PROTO_ASK)
+        return hirate__fail_quoting(err, errlen, HIRATE_EREPLY,
+                                    "the server is a Redis Cluster node (use a redis+cluster:// "
+                                    "URL); it replied: ", rep->top.str, rep->top.len);
+    return hirate__fail_quoting(err, errlen, rc > 0 ? HIRATE_EREPLY : rc,
                                 "Redis replied: ", rep->top.str, rep->top.len);
 }
 
@@ -481,7 +489,7 @@ int hirate_proto_outcome(const hirate_reply *rep, const hirate_call *c, int64_t 
     int rc = hirate_proto_decision(rep, c, capacity, d, state, &why);
     if (rc == HIRATE_PROTO_NOSCRIPT && after_eval)
         rc = HIRATE_EREPLY;   /* NOSCRIPT after EVAL: no second fallback */
-    if (rc < 0 && rep->top.type == '-') {
+    if ((rc < 0 || rc > HIRATE_PROTO_NOSCRIPT) && rep->top.type == '-') {
         rc = hirate_proto_error_reply(rep, drop, err, errlen);
     } else if (rc == HIRATE_EPROTO) {
         rc = hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: %s", why);

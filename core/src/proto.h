@@ -88,6 +88,12 @@ size_t hirate_proto_encode_argv(char *buf, size_t cap, int argc, const char *con
  * DENIED), or HIRATE_EREPLY; HIRATE_PROTO_NOSCRIPT for
  * NOSCRIPT, the one reply after which a call is sent again (as EVAL). */
 #define HIRATE_PROTO_NOSCRIPT 1
+/* MOVED and ASK (a cluster's redirections; the call did not run). Only the
+ * cluster's op reads them as such; to everything else (hirate_proto_outcome,
+ * hirate_proto_error_reply) they are HIRATE_EREPLY, a URL that should have
+ * been redis+cluster://. */
+#define HIRATE_PROTO_MOVED 2
+#define HIRATE_PROTO_ASK 3
 int hirate_proto_error_class(const char *msg, size_t len);
 
 /* True when the error says this server is the wrong one to talk to now

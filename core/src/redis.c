@@ -848,6 +848,61 @@ int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, co
     return rc;
 }
 
+/* ---- connections lent to an op's legs (a cluster's blocking client) ----------- */
+
+int hirate_redis_lease(hirate_redis *r, hirate_redis_conn **c, char *err, size_t errlen)
+{
+    int rc = acquire(r, c, NULL, err, errlen);
+    if (rc == 0)
+        begin_roundtrip(r, *c);
+    return rc;
+}
+
+int hirate_redis_send(hirate_redis *r, hirate_redis_conn *c, const char *buf, size_t len,
+                      int64_t deadline, char *err, size_t errlen)
+{
+    return conn_send(r, c, buf, len, deadline, err, errlen);
+}
+
+int hirate_redis_read(hirate_redis *r, hirate_redis_conn *c, int64_t deadline, const char **data,
+                      size_t *len, char *err, size_t errlen)
+{
+    if (c->rstart) {
+        memmove(c->rbuf, c->rbuf + c->rstart, c->rlen - c->rstart);
+        c->rlen -= c->rstart;
+        c->rstart = 0;
+    }
+    if (c->rlen == sizeof c->rbuf)
+        return hirate__fail(err, errlen, HIRATE_EPROTO,
+                            "malformed reply from Redis: longer than %zu bytes", sizeof c->rbuf);
+    long n = hirate_sock_recv(&c->sock, c->rbuf + c->rlen, sizeof c->rbuf - c->rlen, deadline, err,
+                              errlen);
+    if (n == HIRATE_ETIMEDOUT)
+        return hirate__fail(err, errlen, HIRATE_ETIMEDOUT, "no %sreply from Redis within %d ms",
+                            c->reads ? "whole " : "", r->timeout_ms);
+    if (n < 0)
+        return (int)n;
+    c->reads++;
+    c->rlen += (size_t)n;
+    *data = c->rbuf;
+    *len = c->rlen;
+    return 0;
+}
+
+void hirate_redis_consumed(hirate_redis_conn *c, size_t used)
+{
+    c->rstart += used;
+}
+
+void hirate_redis_unlease(hirate_redis *r, hirate_redis_conn *c, int healthy)
+{
+    /* A byte nobody asked for: the stream is out of step. */
+    if (c->rstart != c->rlen)
+        healthy = 0;
+    c->rstart = c->rlen = 0;
+    release(r, c, healthy);
+}
+
 void hirate_redis_stats_get(hirate_redis *r, hirate_redis_stats *out)
 {
     out->evalsha = __atomic_load_n(&r->stats.evalsha, __ATOMIC_RELAXED);

@@ -48,6 +48,21 @@ int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n
 int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, const void *key,
                        size_t keylen, char *err, size_t errlen);
 
+/* A connection of the pool lent to an op's leg (a cluster's calls): lease
+ * one (an idle one, a new one while there is room, else the next given
+ * back, within the timeout), send a leg's bytes, read until the op has its
+ * replies, saying how many bytes it took, and give it back (closed when not
+ * healthy, or when bytes are left over). */
+typedef struct conn hirate_redis_conn;
+int hirate_redis_lease(hirate_redis *r, hirate_redis_conn **c, char *err, size_t errlen);
+int hirate_redis_send(hirate_redis *r, hirate_redis_conn *c, const char *buf, size_t len,
+                      int64_t deadline, char *err, size_t errlen);
+/* Reads more: [*data, *data + *len) are then every unread byte. */
+int hirate_redis_read(hirate_redis *r, hirate_redis_conn *c, int64_t deadline, const char **data,
+                      size_t *len, char *err, size_t errlen);
+void hirate_redis_consumed(hirate_redis_conn *c, size_t used);
+void hirate_redis_unlease(hirate_redis *r, hirate_redis_conn *c, int healthy);
+
 /* The pool's counters (connection attempts are the link's). */
 typedef struct hirate_redis_stats {
     uint64_t evalsha, eval, dropped;

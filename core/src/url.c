@@ -2,6 +2,8 @@
  * redis://[[user]:password@]host[:port][/db]   (host may be [IPv6])
  * rediss://...                                 the same over TLS
  * unix://[[user]:password@]/path[?db=N]
+ * redis+cluster://[[user]:password@]host[:port][,host[:port]...][/0]
+ * rediss+cluster://...                         a Redis Cluster's seeds, TLS
  *
  * Messages name the part that is wrong and never quote the user or password.
  */
@@ -84,6 +86,80 @@ static int parse_userinfo(const char **p, const char *end, hirate_url *u, char *
     return 0;
 }
 
+/* One "host[:port]" of a seed list at p (host may be [v6]): its end, or NULL
+ * when it is malformed. */
+static const char *seed_end(const char *p, const char *end, char host[256], int *port)
+{
+    const char *h = p, *he, *q;
+    if (p < end && *p == '[') {
+        h = p + 1;
+        if (!(he = memchr(h, ']', (size_t)(end - h))))
+            return NULL;
+        q = he + 1;
+    } else {
+        for (q = p; q < end && *q != ':' && *q != ',' && *q != '/' && *q != '?'; q++) {}
+        he = q;
+    }
+    if (he == h || (size_t)(he - h) >= 256 || memchr(h, '@', (size_t)(he - h)))
+        return NULL;
+    memcpy(host, h, (size_t)(he - h));
+    host[he - h] = '\0';
+    *port = 6379;
+    if (q < end && *q == ':') {
+        const char *ps = ++q;
+        while (q < end && *q != ',' && *q != '/' && *q != '?') q++;
+        if (parse_int(ps, (size_t)(q - ps), 1, 65535, port) < 0)
+            return NULL;
+    }
+    return q;
+}
+
+/* The seeds after the first, kept as written in u->seeds: the end of the
+ * list, or NULL with the message in err. */
+static const char *parse_seeds(const char *p, const char *end, hirate_url *u, char *err,
+                               size_t errlen)
+{
+    const char *start = p;
+    int n = 1;
+    for (;;) {
+        char host[256];
+        int port;
+        const char *q = seed_end(p, end, host, &port);
+        if (!q) {
+            hirate__fail(err, errlen, HIRATE_EURL,
+                         "invalid Redis URL: seed %d must be host[:port] (port 1 to 65535)", n + 1);
+            return NULL;
+        }
+        if (++n > 16) {
+            hirate__fail(err, errlen, HIRATE_EURL, "invalid Redis URL: more than 16 seeds");
+            return NULL;
+        }
+        p = q;
+        if (p == end || *p != ',')
+            break;
+        p++;
+    }
+    if ((size_t)(p - start) >= sizeof u->seeds) {
+        hirate__fail(err, errlen, HIRATE_EURL, "invalid Redis URL: the seed list is too long");
+        return NULL;
+    }
+    memcpy(u->seeds, start, (size_t)(p - start));
+    u->seeds[p - start] = '\0';
+    return p;
+}
+
+int hirate_url_next_seed(const char **p, char host[256], int *port)
+{
+    if (!*p || !**p)
+        return 0;
+    const char *end = *p + strlen(*p);
+    const char *q = seed_end(*p, end, host, port);
+    if (!q)
+        return 0;
+    *p = *q == ',' ? q + 1 : q;
+    return 1;
+}
+
 static int parse_tcp(const char *p, const char *end, hirate_url *u, char *err, size_t errlen)
 {
     const char *host, *host_end, *q;
@@ -95,7 +171,7 @@ static int parse_tcp(const char *p, const char *end, hirate_url *u, char *err, s
         q = host_end + 1;
     } else {
         host = p;
-        for (q = p; q < end && *q != ':' && *q != '/' && *q != '?'; q++) {}
+        for (q = p; q < end && *q != ':' && *q != '/' && *q != '?' && *q != ','; q++) {}
         host_end = q;
     }
     if (host_end == host)
@@ -107,10 +183,18 @@ static int parse_tcp(const char *p, const char *end, hirate_url *u, char *err, s
 
     if (q < end && *q == ':') {
         const char *ps = ++q;
-        while (q < end && *q != '/' && *q != '?') q++;
+        while (q < end && *q != '/' && *q != '?' && *q != ',') q++;
         if (parse_int(ps, (size_t)(q - ps), 1, 65535, &u->port) < 0)
             return hirate__fail(err, errlen, HIRATE_EURL,
                                 "invalid Redis URL: the port must be a number from 1 to 65535");
+    }
+    if (q < end && *q == ',') {
+        if (!u->cluster)
+            return hirate__fail(err, errlen, HIRATE_EURL,
+                                "invalid Redis URL: several hosts need redis+cluster:// "
+                                "(or rediss+cluster://)");
+        if ((q = parse_seeds(q + 1, end, u, err, errlen)) == NULL)
+            return HIRATE_EURL;
     }
     if (q < end && *q == '/') {
         const char *ds = ++q;
@@ -122,6 +206,9 @@ static int parse_tcp(const char *p, const char *end, hirate_url *u, char *err, s
     if (q < end)
         return hirate__fail(err, errlen, HIRATE_EURL,
                             "invalid Redis URL: unexpected query after the host (use /db)");
+    if (u->cluster && u->db)
+        return hirate__fail(err, errlen, HIRATE_EURL,
+                            "invalid Redis URL: a cluster has only database 0, got /%d", u->db);
     return 0;
 }
 
@@ -163,9 +250,16 @@ int hirate_url_parse(const char *url, hirate_url *u, char *err, size_t errlen)
     } else if (strncmp(url, "rediss://", 9) == 0) {
         p = url + 9;
         u->tls = 1;
+    } else if (strncmp(url, "redis+cluster://", 16) == 0) {
+        p = url + 16;
+        u->cluster = 1;
+    } else if (strncmp(url, "rediss+cluster://", 17) == 0) {
+        p = url + 17;
+        u->cluster = u->tls = 1;
     } else {
         return hirate__fail(err, errlen, HIRATE_EURL,
-                            "invalid Redis URL: it must start with redis://, rediss:// or unix://");
+                            "invalid Redis URL: it must start with redis://, rediss://, unix://, "
+                            "redis+cluster:// or rediss+cluster://");
     }
     int rc = parse_userinfo(&p, end, u, err, errlen);
     if (rc < 0)

@@ -160,8 +160,13 @@ enum { NCASES = sizeof cases / sizeof cases[0], GOOD = 0 };
 static mcase returned_cases[] = {
     {.rule = "an ERR reply", .raw = "-ERR unknown command 'EVALSHA'\r\n",
      .want = HIRATE_EREPLY, .returned = 1, .says = "Redis replied: ERR unknown command"},
-    {.rule = "a cluster redirection", .raw = "-MOVED 3999 127.0.0.1:6381\r\n",
-     .want = HIRATE_EREPLY, .returned = 1, .says = "Redis replied: MOVED 3999"},
+    {.rule = "a cluster's redirection on a redis:// URL names the cluster URL",
+     .raw = "-MOVED 3999 127.0.0.1:6381\r\n", .want = HIRATE_EREPLY, .returned = 1,
+     .says = "the server is a Redis Cluster node (use a redis+cluster:// URL); it replied: "
+             "MOVED 3999 127.0.0.1:6381"},
+    {.rule = "an ASK on a redis:// URL too", .raw = "-ASK 3999 127.0.0.1:6381\r\n",
+     .want = HIRATE_EREPLY, .returned = 1,
+     .says = "the server is a Redis Cluster node (use a redis+cluster:// URL); it replied: ASK"},
     {.rule = "NOSCRIPT after EVAL too", .raw = "-NOSCRIPT No matching script. Please use EVAL.\r\n",
      .want = HIRATE_EREPLY, .returned = 1, .says = "Redis replied: NOSCRIPT"},
     {.rule = "NOPERM",

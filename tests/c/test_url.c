@@ -91,6 +91,14 @@ static const bad_case rejected[] = {
     {"an empty unix db", "unix:///tmp/r.sock?db=", "db"},
     {"a unix db with trailing junk", "unix:///tmp/r.sock?db=2&x=1", "db"},
     {"a unix query other than db", "unix:///tmp/r.sock?database=2", "db"},
+    {"several hosts need a cluster URL", "redis://a:1,b:2", "cluster"},
+    {"a cluster has only database 0", "redis+cluster://a:1,b:2/3", "database 0"},
+    {"a cluster seed with port 0", "redis+cluster://a:1,b:0", "seed 2"},
+    {"an empty cluster seed", "redis+cluster://a:1,,b:2", "seed 2"},
+    {"a trailing comma", "redis+cluster://a:1,", "seed 2"},
+    {"a cluster URL needs a host", "redis+cluster://", "host"},
+    {"seventeen seeds", "redis+cluster://h:1,h:2,h:3,h:4,h:5,h:6,h:7,h:8,h:9,h:10,h:11,h:12,"
+                        "h:13,h:14,h:15,h:16,h:17", "16 seeds"},
 };
 
 /* Invalid URLs that carry the canary password (plain or percent-encoded):
@@ -130,6 +138,51 @@ static void test_rediss_is_redis_over_tls(void)
         CHECK_EQ_I64(u.port, cases[i].port);
         CHECK_EQ_I64(u.db, cases[i].db);
     }
+}
+
+/* A cluster URL: the first seed in host and port, the others in seeds,
+ * read back one by one. */
+static void test_cluster_urls_list_their_seeds(void)
+{
+    static const struct {
+        const char *url;
+        int tls;
+        const char *first;
+        int port;
+        const char *user, *password;
+        const char *rest[3];
+    } cases[] = {
+        {"redis+cluster://10.0.0.1:7000", 0, "10.0.0.1", 7000, "", "", {NULL}},
+        {"redis+cluster://h", 0, "h", 6379, "", "", {NULL}},
+        {"redis+cluster://u:p%40w@a:7000,b:7001,[::1]:7002/0", 0, "a", 7000, "u", "p@w",
+         {"b:7001", "::1:7002", NULL}},
+        {"rediss+cluster://:pw@a,b", 1, "a", 6379, "", "pw", {"b:6379", NULL}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hirate_url u;
+        char err[HIRATE_ERRMSG_SIZE] = "";
+        CHECK_EQ_I64(hirate_url_parse(cases[i].url, &u, err, sizeof err), 0);
+        CHECK_EQ_I64(u.cluster, 1);
+        CHECK_EQ_I64(u.tls, cases[i].tls);
+        CHECK_EQ_STR(u.host, cases[i].first);
+        CHECK_EQ_I64(u.port, cases[i].port);
+        CHECK_EQ_STR(u.user, cases[i].user);
+        CHECK_EQ_STR(u.password, cases[i].password);
+        const char *p = u.seeds;
+        char host[256], got[300];
+        int port;
+        size_t k = 0;
+        while (hirate_url_next_seed(&p, host, &port)) {
+            snprintf(got, sizeof got, "%s:%d", host, port);
+            CHECK(cases[i].rest[k] != NULL);
+            if (cases[i].rest[k])
+                CHECK_EQ_STR(got, cases[i].rest[k++]);
+        }
+        CHECK(cases[i].rest[k] == NULL);
+    }
+    hirate_url u;
+    CHECK_EQ_I64(hirate_url_parse("redis://h:1", &u, NULL, 0), 0);
+    CHECK_EQ_I64(u.cluster, 0);
 }
 
 static void test_accepts_each_form_with_exact_fields(void)
@@ -244,6 +297,7 @@ static void test_message_fits_a_small_buffer(void)
 int main(void)
 {
     test_rediss_is_redis_over_tls();
+    test_cluster_urls_list_their_seeds();
     test_accepts_each_form_with_exact_fields();
     test_rejects_malformed_urls_with_eurl();
     test_lengths_stop_exactly_at_the_field_size();

@@ -25,7 +25,7 @@
 /* Everything url.c can say; the numbers are those of its limits. */
 static const char *const messages[] = {
     "invalid Redis URL: it is empty",
-    "invalid Redis URL: it must start with redis://, rediss:// or unix://",
+    "invalid Redis URL: it must start with redis://, rediss://, unix://, redis+cluster:// or rediss+cluster://",
     "invalid Redis URL: the user name is malformed or too long",
     "invalid Redis URL: the password is malformed or too long",
     "invalid Redis URL: a user name needs a password (user:password@)",
