@@ -94,6 +94,32 @@ def op():
         write("fuzz_op", name, data)
 
 
+# A 3-master CLUSTER SLOTS reply of redis-server 7.0.15 (ids shortened).
+CLUSTER_SLOTS = (b"*3\r\n"
+                 b"*4\r\n:0\r\n:5460\r\n*3\r\n$9\r\n127.0.0.1\r\n:7100\r\n$4\r\nid-a\r\n"
+                 b"*3\r\n$9\r\n127.0.0.1\r\n:7103\r\n$4\r\nid-d\r\n"
+                 b"*4\r\n:5461\r\n:10922\r\n*3\r\n$9\r\n127.0.0.1\r\n:7101\r\n$4\r\nid-b\r\n"
+                 b"*3\r\n$9\r\n127.0.0.1\r\n:7104\r\n$4\r\nid-e\r\n"
+                 b"*3\r\n:10923\r\n:16383\r\n*3\r\n$0\r\n\r\n:7102\r\n$4\r\nid-c\r\n")
+
+
+def cluster():
+    """fuzz_cluster: a settings byte (1 item, spending), then the replies."""
+    seeds = {
+        "a-and-map": A_ALLOW + CLUSTER_SLOTS,
+        "moved-then-a": b"-MOVED 15495 127.0.0.1:2\r\n" + CLUSTER_SLOTS + A_ALLOW,
+        "ask-then-ok-a": b"-ASK 15495 127.0.0.1:7102\r\n" + CLUSTER_SLOTS + b"+OK\r\n" + A_ALLOW,
+        "moved-empty-host": b"-MOVED 15495 :7102\r\n" + CLUSTER_SLOTS + A_ALLOW,
+        "moved-v6": b"-MOVED 15495 [::1]:7102\r\n" + CLUSTER_SLOTS + A_ALLOW,
+        "clusterdown": b"-CLUSTERDOWN The cluster is down\r\n" + b"-ERR cluster support disabled\r\n",
+        "tryagain": b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n" + CLUSTER_SLOTS,
+        "noscript-a": NOSCRIPT + CLUSTER_SLOTS + A_ALLOW,
+        "bad-map": A_ALLOW + b"*1\r\n*3\r\n:9\r\n:1\r\n*0\r\n",
+    }
+    for name, data in seeds.items():
+        write("fuzz_cluster", name, b"\x04" + data)
+
+
 def url():
     for i, u in enumerate([b"redis://127.0.0.1:6379", b"redis://localhost", b"redis://[::1]:6380/2",
                            b"redis://:s3cr3t@10.0.0.1:7000/15", b"redis://rl:p%40ss@host/1",
@@ -269,6 +295,7 @@ if __name__ == "__main__":
     handshake()
     proto()
     op()
+    cluster()
     url()
     key()
     options()

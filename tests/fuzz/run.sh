@@ -16,7 +16,7 @@ seconds=${1:-10}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_FUZZ:-$root/build-fuzz}
 here=$root/tests/fuzz
-targets="fuzz_proto fuzz_url fuzz_key fuzz_options fuzz_op fuzz_handshake"
+targets="fuzz_proto fuzz_url fuzz_key fuzz_options fuzz_op fuzz_handshake fuzz_cluster"
 
 case $seconds in
     ''|*[!0-9]*) echo "usage: $0 [seconds]" >&2; exit 2 ;;
@@ -52,7 +52,7 @@ for t in $targets; do
     # get a dictionary of the tokens their inputs are made of.
     extra=""
     case $t in
-        fuzz_proto|fuzz_op|fuzz_handshake) extra="-max_len=12000 -dict=$here/resp.dict" ;;
+        fuzz_proto|fuzz_op|fuzz_handshake|fuzz_cluster) extra="-max_len=12000 -dict=$here/resp.dict" ;;
         fuzz_url) extra="-dict=$here/url.dict" ;;
     esac
     echo "== $t: $seconds s"
