@@ -1,0 +1,373 @@
+"""Limiter and AsyncLimiter over a real Redis Cluster (tests/support/
+redis_cluster.py: 3 masters with a replica each on loopback), through
+redis+cluster:// and rediss+cluster:// URLs: every slot range, batches across
+nodes in the caller's order, a replica as the only seed, resharding and a
+master's failover while calls run, TLS, and a Flask route.
+
+One cluster serves the module (each test has a key prefix of its own); the
+failover tests kill a master of their own cluster, and the TLS tests have a
+TLS-only cluster. Rates are 0.001 token/s or none at all: no test runs long
+enough to refill a token, so every count is exact. The core owns every
+cluster rule; these tests only look at what a caller sees.
+"""
+
+import asyncio
+import collections
+import itertools
+import pathlib
+import sys
+import threading
+import time
+
+import pytest
+from flask import Flask
+
+import hirate
+from hirate.flask import RateLimiter
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "support"))
+from redis_cluster import RedisCluster  # noqa: E402
+
+pytestmark = pytest.mark.timeout(180)
+
+KINDS = ["Limiter", "AsyncLimiter"]
+# Generous timeouts where a test is about decisions, not about timeouts: this
+# machine runs six servers and the calls at once.
+SLOW = dict(connect_timeout=2.0, timeout=2.0)
+SLOW_RATE = 0.001
+# Where every decision must be Redis' own: no deny cache answering refusals.
+REDIS_ONLY = dict(SLOW, deny_cache=False)
+_prefixes = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = RedisCluster(masters=3, replicas=1)
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(certs):
+    c = RedisCluster(masters=3, replicas=0, tls=certs)
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def prefix():
+    """A key prefix of this test's own, so that tests share the cluster."""
+    return "c%d:" % next(_prefixes)
+
+
+class Client:
+    """A Limiter, or an AsyncLimiter on an event loop of its own (so that its
+    pools carry over from call to call), behind one set of calls."""
+
+    def __init__(self, kind, url, **kwargs):
+        self.kind = kind
+        if kind == "AsyncLimiter":
+            self.loop = asyncio.new_event_loop()
+            self.lim = hirate.AsyncLimiter(url, **kwargs)
+        else:
+            self.lim = hirate.Limiter(url, **kwargs)
+
+    def _run(self, coro):
+        return self.loop.run_until_complete(asyncio.wait_for(coro, 120))
+
+    def allow_many(self, pairs):
+        r = self.lim.allow_many(pairs)
+        return self._run(r) if self.kind == "AsyncLimiter" else r
+
+    def allow_each(self, keys):
+        """allow() for every key: in turn on a Limiter, all at once (a task
+        each) on an AsyncLimiter."""
+        if self.kind == "Limiter":
+            return [self.lim.allow(k) for k in keys]
+
+        async def each():
+            return await asyncio.gather(*(self.lim.allow(k) for k in keys))
+        return self._run(each())
+
+    def hammer(self, keys, stop, out, tasks=8):
+        """In the calling thread: allow() on keys round robin until stop is
+        set, each (key, decision, monotonic time) appended to out; an
+        AsyncLimiter runs `tasks` tasks at once."""
+        if self.kind == "Limiter":
+            for k in itertools.cycle(keys):
+                if stop.is_set():
+                    return
+                out.append((k, self.lim.allow(k), time.monotonic()))
+
+        async def task(start):
+            for k in itertools.islice(itertools.cycle(keys), start, None):
+                if stop.is_set():
+                    return
+                out.append((k, await self.lim.allow(k), time.monotonic()))
+        async def tasks_():
+            await asyncio.gather(*(task(i * 7) for i in range(tasks)))
+        self.loop.run_until_complete(tasks_())
+
+    def close(self):
+        if self.kind == "Limiter":
+            self.lim.close()
+            return
+        self._run(self.lim.close())
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.loop.close()
+
+
+@pytest.fixture(params=KINDS)
+def make(request):
+    made = []
+
+    def make(url, **kwargs):
+        c = Client(request.param, url, **kwargs)
+        made.append(c)
+        return c
+    yield make
+    for c in made:
+        c.close()
+
+
+def masters(cluster):
+    return [n for n in cluster.refresh() if n.role == "master" and n.slots]
+
+
+def owner(ms, slot):
+    return next(m for m in ms if any(lo <= slot <= hi for lo, hi in m.slots))
+
+
+def shape(d):
+    return (d.allowed, d.remaining, d.limit, d.source, d.error)
+
+
+class Load:
+    """client.hammer(keys) in a thread while the test changes the cluster."""
+
+    def __init__(self, client, keys):
+        self.stop = threading.Event()
+        self.out = []
+        self.thread = threading.Thread(target=client.hammer, args=(keys, self.stop, self.out))
+        self.thread.start()
+
+    def calls(self, n, limit=60):
+        """Waits until n more calls are answered (a bound, not a measure)."""
+        want = len(self.out) + n
+        deadline = time.monotonic() + limit
+        while len(self.out) < want:
+            assert self.thread.is_alive(), "the calls stopped"
+            assert time.monotonic() < deadline, "no %d calls in %d s" % (n, limit)
+            time.sleep(0.005)
+
+    def end(self):
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+        return self.out
+
+
+# ---------------------------------------------------------- every slot range
+
+def test_a_thousand_keys_over_every_slot_range_get_exactly_their_capacity(cluster, make,
+                                                                          prefix):
+    keys = ["user:%d" % i for i in range(1000)]
+    slots = cluster.keyslots([prefix + k for k in keys])   # the core hashes prefix + key
+    ms = masters(cluster)
+    assert len(ms) == 3
+    for m in ms:
+        for lo, hi in m.slots:
+            assert any(lo <= s <= hi for s in slots), "no key in %d-%d" % (lo, hi)
+    c = make(cluster.url, capacity=3, rate=SLOW_RATE, prefix=prefix, **REDIS_ONLY)
+    assert c.lim.url == cluster.url
+    rounds = [c.allow_each(keys) for _ in range(4)]
+    for remaining, got in zip([2, 1, 0], rounds):
+        assert [shape(d) for d in got] == [(True, remaining, 3, "redis", None)] * 1000
+    assert [shape(d) for d in rounds[3]] == [(False, 0, 3, "redis", None)] * 1000
+    # Each bucket lives on its slot's master (a master asked for a key of
+    # another's slot answers MOVED, which raises here).
+    by_master = collections.defaultdict(list)
+    for k, s in zip(keys, slots):
+        by_master[owner(ms, s).port].append(prefix + k)
+    for m in ms:
+        assert cluster.pipeline(m, [("EXISTS", k) for k in by_master[m.port]]) == \
+            [1] * len(by_master[m.port])
+
+
+def test_allow_many_across_every_node_answers_in_the_callers_order(cluster, make, prefix):
+    keys = ["order:%d" % i for i in range(60)]
+    ms = masters(cluster)
+    nodes = [owner(ms, s).port for s in cluster.keyslots([prefix + k for k in keys])]
+    assert len(set(nodes)) == 3
+    # Costs 1..4 by position, and two keys again at the end: every answer
+    # says which item it is.
+    pairs = [(k, 1 + i % 4) for i, k in enumerate(keys)] + [(keys[0], 2), (keys[5], 1)]
+    c = make(cluster.url, capacity=10, rate=SLOW_RATE, prefix=prefix, **REDIS_ONLY)
+    got = c.allow_many(pairs)
+    want = [(True, 10 - (1 + i % 4), 10, "redis", None) for i in range(60)]
+    want += [(True, 10 - 1 - 2, 10, "redis", None), (True, 10 - 2 - 1, 10, "redis", None)]
+    assert [shape(d) for d in got] == want
+    # A batch refused in part: each item its own answer, in place.
+    got = c.allow_many([(keys[3], 5), (keys[0], 8), (keys[1], 1)])
+    assert [shape(d) for d in got] == [(True, 1, 10, "redis", None),
+                                      (False, 7, 10, "redis", None),
+                                      (True, 7, 10, "redis", None)]
+
+
+def test_a_replica_as_the_only_seed_serves_every_slot(cluster, make, prefix):
+    replica = next(n for n in cluster.refresh() if n.role == "replica")
+    url = "redis+cluster://127.0.0.1:%d" % replica.port
+    keys = ["seed:%d" % i for i in range(300)]
+    assert len({owner(masters(cluster), s).port
+                for s in cluster.keyslots([prefix + k for k in keys])}) == 3
+    c = make(url, capacity=2, rate=SLOW_RATE, prefix=prefix, **REDIS_ONLY)
+    assert [shape(d) for d in c.allow_each(keys)] == [(True, 1, 2, "redis", None)] * 300
+    assert [shape(d) for d in c.allow_each(keys)] == [(True, 0, 2, "redis", None)] * 300
+    assert [shape(d) for d in c.allow_each(keys)] == [(False, 0, 2, "redis", None)] * 300
+
+
+# ---------------------------------------------------------------- resharding
+
+def test_resharding_under_load_fails_no_call_and_admits_each_capacity_once(cluster, make,
+                                                                           prefix):
+    # Three slots, one a master; 20 keys in each (a hash tag), 20 tokens each.
+    tags = ["{m%d}" % i for i in range(200)]
+    ms = masters(cluster)
+    chosen = {}
+    for tag, slot in zip(tags, cluster.keyslots(tags)):
+        chosen.setdefault(owner(ms, slot).port, (tag, slot))
+    assert len(chosen) == 3
+    keys = ["%s:%d" % (tag, i) for tag, _ in chosen.values() for i in range(20)]
+    cap = 20
+    c = make(cluster.url, capacity=cap, rate=SLOW_RATE, prefix=prefix, **SLOW)
+    load = Load(c, keys)
+    try:
+        load.calls(50)
+        for tag, slot in chosen.values():
+            ms = masters(cluster)
+            src = owner(ms, slot)
+            dst = next(m for m in ms if m is not src)
+            # As redis-cli --cluster reshard does it, with calls between the
+            # steps: the source answers ASK for keys it gave away, then
+            # everyone MOVED.
+            cluster.begin_migration(slot, src, dst)
+            load.calls(50)
+            cluster.move_keys(slot, src, dst, count=7)
+            load.calls(50)
+            cluster.move_keys(slot, src, dst)
+            load.calls(50)
+            cluster.finish_migration(slot, dst)
+            load.calls(50)
+            assert owner(masters(cluster), slot).port == dst.port
+        # Until every key has been refused once: all of its tokens are spent.
+        deadline = time.monotonic() + 60
+        while {k for k, d, _ in load.out if not d.allowed} != set(keys):
+            assert time.monotonic() < deadline
+            load.calls(100)
+    finally:
+        out = load.end()
+    assert [(k, shape(d)) for k, d, _ in out
+            if d.error is not None or d.source not in ("redis", "cache")] == []
+    admitted = collections.Counter(k for k, d, _ in out if d.allowed)
+    assert admitted == {k: cap for k in keys}
+
+
+# ------------------------------------------------------------------ failover
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_failover_under_load_keeps_healthy_shards_on_redis_and_finds_the_new_master(kind):
+    with RedisCluster(masters=3, replicas=1) as cl:
+        # A shard's outage must not stop the others: without this, every
+        # node refuses every key (CLUSTERDOWN) from the moment the dead
+        # master is marked failed until its replica takes over.
+        for n in cl.nodes:
+            cl.command(n, "CONFIG", "SET", "cluster-require-full-coverage", "no")
+        ms = masters(cl)
+        victim = ms[0]
+        names = ["fo:%d" % i for i in range(300)]
+        shard = {}
+        for k, s in zip(names, cl.keyslots(["rl:" + k for k in names])):
+            shard.setdefault(owner(ms, s).port, []).append(k)
+        keys = [k for m in ms for k in shard[m.port][:10]]
+        dead = set(shard[victim.port][:10])
+        c = Client(kind, cl.url, capacity=10 ** 9, rate=1000.0, on_error="local",
+                   connect_timeout=0.25, timeout=1.0)
+        load = Load(c, keys)
+        try:
+            load.calls(200)
+            killed = time.monotonic()
+            cl.kill(victim)
+            cl.wait_failover(victim, timeout=60)
+            promoted = time.monotonic()
+            # Found: every key of the dead shard is decided by Redis again.
+            deadline = promoted + 60
+            while True:
+                back = {k for k, d, t in load.out if k in dead and t > promoted
+                        and d.source == "redis"}
+                if back == dead:
+                    break
+                assert time.monotonic() < deadline, "the promoted replica was not found"
+                load.calls(50)
+            found = time.monotonic()
+            load.calls(300)
+        finally:
+            out = load.end()
+            c.close()
+    healthy = [(k, shape(d)) for k, d, _ in out if k not in dead and d.source != "redis"]
+    assert healthy == []
+    # Before the kill and once found, the dead shard's keys were Redis'; in
+    # between the policy (local) answered, never an error.
+    assert all(d.source == "redis" for k, d, t in out if k in dead and t < killed)
+    assert all(d.source == "redis" for k, d, t in out if k in dead and t > found)
+    assert all(d.allowed and d.source in ("redis", "local") for k, d, _ in out)
+    # A loose bound: the cluster takes its node timeout (1 s) and an
+    # election; the core asks for the map again at most once per interval.
+    assert found - killed < 30
+    print("\n%s: kill -> promoted %.2f s, promoted -> found %.2f s"
+          % (kind, promoted - killed, found - promoted))
+
+
+# ----------------------------------------------------------------------- TLS
+
+def test_a_tls_cluster_gives_each_key_exactly_its_capacity(tls_cluster, certs, make,
+                                                           prefix):
+    url = tls_cluster.url
+    assert url.startswith("rediss+cluster://localhost:")
+    keys = ["tls:%d" % i for i in range(300)]
+    assert len({owner(masters(tls_cluster), s).port
+                for s in tls_cluster.keyslots([prefix + k for k in keys])}) == 3
+    c = make(url, capacity=2, rate=SLOW_RATE, prefix=prefix,
+             tls_ca_file=str(certs / "ca.crt"), **REDIS_ONLY)
+    assert [shape(d) for d in c.allow_each(keys)] == [(True, 1, 2, "redis", None)] * 300
+    assert [shape(d) for d in c.allow_each(keys)] == [(True, 0, 2, "redis", None)] * 300
+    assert [shape(d) for d in c.allow_each(keys)] == [(False, 0, 2, "redis", None)] * 300
+    got = c.allow_many([(k, 1) for k in keys[:30]])
+    assert [shape(d) for d in got] == [(False, 0, 2, "redis", None)] * 30
+
+
+# --------------------------------------------------------------------- Flask
+
+def test_a_flask_route_limits_exactly_over_a_cluster_url(cluster):
+    app = Flask(__name__)
+    app.testing = True
+    limiter = RateLimiter(app, url=cluster.url, prefix="flask:", **SLOW)
+
+    @app.get("/limited")
+    @limiter.limit(3, 0.1)
+    def limited():
+        return "ok"
+
+    client = app.test_client()
+    seen = []
+    for _ in range(4):
+        r = client.get("/limited")
+        seen.append((r.status_code, r.headers["RateLimit"], r.headers.get("Retry-After")))
+    assert seen == [
+        (200, '"3-per-30s";r=2;t=10', None),
+        (200, '"3-per-30s";r=1;t=20', None),
+        (200, '"3-per-30s";r=0;t=30', None),
+        (429, '"3-per-30s";r=0;t=10', "10"),
+    ]
+    key = "flask:ep:limited|3/0.1|ip:127.0.0.1"
+    assert cluster.command(cluster.master_of(cluster.keyslot(key)), "EXISTS", key) == 1
+    limiter.close(app)
