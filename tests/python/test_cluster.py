@@ -272,6 +272,134 @@ def test_resharding_under_load_fails_no_call_and_admits_each_capacity_once(clust
     assert admitted == {k: cap for k in keys}
 
 
+# ------------------------------------------- AsyncLimiter: pools per node
+
+def clients(cluster, node):
+    """Client connections of node, less the one asking."""
+    text = cluster.command(node, "INFO", "clients")
+    return int(text.split("connected_clients:")[1].split()[0]) - 1
+
+
+def spread(cluster, prefix, name, per_master):
+    """per_master keys for each master, in master order, by Redis' own slots."""
+    ms = masters(cluster)
+    names = ["%s:%d" % (name, i) for i in range(60 * per_master)]
+    found = {m.port: [] for m in ms}
+    for k, s in zip(names, cluster.keyslots([prefix + k for k in names])):
+        found[owner(ms, s).port].append(k)
+    return ms, [found[m.port][:per_master] for m in ms]
+
+
+def test_async_pools_are_bounded_per_node_and_close_ends_every_one(cluster, prefix):
+    ms, groups = spread(cluster, prefix, "pool", 100)
+    keys = [k for g in groups for k in g]
+    before = [clients(cluster, m) for m in ms]
+
+    async def main():
+        lim = hirate.AsyncLimiter(cluster.url, capacity=5, rate=SLOW_RATE, prefix=prefix,
+                                  pool_size=2, **REDIS_ONLY)
+        got = await asyncio.gather(*(lim.allow(k) for k in keys))
+        assert [shape(d) for d in got] == [(True, 4, 5, "redis", None)] * 300
+        # 100 calls at once a master, at most 2 connections to each.
+        during = [clients(cluster, m) - b for m, b in zip(ms, before)]
+        assert all(1 <= n <= 2 for n in during), during
+        assert lim._stats()["conns_dropped"] == 0
+        await lim.close()
+        with pytest.raises(hirate.ClosedError):
+            await lim.allow(keys[0])
+        return during
+
+    asyncio.run(main())
+    deadline = time.monotonic() + 10   # the servers see the closes a moment later
+    while [clients(cluster, m) for m in ms] != before:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_async_a_cancelled_batch_across_nodes_teaches_no_breaker(cluster, prefix):
+    ms, groups = spread(cluster, prefix, "cancel", 3)
+    pairs = [(k, 1) for g in groups for k in g]
+
+    async def main():
+        lim = hirate.AsyncLimiter(cluster.url, capacity=5, rate=SLOW_RATE, prefix=prefix,
+                                  **REDIS_ONLY)
+        await lim.allow_many(pairs)   # connections to every master are open
+        cluster.pause(ms[0])          # its leg waits; the others' answer
+        try:
+            task = asyncio.ensure_future(lim.allow_many(pairs))
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            cluster.resume(ms[0])
+        stats = lim._stats()
+        # The paused master's connection went (its reply would come late);
+        # the caller gave up, which says nothing about Redis.
+        assert stats["conns_dropped"] == 1 and stats["breaker_opens"] == 0
+        got = await lim.allow_many(pairs)
+        await lim.close()
+        return got
+
+    got = asyncio.run(main())
+    # The cancelled batch ran on the healthy masters (2 spent there); on the
+    # paused one it may have run once it woke (a call sent may have run).
+    assert [shape(d) for d in got[3:]] == [(True, 2, 5, "redis", None)] * 6
+    assert all(shape(d) in [(True, 2, 5, "redis", None), (True, 3, 5, "redis", None)]
+               for d in got[:3])
+
+
+def test_async_a_stalled_node_times_out_only_its_own_items(cluster, prefix):
+    ms, groups = spread(cluster, prefix, "stall", 3)
+    pairs = [(k, 1) for g in groups for k in g]
+
+    async def main():
+        lim = hirate.AsyncLimiter(cluster.url, capacity=5, rate=SLOW_RATE, prefix=prefix,
+                                  timeout=0.2, connect_timeout=2.0, deny_cache=False)
+        await lim.allow_many(pairs)
+        cluster.pause(ms[1])
+        try:
+            got = await lim.allow_many(pairs)
+        finally:
+            cluster.resume(ms[1])
+        await lim.close()
+        return got
+
+    got = asyncio.run(main())
+    # The stalled master's items go to the policy (the local fallback, whose
+    # buckets start full); the others are Redis' answers.
+    assert [shape(d) for d in got] == [(True, 3, 5, "redis", None)] * 3 + \
+        [(True, 4, 5, "local", "ETIMEDOUT")] * 3 + [(True, 3, 5, "redis", None)] * 3
+
+
+def test_async_two_event_loops_share_one_limit_with_pools_of_their_own(cluster, prefix):
+    ms, groups = spread(cluster, prefix, "loops", 20)
+    keys = [k for g in groups for k in g]
+    lim = hirate.AsyncLimiter(cluster.url, capacity=4, rate=SLOW_RATE, prefix=prefix,
+                              **REDIS_ONLY)
+    results = {}
+
+    def in_thread(name):
+        async def main():
+            got = [await lim.allow(k) for k in keys]
+            results[name] = (got, len(lim._pools[asyncio.get_running_loop()]))
+        asyncio.run(main())
+
+    threads = [threading.Thread(target=in_thread, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    # Each key was allowed twice, once from each loop: 3 and 2 left, in
+    # whichever order the loops came.
+    for i in range(len(keys)):
+        assert sorted(results[n][0][i].remaining for n in "ab") == [2, 3]
+    assert all(d.source == "redis" for n in "ab" for d in results[n][0])
+    assert results["a"][1] >= 3 and results["b"][1] >= 3   # a pool per node each
+    assert lim._pools == {}   # asyncio.run closed each loop's pools
+    asyncio.run(lim.close())
+
+
 # ------------------------------------------------------------------ failover
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -836,6 +836,8 @@ class AsyncLimiter:
             for other in list(pools.values()):
                 if other.loop.is_closed():
                     other.close()
+        if self._lim.closed:   # a leg after close(): no pool made to stay
+            raise _hirate._error(_hirate.ECLOSED, "the limiter is closed")
         ep = self._eps.get(node)
         if ep is None:
             ep = self._eps[node] = self._lim._endpoint(node)

@@ -11,6 +11,11 @@ _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 _Self = TypeVar("_Self", bound="AsyncLimiter")
 
 class AsyncLimiter:
+    """url: redis://, rediss:// (TLS), unix:///path, or a Redis Cluster:
+    redis+cluster://[user:password@]host:port[,host:port...] (seeds: any
+    nodes, a replica too; pool_size is per node and event loop) and
+    rediss+cluster://... (TLS); None: in memory."""
+
     def __init__(
         self,
         url: Optional[str] = None,
