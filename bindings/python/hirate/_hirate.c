@@ -18,7 +18,11 @@
  * public no-I/O API of hirate_io.h, so that hirate.AsyncLimiter does its own
  * socket I/O on the event loop while the core keeps every rule: the bytes,
  * what the replies mean, the reconnect backoff, the breaker, the deny cache
- * and the policy. Only hirate.h and hirate_io.h are included here.
+ * and the policy. For a Redis Cluster the same hooks take a node
+ * (_endpoint(node), _handshake_start(node)), and an Op's rounds of legs are
+ * there (legs, leg_node, leg_request, leg_feed, leg_fail, leg_drop, next):
+ * which node and what a redirection means stay the core's. Only hirate.h
+ * and hirate_io.h are included here.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
