@@ -499,3 +499,40 @@ def test_a_flask_route_limits_exactly_over_a_cluster_url(cluster):
     key = "flask:ep:limited|3/0.1|ip:127.0.0.1"
     assert cluster.command(cluster.master_of(cluster.keyslot(key)), "EXISTS", key) == 1
     limiter.close(app)
+
+
+# ------------------------------------------------------------ the leg hooks
+
+def test_a_single_redis_op_is_one_leg_on_node_0(redis):
+    lim = hirate.Limiter(redis.url, capacity=3, rate=SLOW_RATE, **SLOW)
+    assert lim.is_cluster is False
+    assert lim._endpoint(0) == lim._endpoint()
+    op = lim._op_start([("a", 1), ("b", 1)], True)
+    assert (op.legs, op.leg_node(0), op.leg_request(0)) == (1, 0, op.request)
+    with pytest.raises(IndexError):
+        op.leg_node(1)
+    with pytest.raises(IndexError):
+        op.leg_node(-1)
+    lim.close()   # a round cut off by close(): ClosedError, nothing sent
+    assert op.next() == hirate._hirate.IO_DONE and op.done and op.legs == 0
+    assert [type(r) for r in op.results()] == [hirate.ClosedError] * 2
+
+
+def test_a_cluster_op_has_a_leg_a_node_and_each_node_its_endpoint(cluster, prefix):
+    ms, groups = spread(cluster, prefix, "legs", 2)
+    lim = hirate.Limiter(cluster.url, capacity=3, rate=SLOW_RATE, prefix=prefix,
+                         **REDIS_ONLY)
+    assert lim.is_cluster is True
+    # The map is learnt by the first calls; after them, a batch goes to the
+    # three masters at once, one leg each.
+    lim.allow_many([(k, 1) for g in groups for k in g])
+    op = lim._op_start([(k, 1) for g in groups for k in g], True)
+    nodes = sorted(op.leg_node(i) for i in range(op.legs))
+    assert len(set(nodes)) == op.legs >= 3
+    ports = {lim._endpoint(n)["port"] for n in nodes}
+    assert {m.port for m in ms} <= ports
+    with pytest.raises(hirate.ConfigError):
+        lim._endpoint(10_000)   # a number the core never gave
+    op.fail(hirate._hirate.ECLOSED)
+    assert op.done
+    lim.close()
