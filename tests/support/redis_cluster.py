@@ -29,7 +29,12 @@ line, answering each with one line, "ok [words]" or "err <message>":
 
     nodes                      ok N, then N lines "port pid role id master-id lo-hi,lo-hi|-"
     kill PORT / pause PORT / resume PORT
-    keyslot HEX...             ok SLOT...  (keys hex-encoded, so any bytes pass)
+    keyslot xHEX...            ok SLOT...  (keys hex-encoded after an "x", so any
+                               bytes pass, the empty key as "x")
+    where xHEX...              ok PORT...  the live master holding each key, 0: none
+    config NAME VALUE          CONFIG SET on every live node
+    stats                      ok CALLS REJECTED  (INFO commandstats summed, see stats())
+    resetstats                 CONFIG RESETSTAT on every live node
     migrate SLOT SRC DST       SRC, DST: ports of masters; moves the slot's keys too
     begin SLOT SRC DST         IMPORTING on DST, MIGRATING on SRC (ASK from now on)
     move SLOT SRC DST [N]      MIGRATE up to N (default all) of the slot's keys
@@ -244,15 +249,16 @@ class RedisCluster:
         ReplyError."""
         return self.pipeline(node, [args], timeout=timeout)[0]
 
-    def pipeline(self, node, commands, timeout=2.0):
+    def pipeline(self, node, commands, timeout=2.0, errors=False):
         """Several commands on one connection, sent at once; their replies in
-        order (an error reply raises ReplyError after all are read)."""
+        order. An error reply raises ReplyError after all are read, or with
+        errors=True is returned as a ReplyError in its place."""
         with self._connect(node, timeout) as s:
             s.sendall(b"".join(_encode(c) for c in commands))
             f = s.makefile("rb")
             replies = [_read_reply(f) for _ in commands]
         for r in replies:
-            if isinstance(r, ReplyError):
+            if isinstance(r, ReplyError) and not errors:
                 raise r
         return replies
 
@@ -308,6 +314,43 @@ class RedisCluster:
         """Redis' own slots of many keys, in one pipeline."""
         n = next(n for n in self.nodes if n.alive and not n.paused)
         return self.pipeline(n, [("CLUSTER", "KEYSLOT", k) for k in keys], timeout=10)
+
+    def where(self, keys):
+        """For each key, the live master that holds it (EXISTS), or None."""
+        found = [None] * len(keys)
+        for n in self.nodes:
+            if n.alive and not n.paused and n.role == "master":
+                # A key of another master's slot answers MOVED (or ASK): not here.
+                replies = self.pipeline(n, [("EXISTS", k) for k in keys], timeout=10, errors=True)
+                for i, r in enumerate(replies):
+                    if r == 1 and found[i] is None:
+                        found[i] = n
+        return found
+
+    def _live(self):
+        return [n for n in self.nodes if n.alive and not n.paused]
+
+    def config_set(self, name, value):
+        """CONFIG SET on every live node."""
+        for n in self._live():
+            self.command(n, "CONFIG", "SET", name, value)
+
+    def stats(self):
+        """(calls, rejected_calls) summed over every command of INFO
+        commandstats of the live nodes; a MOVED or ASK answer is a rejected
+        call of the command it refused."""
+        calls = rejected = 0
+        for n in self._live():
+            for line in self.command(n, "INFO", "commandstats").splitlines():
+                if line.startswith("cmdstat_"):
+                    fields = dict(kv.split("=", 1) for kv in line.split(":", 1)[1].split(","))
+                    calls += int(fields.get("calls", 0))
+                    rejected += int(fields.get("rejected_calls", 0))
+        return calls, rejected
+
+    def reset_stats(self):
+        for n in self._live():
+            self.command(n, "CONFIG", "RESETSTAT")
 
     # ----------------------------------------------------------------- faults
 
@@ -509,6 +552,10 @@ def _read_reply(f):
 # --------------------------------------------------------------------- CLI
 
 
+def _unhex(word):
+    return binascii.unhexlify(word[1:] if word.startswith("x") else word)
+
+
 def _serve(c, infile, out):
     """The command channel of the CLI: one line in, one answer out."""
     def say(s):
@@ -535,8 +582,20 @@ def _serve(c, infile, out):
                 getattr(c, cmd)(c.node(int(args[0])))
                 say("ok")
             elif cmd == "keyslot":
-                keys = [binascii.unhexlify(a) for a in args]
+                keys = [_unhex(a) for a in args]
                 say("ok " + " ".join(str(s) for s in c.keyslots(keys)))
+            elif cmd == "where":
+                found = c.where([_unhex(a) for a in args])
+                say("ok " + " ".join(str(n.port if n else 0) for n in found))
+            elif cmd == "config":
+                c.config_set(args[0], " ".join(args[1:]))
+                say("ok")
+            elif cmd == "stats":
+                calls, rejected = c.stats()
+                say(f"ok {calls} {rejected}")
+            elif cmd == "resetstats":
+                c.reset_stats()
+                say("ok")
             elif cmd == "migrate":
                 c.migrate_slot(int(args[0]), c.node(int(args[1])), c.node(int(args[2])))
                 say("ok")
