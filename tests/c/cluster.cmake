@@ -1,0 +1,13 @@
+# Redis Cluster end to end (issue: Redis Cluster): test_cluster against
+# clusters that tests/support/redis_cluster.py builds on loopback (driven
+# through tests/support/cluster_harness.c), and test_slot, the core's key
+# slot against Redis' own CLUSTER KEYSLOT.
+
+add_library(hirate_cluster_support STATIC ../support/cluster_harness.c)
+target_include_directories(hirate_cluster_support PUBLIC ../support)
+target_link_libraries(hirate_cluster_support PUBLIC hirate_flags Threads::Threads)
+
+hirate_add_test(test_slot test_slot.c)
+target_link_libraries(test_slot PRIVATE hirate_cluster_support)
+
+set_tests_properties(test_slot PROPERTIES LABELS "cluster")
