@@ -1070,8 +1070,11 @@ static int op_round(hirate_op *op)
             for (size_t i = 0; i < op->nlegs && !g; i++)
                 if (op->legs[i].node == node)
                     g = &op->legs[i];
-            if (!g && op->nlegs && !(g = leg_add(op, node)))
-                hirate_cluster_refresh_end(l->cluster, node, NULL, NULL, 0);
+            /* A leg of its own when no call goes there: even when every
+             * call met an open breaker, or the map would never learn of
+             * the replica that took over. */
+            if (!g)
+                g = leg_add(op, node);
             if (g)
                 g->map = 1;
             else
