@@ -1358,13 +1358,13 @@ static int feed_map(hirate_op *op, leg *g, const char *buf, size_t len, size_t *
         /* Not RESP, too long, or bytes after it: the stream is lost. */
         g->drop = 1;
         hirate_cluster_refresh_end(op->l->cluster, g->node, NULL, NULL, 0);
-    } else if (map->type == '-') {
-        /* A node that is not in cluster mode, or cannot say: ask another
-         * one later; the calls' own replies say the rest. */
-        hirate_cluster_refresh_end(op->l->cluster, g->node, NULL, NULL, 0);
     } else {
+        /* An error reply (a node not in cluster mode, or one that cannot
+         * say now) teaches nothing: another node is asked later, and the
+         * calls' own replies say the rest. */
         char err[HIRATE_ERRMSG_SIZE];
-        if (hirate_cluster_refresh_end(op->l->cluster, g->node, map, err, sizeof err) < 0)
+        if (hirate_cluster_refresh_end(op->l->cluster, g->node, map, err, sizeof err) ==
+            HIRATE_EPROTO)
             g->drop = 1;
     }
     hirate_rnode_free(map);
@@ -1431,6 +1431,22 @@ int hirate_op_leg_feed(hirate_op *op, size_t i, const char *buf, size_t len, siz
 
 /* A leg's end: its node's breaker learns what its calls met, and each call
  * that has its answer gives it to its item. */
+/* Call j of leg g, which could not connect (so nothing was sent), went to
+ * g's node on a guess: no map named that node for its slot (a seed, before
+ * the map is known). Then it may go to another node, a bounded number of
+ * times: the node now fails, and the next guess is another one. */
+static int unrouted(hirate_op *op, const leg *g, size_t j)
+{
+    hirate_cluster *c = op->l->cluster;
+    if (!c || (op->flags[j] & SEND_KEEP_NODE) || op->redirects[j] >= HIRATE_CLUSTER_REDIRECTS_MAX)
+        return 0;
+    unsigned slot = call_slot(op_call(op, j));
+    if (__atomic_load_n(&c->owner[slot], __ATOMIC_RELAXED) == g->node + 1)
+        return 0;
+    op->redirects[j]++;
+    return 1;
+}
+
 static void leg_settle(hirate_op *op, leg *g)
 {
     if (op->kind == OP_RESET || !g->count)
@@ -1441,6 +1457,8 @@ static void leg_settle(hirate_op *op, leg *g)
     int64_t wait_us = breaker_outcome(&op->b, nd, g->verdict, sel, g->count, op->err);
     for (size_t i = 0; i < g->count; i++) {
         size_t j = sel[i];
+        if (op->b.rcs[j] == HIRATE_ECONNECT && unrouted(op, g, j))
+            op->b.rcs[j] = CALL_PENDING;
         if (op->b.rcs[j] == CALL_PENDING || op->b.rcs[j] == CALL_SETTLED)
             continue;
         if (is_outage(op->b.rcs[j]) && op->l->cluster)
