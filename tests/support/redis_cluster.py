@@ -2,6 +2,7 @@
 
     from redis_cluster import RedisCluster           # tests/support on sys.path
     c = RedisCluster(masters=3, replicas=1, tls=None)  # tls: make_certs dir -> TLS-only ports
+                     # full_coverage=True: Redis' default cluster-require-full-coverage yes
     c.url            # "redis+cluster://127.0.0.1:P1,127.0.0.1:P2" (rediss+cluster://localhost:... with tls)
     c.nodes          # [Node(port, pid, role "master"/"replica", id, slots [(lo, hi)...])]
     c.master_of(slot) / c.replica_of(node) / c.kill(node) / c.pause(node) / c.resume(node)
@@ -14,7 +15,8 @@ Every node is our own redis-server child on free loopback ports (client
 port and cluster bus port both chosen free, so no port + 10000 clash), with
 its own directory under one temporary directory, so SIGKILL and SIGSTOP reach
 exactly it and nothing is left behind: stop() runs at interpreter exit too.
-The cluster is built by `redis-cli --cluster create`, and the constructor
+Unlike Redis' default, the nodes do not require full coverage (see
+_spawn). The cluster is built by `redis-cli --cluster create`, and the constructor
 returns only once every node says cluster_state:ok, every node agrees on who
 owns which slots, and every replica's link to its master is up.
 
@@ -27,7 +29,8 @@ prints one JSON line {"url":..., "nodes":[{"port":..,"pid":..,"role":..,"id":..,
 "slots":[[lo,hi]...]}...], "dir":...} and then reads commands on stdin, one a
 line, answering each with one line, "ok [words]" or "err <message>":
 
-    nodes                      ok N, then N lines "port pid role id master-id lo-hi,lo-hi|-"
+    nodes                      ok N, then N lines
+                               "port pid role id master-id|- lo-hi,lo-hi|- alive|paused|dead"
     kill PORT / pause PORT / resume PORT
     keyslot xHEX...            ok SLOT...  (keys hex-encoded after an "x", so any
                                bytes pass, the empty key as "x")
@@ -106,8 +109,10 @@ def _stop_all():
 
 
 class RedisCluster:
-    def __init__(self, masters=3, replicas=1, tls=None, die_with_parent=False):
+    def __init__(self, masters=3, replicas=1, tls=None, die_with_parent=False,
+                 full_coverage=False):
         self.masters = masters
+        self.full_coverage = full_coverage
         self.replicas = replicas
         self.tls = pathlib.Path(tls) if tls else None
         self.die_with_parent = die_with_parent
@@ -144,6 +149,11 @@ class RedisCluster:
                 # A replica takes over however long ago it last heard its
                 # master: the tests kill masters right after writing.
                 "--cluster-replica-validity-factor", "0",
+                # Redis' default (yes) stops every shard while one has no
+                # master, between a master's failure and its replica's
+                # promotion; the tests want the healthy shards to serve on,
+                # as most deployments do. full_coverage=True: Redis' default.
+                "--cluster-require-full-coverage", "yes" if self.full_coverage else "no",
                 # Replicas sync at once (the default waits 5 s for more replicas).
                 "--repl-diskless-sync-delay", "0",
                 "--save", "", "--appendonly", "no", "--dir", node.dir,
@@ -576,7 +586,8 @@ def _serve(c, infile, out):
                 lines = [f"ok {len(c.nodes)}"]
                 for n in c.nodes:
                     slots = ",".join(f"{lo}-{hi}" for lo, hi in n.slots) or "-"
-                    lines.append(f"{n.port} {n.pid} {n.role} {n.id} {n.master_id or '-'} {slots}")
+                    state = "dead" if not n.alive else "paused" if n.paused else "alive"
+                    lines.append(f"{n.port} {n.pid} {n.role} {n.id} {n.master_id or '-'} {slots} {state}")
                 say("\n".join(lines))
             elif cmd in ("kill", "pause", "resume"):
                 getattr(c, cmd)(c.node(int(args[0])))
@@ -625,6 +636,8 @@ def main(argv=None):
     s.add_argument("--masters", type=int, default=3)
     s.add_argument("--replicas", type=int, default=1)
     s.add_argument("--tls", metavar="DIR", help="make_certs.sh's directory (made if missing): TLS-only ports")
+    s.add_argument("--full-coverage", action="store_true",
+                   help="cluster-require-full-coverage yes (Redis' default; the harness' is no)")
     a = p.parse_args(argv)
 
     def on_signal(signum, frame):
@@ -634,7 +647,8 @@ def main(argv=None):
 
     if a.tls:
         make_certs(a.tls)
-    c = RedisCluster(masters=a.masters, replicas=a.replicas, tls=a.tls, die_with_parent=True)
+    c = RedisCluster(masters=a.masters, replicas=a.replicas, tls=a.tls, die_with_parent=True,
+                     full_coverage=a.full_coverage)
     try:
         print(json.dumps({"url": c.url, "nodes": [n.to_json() for n in c.nodes], "dir": c.dir}),
               flush=True)
