@@ -350,6 +350,12 @@ ch_node *ch_wait_failover(ch_cluster *c, const ch_node *old, double timeout_s)
     return port > 0 ? ch_node_by_port(c, port) : NULL;
 }
 
+int ch_settle(ch_cluster *c, double timeout_s)
+{
+    if (request(c, "settle %g", timeout_s) < 0) return -1;
+    return ch_refresh(c);
+}
+
 int ch_config_set(ch_cluster *c, const char *name, const char *value)
 {
     return request(c, "config %s %s", name, value);

@@ -94,6 +94,9 @@ int ch_migrate_finish(ch_cluster *c, int slot, const ch_node *dst);
  * returns the new master, or NULL after timeout_s. */
 ch_node *ch_wait_failover(ch_cluster *c, const ch_node *old, double timeout_s);
 
+/* Waits as ch_start does: every live node says cluster_state:ok, all agree
+ * on the slots' owners, every live replica's link is up. 0 or -1. */
+int ch_settle(ch_cluster *c, double timeout_s);
 /* CONFIG SET name value on every live node. 0 or -1. */
 int ch_config_set(ch_cluster *c, const char *name, const char *value);
 /* The sum of rejected_calls (a MOVED or ASK answer is one) and of calls of

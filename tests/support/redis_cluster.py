@@ -42,6 +42,7 @@ line, answering each with one line, "ok [words]" or "err <message>":
     begin SLOT SRC DST         IMPORTING on DST, MIGRATING on SRC (ASK from now on)
     move SLOT SRC DST [N]      MIGRATE up to N (default all) of the slot's keys
     finish SLOT DST            SETSLOT NODE on every master
+    settle [TIMEOUT]           waits as the start does: every live node ok, agreeing
     failover PORT TIMEOUT      waits for a replica of PORT's node to own its slots: ok NEWPORT
     stop                       stops the cluster (so does end of input, or SIGTERM)
 """
@@ -606,6 +607,9 @@ def _serve(c, infile, out):
                 say(f"ok {calls} {rejected}")
             elif cmd == "resetstats":
                 c.reset_stats()
+                say("ok")
+            elif cmd == "settle":
+                c.wait_stable(float(args[0]) if args else 30)
                 say("ok")
             elif cmd == "migrate":
                 c.migrate_slot(int(args[0]), c.node(int(args[1])), c.node(int(args[2])))
