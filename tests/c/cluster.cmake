@@ -14,3 +14,9 @@ hirate_add_test(test_slot test_slot.c)
 target_link_libraries(test_slot PRIVATE hirate_cluster_support)
 
 set_tests_properties(test_cluster test_slot PROPERTIES LABELS "cluster")
+
+# The command-line tool against a cluster (tests/cli/test_cli_cluster.sh).
+add_test(NAME test_cli_cluster
+  COMMAND sh ${PROJECT_SOURCE_DIR}/tests/cli/test_cli_cluster.sh
+          $<TARGET_FILE:hirate_cli> ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_cli_cluster PROPERTIES TIMEOUT 120 LABELS "cluster")
