@@ -336,7 +336,7 @@ typedef struct load {
     const int *which;   /* indexes into ks */
     int nwhich;
     int start;          /* each thread walks the keys from its own offset */
-    volatile int *stop;
+    int *stop;          /* set (atomically) to end the load */
     tally *t;           /* per key (index into ks), shared by the threads: atomics */
     /* For the failover cases: a decision other than redis, its time. */
     int64_t first_other_us, last_other_us;
@@ -348,7 +348,7 @@ static void *hammer(void *arg)
 {
     load *L = arg;
     L->first_other_us = L->last_other_us = 0;
-    for (long n = 0; !*L->stop; n++) {
+    for (long n = 0; !__atomic_load_n(L->stop, __ATOMIC_RELAXED); n++) {
         int i = L->which[(L->start + n) % L->nwhich];
         hirate_decision d;
         memset(&d, 0, sizeof d);
@@ -444,7 +444,7 @@ static void test_resharding(void)
     }
 
     hirate_limiter *lim = make((cfg){.prefix = "mig:", .capacity = CAP});
-    volatile int stop = 0;
+    int stop = 0;
     pthread_t th[THREADS];
     for (int i = 0; i < THREADS; i++) {
         L[i] = (load){.lim = lim, .ks = &ks, .which = which, .nwhich = ks.n,
@@ -483,7 +483,7 @@ static void test_resharding(void)
     long before = 0;
     for (int i = 0; i < ks.n; i++) before += __atomic_load_n(&t[i].calls, __ATOMIC_RELAXED);
     CHECK(wait_calls(t, which, ks.n, 2 * CAP + before / ks.n, 20000));
-    stop = 1;
+    __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
     for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
 
     long long calls = 0, rejected = 0;
@@ -568,7 +568,7 @@ static void test_failover(int kill_it)
 
     hirate_limiter *lim = make((cfg){.url = live_url(), .prefix = prefix, .capacity = CAP,
                                      .on_error = HIRATE_ON_ERROR_CLOSED});
-    volatile int stop = 0;
+    int stop = 0;
     pthread_t th[3];
     for (int s = 0; s < 3; s++) {
         L[s] = (load){.lim = lim, .ks = &ks, .which = which[s], .nwhich = nw[s], .stop = &stop,
@@ -591,7 +591,7 @@ static void test_failover(int kill_it)
      * back to redis within the bound, and stay so. */
     sleep_ms(FOUND_BOUND_MS + 500);
     int64_t t_end = mono_us();
-    stop = 1;
+    __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
     for (int s = 0; s < 3; s++) pthread_join(th[s], NULL);
     if (!kill_it) CHECK_EQ_I64(ch_resume(&C, &old), 0);
 
