@@ -744,16 +744,17 @@ int hirate_reset(hirate_limiter *l, const void *key, size_t keylen)
     char err[HIRATE_ERRMSG_SIZE];
     if (!l)
         return HIRATE_EINVAL;
-    int rc = reset_local(l, key, keylen, err, sizeof err);
-    if (rc == 0 && l->cluster) {
+    if (l->cluster) {   /* the op forgets it locally, then asks its node */
         hirate_op *op;
-        if ((rc = hirate_op_start_reset(l, key, keylen, &op)) == 1) {
+        int rc = hirate_op_start_reset(l, key, keylen, &op);
+        if (rc == 1) {
             run_blocking(l, op);
             rc = hirate_op_result(op);
         }
         hirate_op_free(op);
         return rc;
     }
+    int rc = reset_local(l, key, keylen, err, sizeof err);
     if (rc == 0 && l->node0.redis) {
         rc = hirate_redis_reset(l->node0.redis, l->prefix, l->prefixlen, key, keylen, err, sizeof err);
         return rc < 0 ? remember(l, rc, err) : 0;
@@ -1069,8 +1070,11 @@ static int op_round(hirate_op *op)
             for (size_t i = 0; i < op->nlegs && !g; i++)
                 if (op->legs[i].node == node)
                     g = &op->legs[i];
-            if (!g && op->nlegs && !(g = leg_add(op, node)))
-                hirate_cluster_refresh_end(l->cluster, node, NULL, NULL, 0);
+            /* A leg of its own when no call goes there: even when every
+             * call met an open breaker, or the map would never learn of
+             * the replica that took over. */
+            if (!g)
+                g = leg_add(op, node);
             if (g)
                 g->map = 1;
             else
