@@ -88,6 +88,7 @@ class Node:
         self.id = None
         self.master_id = None   # a replica's master, else None
         self.slots = []         # [(lo, hi)] a master owns
+        self.last_slots = []    # its slots when it was killed or paused
         self.alive = True       # False after kill()
         self.paused = False     # True between pause() and resume()
 
@@ -178,9 +179,12 @@ class RedisCluster:
                 self._spawn(n)
             if self._wait_all(lambda n: self.command(n, "PING") == "PONG", 5, raise_=False):
                 break
-            # A port taken between free_port() and bind(): again, with others.
+            # A port taken between free_port() and bind(): again, with others,
+            # and no nodes.conf of the failed try.
             for n in self.nodes:
                 self._reap(n)
+                shutil.rmtree(n.dir, ignore_errors=True)
+                os.mkdir(n.dir)
         else:
             raise RuntimeError("redis-server did not start in cluster mode "
                                f"(see the logs under {self.dir})")
@@ -367,6 +371,7 @@ class RedisCluster:
 
     def kill(self, node):
         """SIGKILL (its peers see it fail after the node timeout)."""
+        node.last_slots = list(node.slots) or node.last_slots
         if node.proc and node.proc.poll() is None:
             os.kill(node.pid, signal.SIGCONT)
             node.proc.kill()
@@ -376,6 +381,7 @@ class RedisCluster:
 
     def pause(self, node):
         """SIGSTOP: the node hangs with its sockets open."""
+        node.last_slots = list(node.slots) or node.last_slots
         os.kill(node.pid, signal.SIGSTOP)
         node.paused = True
 
@@ -384,19 +390,19 @@ class RedisCluster:
         node.paused = False
 
     def wait_failover(self, old_master, timeout=10):
-        """Waits until a replica of old_master is a master owning all the
-        slots old_master owned (when last refreshed) and every live node
-        says cluster_state:ok; returns the new master."""
-        slots = list(old_master.slots)
+        """Waits until another node (its replica) is a master owning all the
+        slots old_master owned when it was killed or paused, and every live
+        node says cluster_state:ok; returns the new master."""
+        slots = list(old_master.last_slots or old_master.slots)
         if not slots:
             raise ValueError(f"{old_master!r} owns no slots")
-        replicas = {n.port for n in self.nodes if n.master_id == old_master.id}
         deadline = time.monotonic() + timeout
         while True:
             try:
                 self.refresh()
-                new = next((n for n in self.nodes if n.port in replicas and n.alive
-                            and n.role == "master" and _covers(n.slots, slots)), None)
+                new = next((n for n in self.nodes if n is not old_master and n.alive
+                            and not n.paused and n.role == "master"
+                            and _covers(n.slots, slots)), None)
                 if new and all("cluster_state:ok" in self.command(n, "CLUSTER", "INFO")
                                for n in self.nodes if n.alive and not n.paused):
                     return new
