@@ -12,8 +12,8 @@
  *   1,000 keys over every slot range, capacity 5 exactly 5 allowed each, the 6th refused,
  *                                                  source redis; allow_many the same, in order
  *   a replica as the only seed                   the same
- *   resharding under load (SETSLOT, MIGRATE)     no call fails, every source redis, each key
- *                                                  admits exactly its capacity
+ *   resharding under load (SETSLOT, MIGRATE),    no call fails, every source redis, each key
+ *     allow and allow_many                         admits exactly its capacity
  *   SIGKILL of a master under load               other shards redis throughout; the dead
  *                                                  shard's keys fail_closed, then redis again
  *                                                  within FOUND_BOUND_MS of the promotion
@@ -336,6 +336,7 @@ typedef struct load {
     const int *which;   /* indexes into ks */
     int nwhich;
     int start;          /* each thread walks the keys from its own offset */
+    int batch;          /* 1: by allow_many of all its keys at once */
     int *stop;          /* set (atomically) to end the load */
     tally *t;           /* per key (index into ks), shared by the threads: atomics */
     /* For the failover cases: a decision other than redis, its time. */
@@ -347,12 +348,31 @@ typedef struct load {
 static void *hammer(void *arg)
 {
     load *L = arg;
+    static __thread hirate_item items[KEYS_MAX];
     L->first_other_us = L->last_other_us = 0;
     for (long n = 0; !__atomic_load_n(L->stop, __ATOMIC_RELAXED); n++) {
         int i = L->which[(L->start + n) % L->nwhich];
         hirate_decision d;
-        memset(&d, 0, sizeof d);
-        int rc = hirate_allow(L->lim, L->ks->key[i], L->ks->len[i], 1, &d);
+        int rc;
+        if (L->batch) {
+            /* Every key once in one allow_many, keys of every node mixed;
+             * the batch is refilled when used up. */
+            int j = (int)(n % L->nwhich);
+            if (j == 0) {
+                for (int k = 0; k < L->nwhich; k++) {
+                    int w = L->which[(L->start + n + k) % L->nwhich];
+                    items[k] = (hirate_item){.key = L->ks->key[w], .keylen = L->ks->len[w],
+                                             .cost = 1, .rc = -999};
+                }
+                if (hirate_allow_many(L->lim, items, (size_t)L->nwhich) != 0)
+                    for (int k = 0; k < L->nwhich; k++) items[k].rc = HIRATE_EINVAL;
+            }
+            rc = items[j].rc;
+            d = items[j].decision;
+        } else {
+            memset(&d, 0, sizeof d);
+            rc = hirate_allow(L->lim, L->ks->key[i], L->ks->len[i], 1, &d);
+        }
         tally *t = &L->t[i];
         __atomic_add_fetch(&t->calls, 1, __ATOMIC_RELAXED);
         if (rc == 0 && d.source == HIRATE_SOURCE_REDIS) {
@@ -448,7 +468,7 @@ static void test_resharding(void)
     pthread_t th[THREADS];
     for (int i = 0; i < THREADS; i++) {
         L[i] = (load){.lim = lim, .ks = &ks, .which = which, .nwhich = ks.n,
-                      .start = i * ks.n / THREADS, .stop = &stop, .t = t};
+                      .start = i * ks.n / THREADS, .batch = i == 0, .stop = &stop, .t = t};
         pthread_create(&th[i], NULL, hammer, &L[i]);
     }
     CHECK(wait_calls(t, which, ks.n, 3, 10000));

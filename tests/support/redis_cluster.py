@@ -217,7 +217,8 @@ class RedisCluster:
 
     def wait_stable(self, timeout=30):
         """Until every live node says cluster_state:ok, all agree on the
-        owners of all 16384 slots, and every replica's link is up."""
+        owners of all 16384 slots and on every node's role and master, and
+        every replica's link is up."""
         def settled():
             views = set()
             for n in self.nodes:
@@ -230,7 +231,10 @@ class RedisCluster:
                                       if v["role"] == "master" and v["slots"]))
                 if sum(hi - lo + 1 for ranges, _ in owners for lo, hi in ranges) != 16384:
                     return False
-                views.add(owners)
+                # Roles too: a node that just met the others may still take a
+                # replica for a master without slots.
+                roles = tuple(sorted((v["id"], v["role"], v["master_id"]) for v in view.values()))
+                views.add((owners, roles))
                 info = self.command(n, "INFO", "replication")
                 if _role_from_info(info) == "slave" and "master_link_status:up" not in info:
                     return False
@@ -278,9 +282,10 @@ class RedisCluster:
         return replies
 
     def refresh(self):
-        """Updates every node's role, id, master_id and slots from the
-        CLUSTER NODES of a live node (each node reports itself as "myself")."""
-        view = None
+        """Updates every node's role, id, master_id and slots. A live node's
+        role and master are its own word (its "myself" line), the slots a
+        live master's view; a dead or stopped node is as the others see it."""
+        views, selves = [], {}
         for n in self.nodes:
             if not n.alive or n.paused:
                 continue
@@ -290,16 +295,20 @@ class RedisCluster:
                 continue
             mine = _parse_nodes(text)
             me = next(v for v in mine.values() if v["myself"])
-            n.id = me["id"]
-            if view is None:
-                view = mine
-        if view is None:
+            selves[n.port] = me
+            # A master's view first: SETSLOT NODE reaches the masters at
+            # once, the replicas by gossip.
+            (views.insert(0, mine) if me["role"] == "master" else views.append(mine))
+        if not views:
             raise RuntimeError("no cluster node answers")
-        by_port = {v["port"]: v for v in view.values()}
+        by_port = {v["port"]: v for v in views[0].values()}
         for n in self.nodes:
             v = by_port.get(n.port)
             if v:
                 n.id, n.role, n.master_id, n.slots = v["id"], v["role"], v["master_id"], v["slots"]
+            me = selves.get(n.port)
+            if me:
+                n.id, n.role, n.master_id = me["id"], me["role"], me["master_id"]
         return self.nodes
 
     # ----------------------------------------------------------------- queries
