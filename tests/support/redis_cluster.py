@@ -2,6 +2,7 @@
 
     from redis_cluster import RedisCluster           # tests/support on sys.path
     c = RedisCluster(masters=3, replicas=1, tls=None)  # tls: make_certs dir -> TLS-only ports
+                     # masters >= 3 (redis-cli --cluster create wants that many)
                      # full_coverage=True: Redis' default cluster-require-full-coverage yes
     c.url            # "redis+cluster://127.0.0.1:P1,127.0.0.1:P2" (rediss+cluster://localhost:... with tls)
     c.nodes          # [Node(port, pid, role "master"/"replica", id, slots [(lo, hi)...])]
