@@ -104,11 +104,13 @@ static int refresh_locked(ch_cluster *c)
     for (int i = 0; i < n; i++) {
         if (!fgets(line, sizeof line, c->from)) return -1;
         ch_node *nd = &c->nodes[i];
-        char role[16], master[48], slots[1600];
+        char role[16], master[48], slots[1600], state[16];
         int pid;
-        if (sscanf(line, "%d %d %15s %47s %47s %1599s", &nd->port, &pid, role, nd->id, master,
-                   slots) != 6)
+        if (sscanf(line, "%d %d %15s %47s %47s %1599s %15s", &nd->port, &pid, role, nd->id,
+                   master, slots, state) != 7)
             return -1;
+        nd->alive = strcmp(state, "dead") != 0;
+        nd->paused = strcmp(state, "paused") == 0;
         nd->pid = (pid_t)pid;
         nd->master = strcmp(role, "master") == 0;
         snprintf(nd->master_id, sizeof nd->master_id, "%s", strcmp(master, "-") ? master : "");
@@ -167,7 +169,7 @@ int ch_start(ch_cluster *c, int masters, int replicas, const char *tls_dir)
         signal(SIGPIPE, SIG_DFL);
         dup2(in[0], 0);
         dup2(out[1], 1);
-        const char *argv[] = {"python3", script, "start", "--masters", m, "--replicas", r,
+            const char *argv[] = {"python3", script, "start", "--masters", m, "--replicas", r,
                               tls_dir ? "--tls" : NULL, tls_dir, NULL};
         execvp("python3", (char *const *)argv);
         perror("cluster harness: python3");
@@ -241,7 +243,8 @@ ch_node *ch_node_by_port(ch_cluster *c, int port)
 ch_node *ch_replica_of(ch_cluster *c, const ch_node *m)
 {
     for (int i = 0; i < c->n; i++)
-        if (!c->nodes[i].master && strcmp(c->nodes[i].master_id, m->id) == 0)
+        if (!c->nodes[i].master && c->nodes[i].alive &&
+            strcmp(c->nodes[i].master_id, m->id) == 0)
             return &c->nodes[i];
     return NULL;
 }
@@ -345,6 +348,12 @@ ch_node *ch_wait_failover(ch_cluster *c, const ch_node *old, double timeout_s)
     if (port > 0 && refresh_locked(c) < 0) port = -1;
     pthread_mutex_unlock(&c->lock);
     return port > 0 ? ch_node_by_port(c, port) : NULL;
+}
+
+int ch_settle(ch_cluster *c, double timeout_s)
+{
+    if (request(c, "settle %g", timeout_s) < 0) return -1;
+    return ch_refresh(c);
 }
 
 int ch_config_set(ch_cluster *c, const char *name, const char *value)

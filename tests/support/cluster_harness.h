@@ -26,7 +26,10 @@
 typedef struct ch_node {
     int port;
     pid_t pid;
-    int master;             /* 1: a master; 0: a replica */
+    int master;             /* 1: a master (a failed one keeps the flag, without slots);
+                               0: a replica */
+    int alive;              /* 0 after ch_kill */
+    int paused;             /* 1 between ch_pause and ch_resume */
     char id[48];
     char master_id[48];     /* a replica's master; "" for a master */
     int nranges;
@@ -56,8 +59,8 @@ void ch_stop(ch_cluster *c);
 /* Reloads c->nodes from CLUSTER NODES. 0 or -1. */
 int ch_refresh(ch_cluster *c);
 
-/* The master owning slot, the node on port, a replica of master m (NULL
- * when there is none), all as of the last refresh. */
+/* The master owning slot, the node on port, a live replica of master m
+ * (NULL when there is none), all as of the last refresh. */
 ch_node *ch_master_of(ch_cluster *c, int slot);
 ch_node *ch_node_by_port(ch_cluster *c, int port);
 ch_node *ch_replica_of(ch_cluster *c, const ch_node *m);
@@ -91,6 +94,9 @@ int ch_migrate_finish(ch_cluster *c, int slot, const ch_node *dst);
  * returns the new master, or NULL after timeout_s. */
 ch_node *ch_wait_failover(ch_cluster *c, const ch_node *old, double timeout_s);
 
+/* Waits as ch_start does: every live node says cluster_state:ok, all agree
+ * on the slots' owners, every live replica's link is up. 0 or -1. */
+int ch_settle(ch_cluster *c, double timeout_s);
 /* CONFIG SET name value on every live node. 0 or -1. */
 int ch_config_set(ch_cluster *c, const char *name, const char *value);
 /* The sum of rejected_calls (a MOVED or ASK answer is one) and of calls of

@@ -2,6 +2,8 @@
 
     from redis_cluster import RedisCluster           # tests/support on sys.path
     c = RedisCluster(masters=3, replicas=1, tls=None)  # tls: make_certs dir -> TLS-only ports
+                     # masters >= 3 (redis-cli --cluster create wants that many)
+                     # full_coverage=True: Redis' default cluster-require-full-coverage yes
     c.url            # "redis+cluster://127.0.0.1:P1,127.0.0.1:P2" (rediss+cluster://localhost:... with tls)
     c.nodes          # [Node(port, pid, role "master"/"replica", id, slots [(lo, hi)...])]
     c.master_of(slot) / c.replica_of(node) / c.kill(node) / c.pause(node) / c.resume(node)
@@ -14,7 +16,8 @@ Every node is our own redis-server child on free loopback ports (client
 port and cluster bus port both chosen free, so no port + 10000 clash), with
 its own directory under one temporary directory, so SIGKILL and SIGSTOP reach
 exactly it and nothing is left behind: stop() runs at interpreter exit too.
-The cluster is built by `redis-cli --cluster create`, and the constructor
+Unlike Redis' default, the nodes do not require full coverage (see
+_spawn). The cluster is built by `redis-cli --cluster create`, and the constructor
 returns only once every node says cluster_state:ok, every node agrees on who
 owns which slots, and every replica's link to its master is up.
 
@@ -27,7 +30,8 @@ prints one JSON line {"url":..., "nodes":[{"port":..,"pid":..,"role":..,"id":..,
 "slots":[[lo,hi]...]}...], "dir":...} and then reads commands on stdin, one a
 line, answering each with one line, "ok [words]" or "err <message>":
 
-    nodes                      ok N, then N lines "port pid role id master-id lo-hi,lo-hi|-"
+    nodes                      ok N, then N lines
+                               "port pid role id master-id|- lo-hi,lo-hi|- alive|paused|dead"
     kill PORT / pause PORT / resume PORT
     keyslot xHEX...            ok SLOT...  (keys hex-encoded after an "x", so any
                                bytes pass, the empty key as "x")
@@ -39,6 +43,7 @@ line, answering each with one line, "ok [words]" or "err <message>":
     begin SLOT SRC DST         IMPORTING on DST, MIGRATING on SRC (ASK from now on)
     move SLOT SRC DST [N]      MIGRATE up to N (default all) of the slot's keys
     finish SLOT DST            SETSLOT NODE on every master
+    settle [TIMEOUT]           waits as the start does: every live node ok, agreeing
     failover PORT TIMEOUT      waits for a replica of PORT's node to own its slots: ok NEWPORT
     stop                       stops the cluster (so does end of input, or SIGTERM)
 """
@@ -84,6 +89,7 @@ class Node:
         self.id = None
         self.master_id = None   # a replica's master, else None
         self.slots = []         # [(lo, hi)] a master owns
+        self.last_slots = []    # its slots when it was killed or paused
         self.alive = True       # False after kill()
         self.paused = False     # True between pause() and resume()
 
@@ -106,8 +112,10 @@ def _stop_all():
 
 
 class RedisCluster:
-    def __init__(self, masters=3, replicas=1, tls=None, die_with_parent=False):
+    def __init__(self, masters=3, replicas=1, tls=None, die_with_parent=False,
+                 full_coverage=False):
         self.masters = masters
+        self.full_coverage = full_coverage
         self.replicas = replicas
         self.tls = pathlib.Path(tls) if tls else None
         self.die_with_parent = die_with_parent
@@ -144,6 +152,11 @@ class RedisCluster:
                 # A replica takes over however long ago it last heard its
                 # master: the tests kill masters right after writing.
                 "--cluster-replica-validity-factor", "0",
+                # Redis' default (yes) stops every shard while one has no
+                # master, between a master's failure and its replica's
+                # promotion; the tests want the healthy shards to serve on,
+                # as most deployments do. full_coverage=True: Redis' default.
+                "--cluster-require-full-coverage", "yes" if self.full_coverage else "no",
                 # Replicas sync at once (the default waits 5 s for more replicas).
                 "--repl-diskless-sync-delay", "0",
                 "--save", "", "--appendonly", "no", "--dir", node.dir,
@@ -167,9 +180,12 @@ class RedisCluster:
                 self._spawn(n)
             if self._wait_all(lambda n: self.command(n, "PING") == "PONG", 5, raise_=False):
                 break
-            # A port taken between free_port() and bind(): again, with others.
+            # A port taken between free_port() and bind(): again, with others,
+            # and no nodes.conf of the failed try.
             for n in self.nodes:
                 self._reap(n)
+                shutil.rmtree(n.dir, ignore_errors=True)
+                os.mkdir(n.dir)
         else:
             raise RuntimeError("redis-server did not start in cluster mode "
                                f"(see the logs under {self.dir})")
@@ -202,7 +218,8 @@ class RedisCluster:
 
     def wait_stable(self, timeout=30):
         """Until every live node says cluster_state:ok, all agree on the
-        owners of all 16384 slots, and every replica's link is up."""
+        owners of all 16384 slots and on every node's role and master, and
+        every replica's link is up."""
         def settled():
             views = set()
             for n in self.nodes:
@@ -215,7 +232,10 @@ class RedisCluster:
                                       if v["role"] == "master" and v["slots"]))
                 if sum(hi - lo + 1 for ranges, _ in owners for lo, hi in ranges) != 16384:
                     return False
-                views.add(owners)
+                # Roles too: a node that just met the others may still take a
+                # replica for a master without slots.
+                roles = tuple(sorted((v["id"], v["role"], v["master_id"]) for v in view.values()))
+                views.add((owners, roles))
                 info = self.command(n, "INFO", "replication")
                 if _role_from_info(info) == "slave" and "master_link_status:up" not in info:
                     return False
@@ -263,9 +283,10 @@ class RedisCluster:
         return replies
 
     def refresh(self):
-        """Updates every node's role, id, master_id and slots from the
-        CLUSTER NODES of a live node (each node reports itself as "myself")."""
-        view = None
+        """Updates every node's role, id, master_id and slots. A live node's
+        role and master are its own word (its "myself" line), the slots a
+        live master's view; a dead or stopped node is as the others see it."""
+        views, selves = [], {}
         for n in self.nodes:
             if not n.alive or n.paused:
                 continue
@@ -275,16 +296,20 @@ class RedisCluster:
                 continue
             mine = _parse_nodes(text)
             me = next(v for v in mine.values() if v["myself"])
-            n.id = me["id"]
-            if view is None:
-                view = mine
-        if view is None:
+            selves[n.port] = me
+            # A master's view first: SETSLOT NODE reaches the masters at
+            # once, the replicas by gossip.
+            (views.insert(0, mine) if me["role"] == "master" else views.append(mine))
+        if not views:
             raise RuntimeError("no cluster node answers")
-        by_port = {v["port"]: v for v in view.values()}
+        by_port = {v["port"]: v for v in views[0].values()}
         for n in self.nodes:
             v = by_port.get(n.port)
             if v:
                 n.id, n.role, n.master_id, n.slots = v["id"], v["role"], v["master_id"], v["slots"]
+            me = selves.get(n.port)
+            if me:
+                n.id, n.role, n.master_id = me["id"], me["role"], me["master_id"]
         return self.nodes
 
     # ----------------------------------------------------------------- queries
@@ -356,6 +381,7 @@ class RedisCluster:
 
     def kill(self, node):
         """SIGKILL (its peers see it fail after the node timeout)."""
+        node.last_slots = list(node.slots) or node.last_slots
         if node.proc and node.proc.poll() is None:
             os.kill(node.pid, signal.SIGCONT)
             node.proc.kill()
@@ -365,6 +391,7 @@ class RedisCluster:
 
     def pause(self, node):
         """SIGSTOP: the node hangs with its sockets open."""
+        node.last_slots = list(node.slots) or node.last_slots
         os.kill(node.pid, signal.SIGSTOP)
         node.paused = True
 
@@ -373,19 +400,19 @@ class RedisCluster:
         node.paused = False
 
     def wait_failover(self, old_master, timeout=10):
-        """Waits until a replica of old_master is a master owning all the
-        slots old_master owned (when last refreshed) and every live node
-        says cluster_state:ok; returns the new master."""
-        slots = list(old_master.slots)
+        """Waits until another node (its replica) is a master owning all the
+        slots old_master owned when it was killed or paused, and every live
+        node says cluster_state:ok; returns the new master."""
+        slots = list(old_master.last_slots or old_master.slots)
         if not slots:
             raise ValueError(f"{old_master!r} owns no slots")
-        replicas = {n.port for n in self.nodes if n.master_id == old_master.id}
         deadline = time.monotonic() + timeout
         while True:
             try:
                 self.refresh()
-                new = next((n for n in self.nodes if n.port in replicas and n.alive
-                            and n.role == "master" and _covers(n.slots, slots)), None)
+                new = next((n for n in self.nodes if n is not old_master and n.alive
+                            and not n.paused and n.role == "master"
+                            and _covers(n.slots, slots)), None)
                 if new and all("cluster_state:ok" in self.command(n, "CLUSTER", "INFO")
                                for n in self.nodes if n.alive and not n.paused):
                     return new
@@ -576,7 +603,8 @@ def _serve(c, infile, out):
                 lines = [f"ok {len(c.nodes)}"]
                 for n in c.nodes:
                     slots = ",".join(f"{lo}-{hi}" for lo, hi in n.slots) or "-"
-                    lines.append(f"{n.port} {n.pid} {n.role} {n.id} {n.master_id or '-'} {slots}")
+                    state = "dead" if not n.alive else "paused" if n.paused else "alive"
+                    lines.append(f"{n.port} {n.pid} {n.role} {n.id} {n.master_id or '-'} {slots} {state}")
                 say("\n".join(lines))
             elif cmd in ("kill", "pause", "resume"):
                 getattr(c, cmd)(c.node(int(args[0])))
@@ -595,6 +623,9 @@ def _serve(c, infile, out):
                 say(f"ok {calls} {rejected}")
             elif cmd == "resetstats":
                 c.reset_stats()
+                say("ok")
+            elif cmd == "settle":
+                c.wait_stable(float(args[0]) if args else 30)
                 say("ok")
             elif cmd == "migrate":
                 c.migrate_slot(int(args[0]), c.node(int(args[1])), c.node(int(args[2])))
@@ -625,6 +656,8 @@ def main(argv=None):
     s.add_argument("--masters", type=int, default=3)
     s.add_argument("--replicas", type=int, default=1)
     s.add_argument("--tls", metavar="DIR", help="make_certs.sh's directory (made if missing): TLS-only ports")
+    s.add_argument("--full-coverage", action="store_true",
+                   help="cluster-require-full-coverage yes (Redis' default; the harness' is no)")
     a = p.parse_args(argv)
 
     def on_signal(signum, frame):
@@ -634,7 +667,8 @@ def main(argv=None):
 
     if a.tls:
         make_certs(a.tls)
-    c = RedisCluster(masters=a.masters, replicas=a.replicas, tls=a.tls, die_with_parent=True)
+    c = RedisCluster(masters=a.masters, replicas=a.replicas, tls=a.tls, die_with_parent=True,
+                     full_coverage=a.full_coverage)
     try:
         print(json.dumps({"url": c.url, "nodes": [n.to_json() for n in c.nodes], "dir": c.dir}),
               flush=True)
