@@ -13,7 +13,10 @@ target_link_libraries(test_cluster PRIVATE hirate_cluster_support Threads::Threa
 hirate_add_test(test_slot test_slot.c)
 target_link_libraries(test_slot PRIVATE hirate_cluster_support)
 
-set_tests_properties(test_cluster test_slot PROPERTIES LABELS "cluster")
+set_tests_properties(test_slot PROPERTIES LABELS "cluster")
+# Its load runs threads over one limiter while slots move and masters die:
+# TSan runs it too (make test-tsan).
+set_tests_properties(test_cluster PROPERTIES LABELS "cluster;tsan")
 
 # The command-line tool against a cluster (tests/cli/test_cli_cluster.sh).
 add_test(NAME test_cli_cluster
