@@ -4,6 +4,7 @@
  *
  *   peer_c speed|atomic|outage|fill --impl IMPL --url redis://HOST:PORT [...]
  *   peer_c ... --impl hirate --url rediss://HOST:PORT --tls-ca-file ca.crt   (TLS)
+ *   peer_c ... --impl hirate|hirate-batch --url redis+cluster://HOST:PORT,...  (Redis Cluster)
  *
  *   hiredis         the floor for any client: plain hiredis, one connection
  *                   per thread, redisCommandArgv of EVALSHA with hirate's own
@@ -613,12 +614,19 @@ int main(int argc, char **argv)
     else
         die("--impl: unknown client \"%s\" (hiredis, hirate, hirate-batch, hirate-nocache)", impl);
     int tls = strncmp(c.url, "rediss://", 9) == 0;
-    if (sscanf(c.url, tls ? "rediss://%255[^:/]:%d" : "redis://%255[^:/]:%d", c.host,
-               &c.port) != 2)
-        die("--url: expected redis://HOST:PORT or rediss://HOST:PORT, got \"%s\"", c.url);
+    /* A cluster's URL goes to hirate as it is: the core routes by slot. */
+    int cluster = strncmp(c.url, "redis+cluster://", 16) == 0 ||
+                  strncmp(c.url, "rediss+cluster://", 17) == 0;
+    if (cluster && c.impl == IMPL_HIREDIS)
+        die("--impl hiredis: one connection per thread to one server; no cluster URL");
+    if (!cluster && sscanf(c.url, tls ? "rediss://%255[^:/]:%d" : "redis://%255[^:/]:%d",
+                           c.host, &c.port) != 2)
+        die("--url: expected redis://HOST:PORT, rediss://HOST:PORT or redis+cluster://HOST:PORT,"
+            "... got \"%s\"", c.url);
+    tls = tls || strncmp(c.url, "rediss+cluster://", 17) == 0;
     c.tls_ca_file = bench_opt(argc, argv, "--tls-ca-file", NULL);
     if (c.tls_ca_file && !tls)
-        die("--tls-ca-file needs a rediss:// URL");
+        die("--tls-ca-file needs a rediss:// or rediss+cluster:// URL");
     if (tls && c.impl == IMPL_HIREDIS)
         die("--impl hiredis: this hiredis has no TLS (hiredis_ssl); use redis://");
     c.keys = (long)num(argc, argv, "--keys", 100000, 1, 10000000);
