@@ -844,6 +844,12 @@ def cluster_contenders():
          "`hirate_allow_many`, 16 per call, 8 threads",
          "`hirate_allow_many`, 16 per call, 8 threads (each call split by node, the nodes' "
          "parts sent at once)", True),
+        # 48 a call: about 16 a master, the depth of redis-benchmark -P 16 on
+        # each connection.
+        (C("c/hirate-batch48", "C: hirate_allow_many, 48 per call", "C", None, "c",
+           "hirate-batch", hirate=True),
+         "`hirate_allow_many`, 48 per call, 8 threads",
+         "`hirate_allow_many`, 48 per call (about 16 per master), 8 threads", True),
         (C("py/hirate", "Python: hirate.Limiter", "Python", None, "python", "hirate",
            hirate=True),
          "`hirate.Limiter`, 8 threads", "`hirate.Limiter`, 8 threads", False),
@@ -876,10 +882,15 @@ def cluster_contenders():
     ]
 
 
+# Options of a contender's harness beyond the protocol's.
+CLUSTER_EXTRA = {"c/hirate-batch48": ["--batch", "48"]}
+
+
 class ClusterRun:
     def __init__(self, c, target, label, batch):
         self.c, self.target, self.label, self.batch = c, target, label, batch
         self.id = "%s@%s" % (c.id, target)
+        self.extra = CLUSTER_EXTRA.get(c.id, [])
 
     def to_json(self):
         c = self.c
@@ -901,6 +912,23 @@ def start_cluster():
                             die_with_parent=True)
     except (RuntimeError, TimeoutError, OSError) as e:
         raise RunError("the cluster did not start: %s" % e)
+
+
+def machine_busy():
+    """CPU seconds the whole machine has been busy (every process, /proc/stat)."""
+    try:
+        with open("/proc/stat") as f:
+            v = f.readline().split()[1:]
+        return (int(v[0]) + int(v[1]) + int(v[2]) + int(v[5]) + int(v[6]) + int(v[7])) / \
+            os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def note_machine(r, busy0, wall):
+    busy1 = machine_busy()
+    if busy0 is not None and busy1 is not None:
+        r["machine_cores"] = (busy1 - busy0) / wall
 
 
 def info_fields(text):
@@ -947,10 +975,12 @@ class ClusterTarget:
             self.cl.command(n, "FLUSHALL", "SYNC", timeout=30)
         self.cl.reset_stats()
         self.cpu0 = {n.port: cpu_of(self.cl.command(n, "INFO", "cpu")) for n in self.cl.nodes}
+        self.busy0 = machine_busy()
         self.t0 = time.monotonic()
 
     def after(self, r):
         wall = time.monotonic() - self.t0
+        note_machine(r, self.busy0, wall)
         busy = {n.port: cpu_of(self.cl.command(n, "INFO", "cpu")) - self.cpu0[n.port]
                 for n in self.cl.nodes}
         calls = usec = rejected = failed = 0
@@ -983,10 +1013,12 @@ class SingleTarget:
     def before(self):
         self.redis.fresh()
         self.cpu0 = cpu_of(self.redis.cmd("INFO", "cpu"))
+        self.busy0 = machine_busy()
         self.t0 = time.monotonic()
 
     def after(self, r):
         wall = time.monotonic() - self.t0
+        note_machine(r, self.busy0, wall)
         c, u, rj, f = evalsha_stats(self.redis.cmd("INFO", "commandstats"))
         if c:
             r["server_us_per_call"] = u / c
@@ -1154,13 +1186,14 @@ def phase_cluster(build, setup, redis, p, results):
                     "--url", tgt.url, "--keys", sc["keys"], "--concurrency", sc["concurrency"],
                     "--seconds", p.seconds, "--warmup", p.warmup, "--capacity", CAPACITY,
                     "--rate", rate_arg(RATE), "--seed", rnd + 1,
-                    "--timeout-ms", CLUSTER_TIMEOUT_MS], timeout=p.seconds + p.warmup + 60)
+                    "--timeout-ms", CLUSTER_TIMEOUT_MS] + run.extra,
+                    timeout=p.seconds + p.warmup + 60)
             return tgt.after(r)
 
         out["speed"] = interleaved(runnable, [CLUSTER_SCENARIO], p, "cluster", one)
         for rid, by in out["speed"].items():
             raw = [x for x in by[CLUSTER_SCENARIO["id"]]["raw"] if "error_run" not in x]
-            for k in ("masters_cores", "replicas_cores"):
+            for k in ("masters_cores", "replicas_cores", "machine_cores"):
                 v = [x[k] for x in raw if k in x]
                 if v:
                     by[CLUSTER_SCENARIO["id"]][k] = statistics.median(v)
