@@ -946,12 +946,12 @@ def cluster_goal_lines(res):
         out.append("- **Met**: %s (medians): %s." % (goal_peers, text))
 
     rbc, rbn = "c/redis-benchmark@cluster", "c/redis-benchmark-nodes@cluster"
-    mine = [x for x in ("c/hirate-batch@cluster", "c/hirate-batch48@cluster") if not why_not(x)]
+    configs = ("c/hirate-batch@cluster", "c/hirate-batch48@cluster", "c/hirate-batch48x16@cluster")
+    mine = [x for x in configs if not why_not(x)]
     miss = [x for x in (rbc, rbn) if why_not(x)]
     if not mine or len(miss) == 2:
         out.append("- **Not measured**: %s: %s." % (goal_ceiling, "; ".join(
-            "%s: %s" % (x, why_not(x)) for x in miss + [x for x in (
-                "c/hirate-batch@cluster", "c/hirate-batch48@cluster") if x not in mine])))
+            "%s: %s" % (x, why_not(x)) for x in miss + [x for x in configs if x not in mine])))
         return out
     # hirate's best configuration: a caller picks the batch size.
     hb = max(mine, key=fig)
@@ -987,13 +987,19 @@ def cluster_goal_lines(res):
                "masters had as much CPU under hirate, at hirate's %s decisions/s per master "
                "core they would have made %s/s: %.0f%% of the shortfall is their share of the "
                "machine. The rest (%.0f%%) is what a master core does per decision: %s/s per "
-               "core for redis-benchmark, whose %d connections each bring 16 calls per read, "
-               "against hirate's 8 threads, each call's items split over %d masters."
+               "core for redis-benchmark, which keeps about %s calls in flight at each master "
+               "(%d connections, 16 each), against about %s for hirate (%d threads, %d "
+               "decisions a call split over %d masters): the more a master finds to read at "
+               "once, the less each call costs it."
                % (line, ncpu, mh, mt, runs[top]["label"], rh, rt, ch, cc, others,
                   grp(h / mh) if mh else "?", rate_s(min(ceil[top], h * mt / mh)) if mh
                   else "?", 100 * share, 100 * (1 - share),
                   grp(ceil[top] / mt) if mt else "?",
+                  grp(t["rb_clients"] * 16 / (1 if top == rbn else t["shape"]["masters"])),
                   t["rb_clients"] * (t["shape"]["masters"] if top == rbn else 1),
+                  grp(runs[hb].get("threads", 8) * runs[hb].get("batch_size", 16)
+                      / t["shape"]["masters"]),
+                  runs[hb].get("threads", 8), runs[hb].get("batch_size", 16),
                   t["shape"]["masters"]))
     return out
 

@@ -850,6 +850,11 @@ def cluster_contenders():
            "hirate-batch", hirate=True),
          "`hirate_allow_many`, 48 per call, 8 threads",
          "`hirate_allow_many`, 48 per call (about 16 per master), 8 threads", True),
+        # As many threads as a node's pool has connections (16 by default):
+        # more calls in flight at each master.
+        (C("c/hirate-batch48x16", "C: hirate_allow_many, 48 per call, 16 threads", "C", None,
+           "c", "hirate-batch", hirate=True),
+         None, "`hirate_allow_many`, 48 per call, 16 threads", True),
         (C("py/hirate", "Python: hirate.Limiter", "Python", None, "python", "hirate",
            hirate=True),
          "`hirate.Limiter`, 8 threads", "`hirate.Limiter`, 8 threads", False),
@@ -882,21 +887,26 @@ def cluster_contenders():
     ]
 
 
-# Options of a contender's harness beyond the protocol's.
-CLUSTER_EXTRA = {"c/hirate-batch48": ["--batch", "48"]}
+# Threads and decisions per call of the batch clients other than 8 and 16,
+# given to the harness ahead of the protocol's options (peer_c takes the
+# first of a repeated option).
+CLUSTER_BATCH = {"c/hirate-batch48": (8, 48), "c/hirate-batch48x16": (16, 48)}
 
 
 class ClusterRun:
     def __init__(self, c, target, label, batch):
         self.c, self.target, self.label, self.batch = c, target, label, batch
         self.id = "%s@%s" % (c.id, target)
-        self.extra = CLUSTER_EXTRA.get(c.id, [])
+        self.threads, self.size = CLUSTER_BATCH.get(c.id, (8, 16 if batch else 1))
+        self.extra = [] if c.id not in CLUSTER_BATCH else [
+            "--concurrency", self.threads, "--batch", self.size]
 
     def to_json(self):
         c = self.c
         return {"id": self.id, "base": c.id, "target": self.target, "lang": c.lang,
                 "hirate": c.hirate, "limiter": c.limiter, "short": c.short,
-                "label": self.label, "batch": self.batch,
+                "label": self.label, "batch": self.batch, "threads": self.threads,
+                "batch_size": self.size,
                 "status": "missing" if c.reason else "ok", "reason": c.reason}
 
 
@@ -1182,12 +1192,11 @@ def phase_cluster(build, setup, redis, p, results):
                 r = rb_run(c, what, targets, redis.sha, p.seconds, calib)
             else:
                 tgt.before()
-                r = harness(c, "speed", [
+                r = harness(c, "speed", run.extra + [
                     "--url", tgt.url, "--keys", sc["keys"], "--concurrency", sc["concurrency"],
                     "--seconds", p.seconds, "--warmup", p.warmup, "--capacity", CAPACITY,
                     "--rate", rate_arg(RATE), "--seed", rnd + 1,
-                    "--timeout-ms", CLUSTER_TIMEOUT_MS] + run.extra,
-                    timeout=p.seconds + p.warmup + 60)
+                    "--timeout-ms", CLUSTER_TIMEOUT_MS], timeout=p.seconds + p.warmup + 60)
             return tgt.after(r)
 
         out["speed"] = interleaved(runnable, [CLUSTER_SCENARIO], p, "cluster", one)
@@ -1298,7 +1307,7 @@ def main():
     resolve(cs, build, setup)
     if p.only:
         only = set(p.only.split(","))
-        unknown = only - {c.id for c in cs}
+        unknown = only - {c.id for c in cs} - {e[0].id for e in cluster_contenders()}
         if unknown:
             sys.exit("suite.py: --only: unknown contenders %s" % ", ".join(sorted(unknown)))
         cs = [c for c in cs if c.id in only]
