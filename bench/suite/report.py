@@ -520,21 +520,21 @@ class Doc:
         self.w("#### %s" % t["scenario"]["label"])
         self.w()
         self.w("| | contender | against | decisions/s | spread | p50 µs | p99 µs | client CPU "
-               "µs per decision | server µs per call | masters' CPU, cores | replicas' CPU, "
-               "cores | cluster / one Redis |")
-        self.w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+               "µs per decision | server µs per call | masters' CPU µs per call | masters' CPU, "
+               "cores | replicas' CPU, cores | cluster / one Redis |")
+        self.w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         sc = t["scenario"]["id"]
         for r in t["runs"]:
             name = "**%s**" % r["label"] if r["hirate"] else r["label"]
             where = "cluster" if r["target"] == "cluster" else "one Redis"
             if r["status"] != "ok":
-                self.w("| %s | %s | %s | missing (%s) | | | | | | | | |"
+                self.w("| %s | %s | %s | missing (%s) | | | | | | | | | |"
                        % (r["lang"], name, where, r["reason"]))
                 continue
             s = t["speed"].get(r["id"], {}).get(sc)
             if not s or "rate" not in s:
                 why = (s or {}).get("failures", ["not run"])[0]
-                self.w("| %s | %s | %s | failed (%s) | | | | | | | | |"
+                self.w("| %s | %s | %s | failed (%s) | | | | | | | | | |"
                        % (r["lang"], name, where, why.replace("|", "/")))
                 continue
             rate = rate_s(med(s, "rate"))
@@ -549,10 +549,11 @@ class Doc:
                 if med(one, "rate"):
                     ratio = "%.2f" % (med(s, "rate") / med(one, "rate"))
             cpu = "" if not r["limiter"] else us_s(med(s, "cpu_us"))
-            self.w("| %s | %s | %s | %s%s | %s | %s | %s | %s | %s | %.2f | %s | %s |" % (
+            self.w("| %s | %s | %s | %s%s | %s | %s | %s | %s | %s | %s | %.2f | %s | %s |" % (
                 r["lang"], name, where, rate, errs, spread(s, "rate", rate_s),
                 us_s(med(s, "p50_us")), us_s(med(s, "p99_us")), cpu,
-                us_s(med(s, "server_us_per_call")), s.get("masters_cores", 0),
+                us_s(med(s, "server_us_per_call")), us_s(s.get("masters_us_per_call")),
+                s.get("masters_cores", 0),
                 "%.2f" % s["replicas_cores"] if r["target"] == "cluster" else "–", ratio))
         self.w()
         moved = [(r["label"], t["speed"][r["id"]][sc].get("rejected_calls"))
@@ -560,9 +561,12 @@ class Doc:
                  and t["speed"][r["id"]][sc].get("rejected_calls")]
         self.w("Client CPU is the harness process's own CPU time over the measured seconds "
                "per decision (for redis-benchmark: not a limiter, left out). Server µs per "
-               "call is EVALSHA's `usec_per_call` over all masters; the CPU columns are each "
-               "group's `used_cpu_user + used_cpu_sys` (`INFO cpu`) over the run, warm-up "
-               "and start included, in cores. %s"
+               "call is EVALSHA's `usec_per_call` over all masters (the script's own time); "
+               "masters' CPU µs per call is all the masters' CPU time (`used_cpu_user + "
+               "used_cpu_sys`, `INFO cpu`) over the EVALSHA calls they ran, both over the "
+               "whole run: what a decision costs them, reading and replying and feeding the "
+               "replicas included, however busy the machine; the cores columns are each "
+               "group's CPU time over the run, warm-up and start included. %s"
                % ("Calls the masters answered with a redirection (`rejected_calls` of "
                   "EVALSHA, summed over rounds, warm-up included: the clients' first calls, "
                   "before they had the slot map): %s." % "; ".join(
@@ -976,41 +980,40 @@ def cluster_goal_lines(res):
     mh, rh, ch, xh = cluster_cores(t, hb)
     mt, rt, cc, xt = cluster_cores(t, top)
     ncpu = t.get("ncpu")
-    share = machine_share(h, ceil[top], mh, mt)
+    sp = t["speed"]
+    uh = sp[hb][t["scenario"]["id"]].get("masters_us_per_call")
+    ut = sp[top][t["scenario"]["id"]].get("masters_us_per_call")
     others = ""
     if xh is not None and xt is not None:
         others = ", other processes %.2f and %.2f" % (max(0.0, xh - mh - rh - ch),
                                                       max(0.0, xt - mt - rt - cc))
-    out.append("- **Not met**: %s What stands in the way, on this %s-core machine running "
-               "six servers and the client: the masters got %.2f cores under hirate and %.2f "
-               "under %s (replicas %.2f and %.2f, the client %.2f and %.2f%s). Had the "
-               "masters had as much CPU under hirate, at hirate's %s decisions/s per master "
-               "core they would have made %s/s: %.0f%% of the shortfall is their share of the "
-               "machine. The rest (%.0f%%) is what a master core does per decision: %s/s per "
-               "core for redis-benchmark, which keeps about %s calls in flight at each master "
-               "(%d connections, 16 each), against about %s for hirate (%d threads, %d "
-               "decisions a call split over %d masters): the more a master finds to read at "
-               "once, the less each call costs it."
-               % (line, ncpu, mh, mt, runs[top]["label"], rh, rt, ch, cc, others,
-                  grp(h / mh) if mh else "?", rate_s(min(ceil[top], h * mt / mh)) if mh
-                  else "?", 100 * share, 100 * (1 - share),
-                  grp(ceil[top] / mt) if mt else "?",
-                  grp(t["rb_clients"] * 16 / (1 if top == rbn else t["shape"]["masters"])),
-                  t["rb_clients"] * (t["shape"]["masters"] if top == rbn else 1),
-                  grp(runs[hb].get("threads", 8) * runs[hb].get("batch_size", 16)
-                      / t["shape"]["masters"]),
-                  runs[hb].get("threads", 8), runs[hb].get("batch_size", 16),
-                  t["shape"]["masters"]))
+    text = ("- **Not met**: %s What stands in the way, on this %s-core machine running six "
+            "servers and the client: the masters got %.2f cores under hirate and %.2f under "
+            "%s (replicas %.2f and %.2f, the client %.2f and %.2f%s)."
+            % (line, ncpu, mh, mt, runs[top]["label"], rh, rt, ch, cc, others))
+    if uh and ut:
+        # At the ceiling's CPU for the masters, at hirate's own cost per call.
+        at = min(ceil[top], ceil[top] * ut / uh) if uh >= ut else ceil[top]
+        share = max(0.0, min(1.0, (at - h) / (ceil[top] - h)))
+        text += (" Per call the masters spent %s µs of CPU under hirate and %s µs under "
+                 "redis-benchmark (%.2f times): with the CPU the masters had under "
+                 "redis-benchmark, hirate's calls would make %s/s, %.2f of the ceiling. So "
+                 "%.0f%% of the shortfall is the masters' share of this machine (what the "
+                 "client, the replicas and the other processes took from them) and %.0f%% "
+                 "is what a call costs a master under hirate's load: about %s calls in "
+                 "flight at each master (%d threads, %d decisions a call split over %d "
+                 "masters) against redis-benchmark's %s (%d connections, 16 each); the "
+                 "fewer a master finds to read at once, the more each costs it."
+                 % (us_s(uh), us_s(ut), uh / ut, rate_s(at), at / ceil[top], 100 * share,
+                    100 * (1 - share),
+                    grp(runs[hb].get("threads", 8) * runs[hb].get("batch_size", 16)
+                        / t["shape"]["masters"]),
+                    runs[hb].get("threads", 8), runs[hb].get("batch_size", 16),
+                    t["shape"]["masters"],
+                    grp(t["rb_clients"] * 16 / (1 if top == rbn else t["shape"]["masters"])),
+                    t["rb_clients"] * (t["shape"]["masters"] if top == rbn else 1)))
+    out.append(text)
     return out
-
-
-def machine_share(h, ceil, mh, mt):
-    """Of the shortfall ceil - h, the part the masters' CPU explains: had they
-    had mt cores under hirate at hirate's decisions per core, h * mt / mh."""
-    if not mh or ceil <= h:
-        return 0.0
-    explained = min(ceil, h * mt / mh) - h
-    return max(0.0, min(1.0, explained / (ceil - h)))
 
 
 def tls_goal_lines(res):

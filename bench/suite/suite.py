@@ -1007,7 +1007,8 @@ class ClusterTarget:
         r["failed_calls"] = failed
         # Cores' worth of CPU each group used over the run (warm-up and
         # start included: they load the machine too).
-        r["masters_cores"] = sum(busy[n.port] for n in self.masters) / wall
+        r["masters_cpu_s"] = sum(busy[n.port] for n in self.masters)
+        r["masters_cores"] = r["masters_cpu_s"] / wall
         r["replicas_cores"] = sum(busy[n.port] for n in self.replicas) / wall
         r["run_wall_s"] = wall
         return r
@@ -1032,9 +1033,9 @@ class SingleTarget:
         c, u, rj, f = evalsha_stats(self.redis.cmd("INFO", "commandstats"))
         if c:
             r["server_us_per_call"] = u / c
-        r.update(redis_calls=c, rejected_calls=rj, failed_calls=f,
-                 masters_cores=(cpu_of(self.redis.cmd("INFO", "cpu")) - self.cpu0) / wall,
-                 replicas_cores=0.0, run_wall_s=wall)
+        cpu = cpu_of(self.redis.cmd("INFO", "cpu")) - self.cpu0
+        r.update(redis_calls=c, rejected_calls=rj, failed_calls=f, masters_cpu_s=cpu,
+                 masters_cores=cpu / wall, replicas_cores=0.0, run_wall_s=wall)
         return r
 
 
@@ -1168,7 +1169,7 @@ def phase_cluster(build, setup, redis, p, results):
                                     "--cluster-replicas 1`"}
         st = SingleTarget(redis)
         calib = {}
-        step("cluster: %d rounds x %d runs (%s, 8 concurrent), %.2g s each, on %s and on %s"
+        step("cluster: %d rounds x %d runs (%s), %.2g s each, on %s and on %s"
              % (p.rounds, len(runnable), CLUSTER_SCENARIO["label"], p.seconds, cl.url,
                 redis.url))
 
@@ -1202,7 +1203,12 @@ def phase_cluster(build, setup, redis, p, results):
         out["speed"] = interleaved(runnable, [CLUSTER_SCENARIO], p, "cluster", one)
         for rid, by in out["speed"].items():
             raw = [x for x in by[CLUSTER_SCENARIO["id"]]["raw"] if "error_run" not in x]
-            for k in ("masters_cores", "replicas_cores", "machine_cores"):
+            for x in raw:
+                # The masters' CPU per call they ran, both over the whole
+                # run: what a decision costs them, however busy the machine.
+                if x.get("redis_calls") and "masters_cpu_s" in x:
+                    x["masters_us_per_call"] = x["masters_cpu_s"] / x["redis_calls"] * 1e6
+            for k in ("masters_cores", "replicas_cores", "machine_cores", "masters_us_per_call"):
                 v = [x[k] for x in raw if k in x]
                 if v:
                     by[CLUSTER_SCENARIO["id"]][k] = statistics.median(v)
