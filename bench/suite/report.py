@@ -447,6 +447,136 @@ class Doc:
                    % (grp(plain), grp(tls), grp(tls - plain)))
             self.w()
 
+    def cluster(self):
+        t = self.res.get("cluster") or {}
+        if not t.get("runs"):
+            return
+        self.w("## Redis Cluster")
+        self.w()
+        if t.get("reason"):
+            self.w("Not run in this run: %s." % t["reason"])
+            self.w()
+            return
+        p, srv, shape = t["params"], t.get("server", {}), t["shape"]
+        f = t.get("facts")
+        if f:
+            self.w("Measured in a run of its own, after the rest of this page: `%s` on %s, "
+                   "commit %s, %s mode; load average before %s, after %s. %s"
+                   % (f.get("command", "?"), f.get("date", "?"), f.get("commit", "?"),
+                      t.get("mode", "?"), f.get("load_before", "?"), f.get("load_after", "?"),
+                      f.get("busy_note", "")))
+            self.w()
+        ncpu = t.get("ncpu") or "?"
+        nodes = shape["masters"] * (1 + shape["replicas"])
+        self.w("**This machine has %s CPU cores, and during every cluster run it runs %d "
+               "redis-servers (%d masters, and %d replicas that apply every write their master "
+               "sends them) plus the client being measured, all on those %s cores.** A real "
+               "cluster gives each master a machine of its own; here the servers and the "
+               "client take CPU from one another, and the columns *masters' CPU* and "
+               "*replicas' CPU* show how much each group got (cores' worth over the run)."
+               % (ncpu, nodes, shape["masters"], shape["masters"] * shape["replicas"], ncpu))
+        self.w()
+        v = t.get("versions", {})
+        self.w("The cluster: %d masters with %d replica each, redis-server %s (`%s`), started "
+               "for the run on loopback by `tests/support/redis_cluster.py`, the slots split "
+               "evenly (%s). Every contender runs against it with the cluster's URL "
+               "(hirate: `%s`, its hosts the seeds; redis-py: `RedisCluster` with the same "
+               "seeds; go-redis: `ClusterClient` with them as `Addrs`) and against the one "
+               "redis-server of the sections above, in the same %s (%.2g s measured after "
+               "%.2g s of warm-up, the masters emptied and their statistics reset before "
+               "every run). The work: capacity %d, %g per second, cost 1, on %s keys drawn "
+               "uniformly, 8 concurrent (threads or goroutines) each calling back to back, "
+               "a %d ms command timeout for every client (six servers on %s cores can hold a "
+               "call past 100 ms). The batch clients send 16 decisions per call: "
+               "`hirate_allow_many` (split by node inside the core and sent to the nodes at "
+               "once), redis-py's pipeline (`transaction=False`, which `RedisCluster` groups "
+               "by node) and go-redis' `Pipelined` (which `ClusterClient` splits by node and "
+               "runs at once); their latency is the call's, 16 decisions. hirate and redis-py "
+               "run hirate's script; go-redis runs the seed article's own script, as the "
+               "article has it (the same reads and writes: `TIME`, `HMGET`, `HSET`, "
+               "`PEXPIRE`). Versions: redis-py %s, go-redis %s."
+               % (shape["masters"], shape["replicas"], srv.get("version", "?"),
+                  srv.get("options", "?"),
+                  ", ".join("%s" % ",".join("%d-%d" % tuple(r) for r in m["slots"])
+                            for m in srv.get("masters", [])),
+                  "redis+cluster://127.0.0.1:P1,...", plural(p["rounds"], "interleaved round"),
+                  p["seconds"], p["warmup"], p["capacity"], p["rate"],
+                  grp(t["scenario"]["keys"]), t["timeout_ms"], ncpu, v.get("redis", "?"),
+                  v.get("go-redis", "?")))
+        self.w()
+        self.w("The ceiling of the servers themselves, the same EVALSHA of hirate's script: "
+               "`redis-benchmark -c %d -P 16` on the one server; on the cluster "
+               "`redis-benchmark --cluster -c %d -P 16` from one seed (its clients spread "
+               "over the masters, each on keys of a slot of its master through `{tag}`), and "
+               "the sum of %d plain `redis-benchmark -c %d -P 16` run at once, one per master, "
+               "each on keys of a hash tag of that master's slots (`rl:{tag}:user:` + 12 "
+               "digits, tags %s). They run with capacity 1e9 and rate 1e6/s, so that every "
+               "call is allowed and writes its bucket whichever keys they draw: the work of "
+               "the contenders' allowed decisions. Their p50 and p99 are those of a pipelined "
+               "request (of several processes, the slowest's)."
+               % (t["rb_clients"], t["rb_clients"], shape["masters"], t["rb_clients"],
+                  ", ".join("`%s`" % tag for _, tag in srv.get("tags", []))))
+        self.w()
+        self.w("#### %s" % t["scenario"]["label"])
+        self.w()
+        self.w("| | contender | against | decisions/s | spread | p50 µs | p99 µs | client CPU "
+               "µs per decision | server µs per call | masters' CPU µs per call | masters' CPU, "
+               "cores | replicas' CPU, cores | cluster / one Redis |")
+        self.w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        sc = t["scenario"]["id"]
+        for r in t["runs"]:
+            name = "**%s**" % r["label"] if r["hirate"] else r["label"]
+            where = "cluster" if r["target"] == "cluster" else "one Redis"
+            if r["status"] != "ok":
+                self.w("| %s | %s | %s | missing (%s) | | | | | | | | | |"
+                       % (r["lang"], name, where, r["reason"]))
+                continue
+            s = t["speed"].get(r["id"], {}).get(sc)
+            if not s or "rate" not in s:
+                why = (s or {}).get("failures", ["not run"])[0]
+                self.w("| %s | %s | %s | failed (%s) | | | | | | | | | |"
+                       % (r["lang"], name, where, why.replace("|", "/")))
+                continue
+            rate = rate_s(med(s, "rate"))
+            if r["hirate"]:
+                rate = "**%s**" % rate
+            errs = ""
+            if s.get("errors"):
+                errs = " (%s errors: %s)" % (grp(s["errors"]), s.get("error"))
+            ratio = ""
+            if r["target"] == "cluster":
+                one = t["speed"].get(r["base"] + "@redis", {}).get(sc) or {}
+                if med(one, "rate"):
+                    ratio = "%.2f" % (med(s, "rate") / med(one, "rate"))
+            cpu = "" if not r["limiter"] else us_s(med(s, "cpu_us"))
+            self.w("| %s | %s | %s | %s%s | %s | %s | %s | %s | %s | %s | %.2f | %s | %s |" % (
+                r["lang"], name, where, rate, errs, spread(s, "rate", rate_s),
+                us_s(med(s, "p50_us")), us_s(med(s, "p99_us")), cpu,
+                us_s(med(s, "server_us_per_call")), us_s(s.get("masters_us_per_call")),
+                s.get("masters_cores", 0),
+                "%.2f" % s["replicas_cores"] if r["target"] == "cluster" else "–", ratio))
+        self.w()
+        moved = [(r["label"], t["speed"][r["id"]][sc].get("rejected_calls"))
+                 for r in t["runs"] if r["target"] == "cluster" and r["id"] in t["speed"]
+                 and t["speed"][r["id"]][sc].get("rejected_calls")]
+        self.w("Client CPU is the harness process's own CPU time over the measured seconds "
+               "per decision (for redis-benchmark: not a limiter, left out). Server µs per "
+               "call is EVALSHA's `usec_per_call` over all masters (the script's own time); "
+               "masters' CPU µs per call is all the masters' CPU time (`used_cpu_user + "
+               "used_cpu_sys`, `INFO cpu`) over the EVALSHA calls they ran, both over the "
+               "whole run: what a decision costs them, reading and replying and feeding the "
+               "replicas included, however busy the machine; the cores columns are each "
+               "group's CPU time over the run, warm-up and start included. %s"
+               % ("Calls the masters answered with a redirection (`rejected_calls` of "
+                  "EVALSHA, summed over rounds, warm-up included: the clients' first calls, "
+                  "before they had the slot map): %s." % "; ".join(
+                      "%s %s" % (lab, grp(n)) for lab, n in moved) if moved else
+                  "No call was answered with a redirection (`rejected_calls` of EVALSHA: 0)."))
+        self.w()
+        for line in cluster_machine_lines(self.res):
+            self.w(line)
+        self.w()
+
     def pieces(self):
         r = self.res
         self.w("## The bindings' own benchmarks")
@@ -501,6 +631,7 @@ class Doc:
             self.speed_tables()
             self.beyond()
         self.tls()
+        self.cluster()
         self.pieces()
         self.c_sections()
         self.targets()
@@ -711,6 +842,177 @@ def goal_lines(res):
         out.append("- **Not met**: %s: %s. hirate: %s. The contenders: %s." % (
             goal, "; ".join(bad), "; ".join(mine), "; ".join(theirs)))
     out += tls_goal_lines(res)
+    out += cluster_goal_lines(res)
+    return out
+
+
+def cluster_fig(t, rid, key):
+    s = t.get("speed", {}).get(rid, {}).get(t["scenario"]["id"]) or {}
+    return med(s, key) if key in ("rate", "cpu_us", "p50_us", "p99_us") else s.get(key)
+
+
+def cluster_cores(t, rid):
+    """Median cores' worth over the run of (masters, replicas, client, the whole
+    machine or None) for one cluster run."""
+    s = t["speed"][rid][t["scenario"]["id"]]
+    good = [x for x in s.get("raw", []) if "error_run" not in x and x.get("wall_s")]
+    c = sorted(x["cpu_s"] / x.get("process_wall_s", x["wall_s"]) for x in good)
+    return (s.get("masters_cores", 0.0), s.get("replicas_cores", 0.0),
+            c[len(c) // 2] if c else 0.0, s.get("machine_cores"))
+
+
+def cluster_machine_lines(res):
+    """Where the CPU went in the cluster runs: how busy the machine was."""
+    t = res.get("cluster") or {}
+    ncpu = t.get("ncpu")
+    rows = []
+    for r in t.get("runs", []):
+        if r["target"] != "cluster" or r["status"] != "ok":
+            continue
+        s = t["speed"].get(r["id"], {}).get(t["scenario"]["id"]) or {}
+        if "rate" not in s:
+            continue
+        m, rep, client, machine = cluster_cores(t, r["id"])
+        ours = m + rep + client
+        row = "%s: masters %.2f, replicas %.2f, client %.2f" % (r["short"], m, rep, client)
+        if machine is not None:
+            row += ", other processes %.2f, of %s" % (max(0.0, machine - ours), ncpu)
+        rows.append(row)
+    if not rows:
+        return []
+    return ["Where the machine's CPU went in the cluster runs (medians over rounds, cores' "
+            "worth; other processes: the whole machine's busy time, `/proc/stat`, less the "
+            "servers' and the client's): " + "; ".join(rows) + ". What the client, the "
+            "replicas and the other processes use is taken from the masters, which do the "
+            "decisions' work."]
+
+
+def cluster_goal_lines(res):
+    """The cluster comparison's two goals, each Met or Not met with its figures."""
+    t = res.get("cluster") or {}
+    if not t.get("runs"):
+        return []
+    runs = {r["id"]: r for r in t["runs"]}
+    goal_peers = ("on the cluster, hirate ahead of redis-py's `RedisCluster` and go-redis' "
+                  "`ClusterClient` on decisions/s, 100,000 keys, 8 concurrent: single calls "
+                  "(`hirate_allow`, `hirate.Limiter`) against theirs, batches "
+                  "(`hirate_allow_many`) against their pipelines")
+    goal_ceiling = ("`hirate_allow_many` on the cluster reaches at least 90% of the "
+                    "redis-benchmark ceiling for the same script (`redis-benchmark --cluster`, "
+                    "or the sum of per-node runs; the higher of the two is taken)")
+    if t.get("reason"):
+        return ["- **Not measured**: %s: %s." % (g, t["reason"]) for g in (goal_peers,
+                                                                         goal_ceiling)]
+
+    def fig(rid, key="rate"):
+        return cluster_fig(t, rid, key)
+
+    def why_not(rid):
+        r = runs.get(rid)
+        if not r:
+            return "not in this run"
+        if r["status"] != "ok":
+            return r["reason"]
+        if not fig(rid):
+            s = t.get("speed", {}).get(rid, {}).get(t["scenario"]["id"]) or {}
+            return (s.get("failures") or ["no results"])[0]
+        return None
+
+    out = []
+    pairs = [("c/hirate@cluster", ["py/redis-py@cluster", "go/article@cluster"]),
+             ("py/hirate@cluster", ["py/redis-py@cluster", "go/article@cluster"]),
+             ("c/hirate-batch@cluster", ["py/redis-py-pipeline@cluster",
+                                         "go/article-pipeline@cluster"])]
+    lost, detail, absent = [], [], []
+    for m, peers in pairs:
+        if why_not(m):
+            absent.append("%s: %s" % (m, why_not(m)))
+            continue
+        theirs = []
+        for o in peers:
+            if why_not(o):
+                absent.append("%s: %s" % (o, why_not(o)))
+                continue
+            theirs.append("%s %s/s" % (runs[o]["short"], rate_s(fig(o))))
+            if fig(m) <= fig(o):
+                lost.append("%s behind %s" % (runs[m]["short"], runs[o]["short"]))
+        detail.append("%s %s/s against %s" % (runs[m]["short"], rate_s(fig(m)),
+                                                "; ".join(theirs) or "–"))
+    text = "; ".join(detail)
+    if absent:
+        text += "; not measured: " + "; ".join(sorted(set(absent)))
+    if lost:
+        out.append("- **Not met**: %s. Where not: %s. The figures (medians): %s." % (
+            goal_peers, "; ".join(lost), text))
+    elif absent:
+        out.append("- **Not measured**: %s (not every one of them ran): %s." % (goal_peers, text))
+    else:
+        out.append("- **Met**: %s (medians): %s." % (goal_peers, text))
+
+    rbc, rbn = "c/redis-benchmark@cluster", "c/redis-benchmark-nodes@cluster"
+    configs = ("c/hirate-batch@cluster", "c/hirate-batch48@cluster", "c/hirate-batch48x16@cluster")
+    mine = [x for x in configs if not why_not(x)]
+    miss = [x for x in (rbc, rbn) if why_not(x)]
+    if not mine or len(miss) == 2:
+        out.append("- **Not measured**: %s: %s." % (goal_ceiling, "; ".join(
+            "%s: %s" % (x, why_not(x)) for x in miss + [x for x in configs if x not in mine])))
+        return out
+    # hirate's best configuration: a caller picks the batch size.
+    hb = max(mine, key=fig)
+    h = fig(hb)
+    ceil = {x: fig(x) for x in (rbc, rbn) if x not in miss}
+    top = max(ceil, key=ceil.get)
+    ratio = h / ceil[top]
+    parts = ["%.2f of %s (%s/s)" % (h / v, runs[x]["label"], rate_s(v)) for x, v in ceil.items()]
+    one = ""
+    base = runs[hb]["base"]
+    if not why_not(base + "@redis") and not why_not("c/redis-benchmark@redis"):
+        one = (" On the one Redis the same client makes %s/s against `redis-benchmark -c %d "
+               "-P 16`'s %s/s, %.2f." % (
+                   rate_s(fig(base + "@redis")), t["rb_clients"],
+                   rate_s(fig("c/redis-benchmark@redis")),
+                   fig(base + "@redis") / fig("c/redis-benchmark@redis")))
+    line = "%s: hirate's best, %s, makes %s/s, %s.%s" % (
+        goal_ceiling, runs[hb]["label"], rate_s(h), "; ".join(parts), one)
+    if ratio >= 0.9:
+        out.append("- **Met**: %s" % line)
+        return out
+    mh, rh, ch, xh = cluster_cores(t, hb)
+    mt, rt, cc, xt = cluster_cores(t, top)
+    ncpu = t.get("ncpu")
+    sp = t["speed"]
+    uh = sp[hb][t["scenario"]["id"]].get("masters_us_per_call")
+    ut = sp[top][t["scenario"]["id"]].get("masters_us_per_call")
+    others = ""
+    if xh is not None and xt is not None:
+        others = ", other processes %.2f and %.2f" % (max(0.0, xh - mh - rh - ch),
+                                                      max(0.0, xt - mt - rt - cc))
+    text = ("- **Not met**: %s What stands in the way, on this %s-core machine running six "
+            "servers and the client: the masters got %.2f cores under hirate and %.2f under "
+            "%s (replicas %.2f and %.2f, the client %.2f and %.2f%s)."
+            % (line, ncpu, mh, mt, runs[top]["label"], rh, rt, ch, cc, others))
+    if uh and ut:
+        # At the ceiling's CPU for the masters, at hirate's own cost per call.
+        at = min(ceil[top], ceil[top] * ut / uh) if uh >= ut else ceil[top]
+        share = max(0.0, min(1.0, (at - h) / (ceil[top] - h)))
+        text += (" Per call the masters spent %s µs of CPU under hirate and %s µs under "
+                 "redis-benchmark (%.2f times): with the CPU the masters had under "
+                 "redis-benchmark, hirate's calls would make %s/s, %.2f of the ceiling. So "
+                 "%.0f%% of the shortfall is the masters' share of this machine (what the "
+                 "client, the replicas and the other processes took from them) and %.0f%% "
+                 "is what a call costs a master under hirate's load: about %s calls in "
+                 "flight at each master (%d threads, %d decisions a call split over %d "
+                 "masters) against redis-benchmark's %s (%d connections, 16 each); the "
+                 "fewer a master finds to read at once, the more each costs it."
+                 % (us_s(uh), us_s(ut), uh / ut, rate_s(at), at / ceil[top], 100 * share,
+                    100 * (1 - share),
+                    grp(runs[hb].get("threads", 8) * runs[hb].get("batch_size", 16)
+                        / t["shape"]["masters"]),
+                    runs[hb].get("threads", 8), runs[hb].get("batch_size", 16),
+                    t["shape"]["masters"],
+                    grp(t["rb_clients"] * 16 / (1 if top == rbn else t["shape"]["masters"])),
+                    t["rb_clients"] * (t["shape"]["masters"] if top == rbn else 1)))
+    out.append(text)
     return out
 
 
@@ -1088,6 +1390,10 @@ def main():
     ap.add_argument("--img", required=True, help="the directory of the charts")
     ap.add_argument("--c-dir", help="the C benchmarks' output (bench/run.sh)")
     ap.add_argument("--facts", help="the run's facts, one tab-separated pair a line")
+    ap.add_argument("--cluster-facts", help="the facts of a run of the cluster phase alone "
+                    "(bench/run.sh BUILD cluster): kept with the cluster's results")
+    ap.add_argument("--keep-charts", action="store_true",
+                    help="draw no charts: keep those the results file names")
     args = ap.parse_args()
     path = Path(args.results)
     res = json.loads(path.read_text()) if path.exists() else None
@@ -1097,8 +1403,11 @@ def main():
         res["c_benchmarks"] = read_c(args.c_dir)
     if args.facts:
         res["facts"] = read_facts(args.facts)
-    res["charts"] = charts(res, args.img)
-    if args.c_dir or args.facts:
+    if args.cluster_facts and res.get("cluster"):
+        res["cluster"]["facts"] = read_facts(args.cluster_facts)
+    if not (args.keep_charts and "charts" in res):
+        res["charts"] = charts(res, args.img)
+    if args.c_dir or args.facts or args.cluster_facts:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(res, indent=1) + "\n")
         tmp.replace(path)

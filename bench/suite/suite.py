@@ -28,6 +28,16 @@ protocol of bench/peers/README.md:
            (certificates from tests/support/make_certs.sh), and each over
            plain TCP on the first, interleaved in the same rounds: the
            100,000-key workloads, 1 client and 8 concurrent.
+  cluster  hirate (hirate_allow, hirate_allow_many, hirate.Limiter), redis-py
+           (RedisCluster, register_script of hirate's script; pipelines) and
+           go-redis (ClusterClient, the seed article; pipelines) against a
+           Redis Cluster of 3 masters and 3 replicas on this machine
+           (tests/support/redis_cluster.py), and each against the one
+           redis-server of the other phases, interleaved in the same rounds:
+           100,000 keys, 8 concurrent; next to redis-benchmark --cluster and
+           the sum of per-node redis-benchmark runs of the same EVALSHA, the
+           ceiling of the cluster itself. --merge writes only this phase's
+           results into an existing results file (bench/run.sh BUILD cluster).
   pieces   bench/python, bench/lua and bench/nginx, the bindings' own
            benchmarks, run as they are and kept as the markdown they print.
 
@@ -807,6 +817,410 @@ def phase_tls(cs, redis, p, results, work):
         tls.close()
 
 
+# ---- Redis Cluster ---------------------------------------------------------------------------
+
+# The cluster comparison: every decision a round trip (100,000 keys), 8
+# concurrent clients, the work split over three masters.
+CLUSTER_SCENARIO = {"id": "cold-8", "keys": COLD_KEYS, "concurrency": 8,
+                    "label": "100,000 keys, 8 concurrent"}
+CLUSTER_SHAPE = {"masters": 3, "replicas": 1}
+# A busy 2-core machine running six servers can hold a call past 100 ms; a
+# timeout there would measure the scheduler, not the client.
+CLUSTER_TIMEOUT_MS = 1000
+# redis-benchmark's own default: enough calls in flight to keep every server
+# busy, the ceiling.
+RB_CLIENTS = 50
+
+
+def cluster_contenders():
+    """(contender, label against one Redis, label against the cluster, batch)."""
+    C = Contender
+    return [
+        (C("c/hirate", "C: hirate_allow", "C", None, "c", "hirate", hirate=True),
+         "`hirate_allow`, 8 threads sharing one limiter",
+         "`hirate_allow`, 8 threads sharing one limiter (pools per node)", False),
+        (C("c/hirate-batch", "C: hirate_allow_many", "C", None, "c", "hirate-batch",
+           hirate=True),
+         "`hirate_allow_many`, 16 per call, 8 threads",
+         "`hirate_allow_many`, 16 per call, 8 threads (each call split by node, the nodes' "
+         "parts sent at once)", True),
+        # 48 a call: about 16 a master, the depth of redis-benchmark -P 16 on
+        # each connection.
+        (C("c/hirate-batch48", "C: hirate_allow_many, 48 per call", "C", None, "c",
+           "hirate-batch", hirate=True),
+         "`hirate_allow_many`, 48 per call, 8 threads",
+         "`hirate_allow_many`, 48 per call (about 16 per master), 8 threads", True),
+        # As many threads as a node's pool has connections (16 by default):
+        # more calls in flight at each master.
+        (C("c/hirate-batch48x16", "C: hirate_allow_many, 48 per call, 16 threads", "C", None,
+           "c", "hirate-batch", hirate=True),
+         None, "`hirate_allow_many`, 48 per call, 16 threads", True),
+        (C("py/hirate", "Python: hirate.Limiter", "Python", None, "python", "hirate",
+           hirate=True),
+         "`hirate.Limiter`, 8 threads", "`hirate.Limiter`, 8 threads", False),
+        (C("py/redis-py", "Python: redis-py script", "Python", None, "python", "redis-py"),
+         "redis-py `register_script` of hirate's script, 8 threads",
+         "redis-py `RedisCluster`, `register_script` of hirate's script, 8 threads", False),
+        (C("py/redis-py-pipeline", "Python: redis-py pipeline", "Python", None, "python",
+           "redis-py-pipeline"),
+         "redis-py pipelines of 16 EVALSHA of hirate's script, 8 threads",
+         "redis-py `RedisCluster` pipelines of 16 EVALSHA of hirate's script, 8 threads", True),
+        (C("go/article", "Go: seed article", "Go", None, "go", "article"),
+         "seed article: go-redis v9 `Client`, `Script.Run` of its own script, 8 goroutines",
+         "seed article on go-redis v9 `ClusterClient`, `Script.Run` of its own script, "
+         "8 goroutines", False),
+        (C("go/article-pipeline", "Go: seed article, pipelined", "Go", None, "go",
+           "article-pipeline"),
+         "go-redis v9 `Pipelined`, 16 `EvalSha` of the article's script, 8 goroutines",
+         "go-redis v9 `ClusterClient.Pipelined`, 16 `EvalSha` of the article's script, "
+         "8 goroutines", True),
+        (C("c/redis-benchmark", "C: redis-benchmark -P 16", "C", None, "redis-benchmark",
+           None, limiter=False),
+         "`redis-benchmark -c %d -P 16`, EVALSHA of hirate's script" % RB_CLIENTS,
+         "`redis-benchmark --cluster -c %d -P 16`, EVALSHA of hirate's script" % RB_CLIENTS,
+         True),
+        (C("c/redis-benchmark-nodes", "C: redis-benchmark per node", "C", None,
+           "redis-benchmark", None, limiter=False),
+         None,
+         "the sum of per-node `redis-benchmark -c %d -P 16`, one per master at once, each on "
+         "keys of its own slots, EVALSHA of hirate's script" % RB_CLIENTS, True),
+    ]
+
+
+# Threads and decisions per call of the batch clients other than 8 and 16,
+# given to the harness ahead of the protocol's options (peer_c takes the
+# first of a repeated option).
+CLUSTER_BATCH = {"c/hirate-batch48": (8, 48), "c/hirate-batch48x16": (16, 48)}
+
+
+class ClusterRun:
+    def __init__(self, c, target, label, batch):
+        self.c, self.target, self.label, self.batch = c, target, label, batch
+        self.id = "%s@%s" % (c.id, target)
+        self.threads, self.size = CLUSTER_BATCH.get(c.id, (8, 16 if batch else 1))
+        self.extra = [] if c.id not in CLUSTER_BATCH else [
+            "--concurrency", self.threads, "--batch", self.size]
+
+    def to_json(self):
+        c = self.c
+        return {"id": self.id, "base": c.id, "target": self.target, "lang": c.lang,
+                "hirate": c.hirate, "limiter": c.limiter, "short": c.short,
+                "label": self.label, "batch": self.batch, "threads": self.threads,
+                "batch_size": self.size,
+                "status": "missing" if c.reason else "ok", "reason": c.reason}
+
+
+def start_cluster():
+    """A cluster of CLUSTER_SHAPE from tests/support/redis_cluster.py, or RunError."""
+    support = ROOT / "tests" / "support"
+    if not (support / "redis_cluster.py").exists():
+        raise RunError("tests/support/redis_cluster.py is not in this checkout")
+    sys.path.insert(0, str(support))
+    try:
+        from redis_cluster import RedisCluster
+        return RedisCluster(masters=CLUSTER_SHAPE["masters"], replicas=CLUSTER_SHAPE["replicas"],
+                            die_with_parent=True)
+    except (RuntimeError, TimeoutError, OSError) as e:
+        raise RunError("the cluster did not start: %s" % e)
+
+
+def machine_busy():
+    """CPU seconds the whole machine has been busy (every process, /proc/stat)."""
+    try:
+        with open("/proc/stat") as f:
+            v = f.readline().split()[1:]
+        return (int(v[0]) + int(v[1]) + int(v[2]) + int(v[5]) + int(v[6]) + int(v[7])) / \
+            os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def note_machine(r, busy0, wall):
+    busy1 = machine_busy()
+    if busy0 is not None and busy1 is not None:
+        r["machine_cores"] = (busy1 - busy0) / wall
+
+
+def info_fields(text):
+    return dict(l.split(":", 1) for l in text.splitlines() if ":" in l and not l.startswith("#"))
+
+
+def cpu_of(info_cpu):
+    f = info_fields(info_cpu)
+    return float(f["used_cpu_user"]) + float(f["used_cpu_sys"])
+
+
+def evalsha_stats(info_stats):
+    """(calls, usec, rejected, failed) of EVALSHA in an INFO commandstats text."""
+    f = info_fields(info_stats).get("cmdstat_evalsha")
+    if not f:
+        return 0, 0, 0, 0
+    kv = dict(x.split("=") for x in f.split(","))
+    return (int(kv["calls"]), int(kv["usec"]), int(kv.get("rejected_calls", 0)),
+            int(kv.get("failed_calls", 0)))
+
+
+class ClusterTarget:
+    """The cluster's side of one run: emptied, statistics reset, and after
+    the run its EVALSHA count and script time (masters) and each node's CPU."""
+
+    def __init__(self, cl):
+        self.cl = cl
+        # A node redis-cli has not yet made a replica shows as a master
+        # without slots for a moment: until every one has its role.
+        want = CLUSTER_SHAPE["masters"]
+        deadline = time.monotonic() + 20
+        while True:
+            cl.refresh()
+            self.masters = [n for n in cl.nodes if n.role == "master" and n.slots]
+            self.replicas = [n for n in cl.nodes if n not in self.masters]
+            if (len(self.masters) == want and all(n.role == "replica" for n in self.replicas)) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.url = cl.url
+
+    def before(self):
+        for n in self.masters:
+            self.cl.command(n, "FLUSHALL", "SYNC", timeout=30)
+        self.cl.reset_stats()
+        self.cpu0 = {n.port: cpu_of(self.cl.command(n, "INFO", "cpu")) for n in self.cl.nodes}
+        self.busy0 = machine_busy()
+        self.t0 = time.monotonic()
+
+    def after(self, r):
+        wall = time.monotonic() - self.t0
+        note_machine(r, self.busy0, wall)
+        busy = {n.port: cpu_of(self.cl.command(n, "INFO", "cpu")) - self.cpu0[n.port]
+                for n in self.cl.nodes}
+        calls = usec = rejected = failed = 0
+        per_master = []
+        for n in self.masters:
+            c, u, rj, f = evalsha_stats(self.cl.command(n, "INFO", "commandstats"))
+            calls, usec, rejected, failed = calls + c, usec + u, rejected + rj, failed + f
+            per_master.append(c)
+        if calls:
+            r["server_us_per_call"] = usec / calls
+        r["redis_calls"] = calls
+        r["redis_calls_per_master"] = per_master
+        r["rejected_calls"] = rejected
+        r["failed_calls"] = failed
+        # Cores' worth of CPU each group used over the run (warm-up and
+        # start included: they load the machine too).
+        r["masters_cpu_s"] = sum(busy[n.port] for n in self.masters)
+        r["masters_cores"] = r["masters_cpu_s"] / wall
+        r["replicas_cores"] = sum(busy[n.port] for n in self.replicas) / wall
+        r["run_wall_s"] = wall
+        return r
+
+
+class SingleTarget:
+    """The one redis-server of the other phases, with the same figures."""
+
+    def __init__(self, redis):
+        self.redis = redis
+        self.url = redis.url
+
+    def before(self):
+        self.redis.fresh()
+        self.cpu0 = cpu_of(self.redis.cmd("INFO", "cpu"))
+        self.busy0 = machine_busy()
+        self.t0 = time.monotonic()
+
+    def after(self, r):
+        wall = time.monotonic() - self.t0
+        note_machine(r, self.busy0, wall)
+        c, u, rj, f = evalsha_stats(self.redis.cmd("INFO", "commandstats"))
+        if c:
+            r["server_us_per_call"] = u / c
+        cpu = cpu_of(self.redis.cmd("INFO", "cpu")) - self.cpu0
+        r.update(redis_calls=c, rejected_calls=rj, failed_calls=f, masters_cpu_s=cpu,
+                 masters_cores=cpu / wall, replicas_cores=0.0, run_wall_s=wall)
+        return r
+
+
+def rb_csv(p):
+    """redis-benchmark --csv's row of the EVALSHA test, as a dict; or RunError.
+    (With --cluster the header follows a list of the masters.)"""
+    lines = p.stdout.splitlines()
+    head = next((l for l in lines if l.startswith('"test"')), None)
+    rows = [l for l in lines if l.startswith('"EVALSHA')]
+    if p.returncode != 0 or not rows or not head:
+        raise RunError("redis-benchmark: exit %d: %s" % (
+            p.returncode, (p.stderr.strip() or p.stdout.strip())[-200:]))
+    head = [h.strip('"') for h in head.split(",")]
+    return dict(zip(head, (v.strip('"') for v in rows[0].split(","))))
+
+
+# The ceiling's own arguments: every call allowed and writing its bucket
+# whichever keys redis-benchmark draws (with --cluster it draws from fewer),
+# the work of the contenders' allowed decisions.
+RB_CAPACITY, RB_RATE = 1000000000, 1e6
+
+
+def rb_argv(exe, port, n, key, sha, cluster=False):
+    return [exe, "-h", "127.0.0.1", "-p", str(port)] + (["--cluster"] if cluster else []) + \
+        ["-c", str(RB_CLIENTS), "-P", "16", "-n", str(n), "-r", str(COLD_KEYS), "--csv",
+         "EVALSHA", sha, "1", key, str(RB_CAPACITY), rate_arg(RB_RATE), "1", "1"]
+
+
+def rb_run(c, what, targets, sha, seconds, calib):
+    """redis-benchmark -c RB_CLIENTS -P 16 of hirate's script, as a harness
+    run. targets: [(port, key, cluster)], one redis-benchmark each, run at
+    once, their requests per second summed: one server; the cluster from one
+    seed with --cluster (its clients spread over the masters, each on keys
+    of a slot of its master, {tag}); or one plain run per master, each on
+    keys of a hash tag of that master's slots. -n is set from the previous
+    run's rate so that a run lasts about `seconds`."""
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    share = len(targets)
+    n = max(2000, int(calib.get(what, 20000 / seconds) * seconds / share))
+    procs = [subprocess.Popen(rb_argv(c.argv[0], port, n, key, sha, cluster),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for port, key, cluster in targets]
+    outs = []
+    for pr in procs:
+        try:
+            out, err = pr.communicate(timeout=seconds * 20 + 60)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+                q.wait()
+            raise RunError("redis-benchmark ran too long")
+        outs.append(subprocess.CompletedProcess(pr.args, pr.returncode, out, err))
+    wall = time.monotonic() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    rows = [rb_csv(o) for o in outs]
+    rps = sum(float(r["rps"]) for r in rows)
+    calib[what] = rps
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    return {"decisions": n * share, "allowed": None, "errors": 0,
+            # Of several processes, the slowest one's.
+            "p50_us": max(float(r["p50_latency_ms"]) for r in rows) * 1e3,
+            "p99_us": max(float(r["p99_latency_ms"]) for r in rows) * 1e3,
+            "per_node_rps": [float(r["rps"]) for r in rows] if share > 1 else None,
+            "cpu_s": cpu, "wall_s": n * share / rps, "process_wall_s": wall, "error": None}
+
+
+def slot_tags(cl, masters):
+    """For each master, a short hash tag whose slot it owns: [(port, tag)]."""
+    cands = ["t%d" % i for i in range(200)]
+    slots = cl.keyslots(["{%s}" % t for t in cands])
+    out = []
+    for m in masters:
+        tag = next((t for t, sl in zip(cands, slots)
+                    if any(lo <= sl <= hi for lo, hi in m.slots)), None)
+        if tag is None:
+            raise RunError("no hash tag found for the master on port %d (slots %s)"
+                           % (m.port, m.slots))
+        out.append((m.port, tag))
+    return out
+
+
+def phase_cluster(build, setup, redis, p, results):
+    entries = cluster_contenders()
+    resolve([e[0] for e in entries], build, setup)
+    if p.only:
+        only = set(p.only.split(","))
+        entries = [e for e in entries if e[0].id in only]
+    runs = []
+    for c, single, clustered, batch in entries:
+        if single:
+            runs.append(ClusterRun(c, "redis", single, batch))
+        runs.append(ClusterRun(c, "cluster", clustered, batch))
+    out = results["cluster"]
+    out.update(scenario=CLUSTER_SCENARIO, runs=[r.to_json() for r in runs], speed={},
+               shape=CLUSTER_SHAPE, timeout_ms=CLUSTER_TIMEOUT_MS, rb_clients=RB_CLIENTS,
+               params={"rounds": p.rounds, "seconds": p.seconds, "warmup": p.warmup,
+                       "capacity": CAPACITY, "rate": RATE},
+               mode="quick" if p.quick else "full", ncpu=os.cpu_count(),
+               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               versions=setup.get("versions", {}), single_url=redis.url)
+    for c, *_ in entries:
+        if c.reason:
+            step("cluster: missing: %s (%s)" % (c.id, c.reason))
+    runnable = [r for r in runs if not r.c.reason]
+    if not runnable:
+        out["reason"] = "none of the cluster's contenders can run"
+        return
+    step("cluster: starting %d masters and %d replicas (tests/support/redis_cluster.py)"
+         % (CLUSTER_SHAPE["masters"], CLUSTER_SHAPE["masters"] * CLUSTER_SHAPE["replicas"]))
+    try:
+        cl = start_cluster()
+    except RunError as e:
+        out["reason"] = str(e)
+        step("cluster: not run: %s" % e)
+        return
+    try:
+        ct = ClusterTarget(cl)
+        script = (ROOT / "lua" / "token_bucket.lua").read_bytes()
+        for n in cl.nodes:
+            if cl.command(n, "SCRIPT", "LOAD", script) != redis.sha:
+                raise RunError("SCRIPT LOAD on port %d named another SHA1" % n.port)
+        tags = slot_tags(cl, ct.masters)
+        version = info_fields(cl.command(ct.masters[0], "INFO", "server")).get("redis_version")
+        out["server"] = {"url": cl.url, "version": version,
+                         "masters": [{"port": n.port, "slots": n.slots} for n in ct.masters],
+                         "replicas": len(ct.replicas), "tags": tags,
+                         "options": "--cluster-enabled yes --cluster-node-timeout 1000, "
+                                    "created by `redis-cli --cluster create "
+                                    "--cluster-replicas 1`"}
+        st = SingleTarget(redis)
+        calib = {}
+        step("cluster: %d rounds x %d runs (%s), %.2g s each, on %s and on %s"
+             % (p.rounds, len(runnable), CLUSTER_SCENARIO["label"], p.seconds, cl.url,
+                redis.url))
+
+        def one(run, sc, rnd):
+            tgt = ct if run.target == "cluster" else st
+            c = run.c
+            nodes = tags if c.id.endswith("nodes") else None
+            if c.runtime == "redis-benchmark":
+                if run.target == "redis":
+                    what, targets = "redis", [(redis.port, "rl:user:__rand_int__", False)]
+                elif c.id.endswith("nodes"):
+                    what, targets = "nodes", [(port, "rl:{%s}:user:__rand_int__" % tag, False)
+                                              for port, tag in tags]
+                else:
+                    what, targets = "cluster", [(ct.masters[0].port,
+                                                 "rl:{tag}:user:__rand_int__", True)]
+                if what not in calib:
+                    # Calibration, not kept: -n for about p.seconds.
+                    rb_run(c, what, targets, redis.sha, min(p.seconds, 0.2), calib)
+                tgt.before()
+                r = rb_run(c, what, targets, redis.sha, p.seconds, calib)
+            else:
+                tgt.before()
+                r = harness(c, "speed", run.extra + [
+                    "--url", tgt.url, "--keys", sc["keys"], "--concurrency", sc["concurrency"],
+                    "--seconds", p.seconds, "--warmup", p.warmup, "--capacity", CAPACITY,
+                    "--rate", rate_arg(RATE), "--seed", rnd + 1,
+                    "--timeout-ms", CLUSTER_TIMEOUT_MS], timeout=p.seconds + p.warmup + 60)
+            return tgt.after(r)
+
+        out["speed"] = interleaved(runnable, [CLUSTER_SCENARIO], p, "cluster", one)
+        for rid, by in out["speed"].items():
+            raw = [x for x in by[CLUSTER_SCENARIO["id"]]["raw"] if "error_run" not in x]
+            for x in raw:
+                # The masters' CPU per call they ran, both over the whole
+                # run: what a decision costs them, however busy the machine.
+                if x.get("redis_calls") and "masters_cpu_s" in x:
+                    x["masters_us_per_call"] = x["masters_cpu_s"] / x["redis_calls"] * 1e6
+            for k in ("masters_cores", "replicas_cores", "machine_cores", "masters_us_per_call"):
+                v = [x[k] for x in raw if k in x]
+                if v:
+                    by[CLUSTER_SCENARIO["id"]][k] = statistics.median(v)
+            for k in ("rejected_calls", "failed_calls"):
+                by[CLUSTER_SCENARIO["id"]][k] = sum(x.get(k, 0) for x in raw)
+    except (RunError, OSError) as e:
+        out["reason"] = str(e)
+        step("cluster: stopped: %s" % e)
+    finally:
+        cl.stop()
+
+
 # ---- the pieces: the bindings' own benchmarks ----------------------------------------------
 
 def pieces(build, setup, quick):
@@ -881,7 +1295,9 @@ def main():
     ap.add_argument("--warmup", type=float)
     ap.add_argument("--memory-keys", type=int)
     ap.add_argument("--only", help="contender ids to run, comma-separated (default: all)")
-    ap.add_argument("--phases", default="speed,atomic,outage,memory,tls,pieces")
+    ap.add_argument("--phases", default="speed,atomic,outage,memory,tls,cluster,pieces")
+    ap.add_argument("--merge", action="store_true",
+                    help="write this run's cluster results into --out, keeping the rest of it")
     ap.add_argument("--pieces", action="store_true",
                     help="run the bindings' own benchmarks in quick mode too")
     p = ap.parse_args()
@@ -897,7 +1313,7 @@ def main():
     resolve(cs, build, setup)
     if p.only:
         only = set(p.only.split(","))
-        unknown = only - {c.id for c in cs}
+        unknown = only - {c.id for c in cs} - {e[0].id for e in cluster_contenders()}
         if unknown:
             sys.exit("suite.py: --only: unknown contenders %s" % ", ".join(sorted(unknown)))
         cs = [c for c in cs if c.id in only]
@@ -919,7 +1335,8 @@ def main():
         "versions": setup.get("versions", {}),
         "runtimes": {k: {"ok": v.get("ok"), "reason": v.get("reason")}
                      for k, v in setup.get("runtimes", {}).items()},
-        "speed": {}, "atomic": {}, "outage": {}, "memory": {}, "tls": {}, "pieces": {},
+        "speed": {}, "atomic": {}, "outage": {}, "memory": {}, "tls": {}, "cluster": {},
+        "pieces": {},
     }
     work = tempfile.mkdtemp(prefix="hirate-suite-")
     redis = None
@@ -939,6 +1356,8 @@ def main():
             phase_memory(cs, redis, p, results)
         if "tls" in phases:
             phase_tls(cs, redis, p, results, work)
+        if "cluster" in phases:
+            phase_cluster(build, setup, redis, p, results)
     finally:
         if redis:
             redis.close()
@@ -946,6 +1365,13 @@ def main():
     if "pieces" in phases:
         phase_pieces(build, setup, p, results)
     Path(p.out).parent.mkdir(parents=True, exist_ok=True)
+    if p.merge:
+        # Only the cluster's results change: the page's other sections keep
+        # the figures of the run they came from.
+        old = json.loads(Path(p.out).read_text()) if Path(p.out).exists() else dict(
+            results, cluster={}, scenarios=[], contenders=[], speed={}, pieces={})
+        old["cluster"] = results["cluster"]
+        results = old
     tmp = Path(str(p.out) + ".tmp")
     tmp.write_text(json.dumps(results, indent=1) + "\n")
     tmp.replace(p.out)

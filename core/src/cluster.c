@@ -193,8 +193,12 @@ int hirate_cluster_refresh_end(hirate_cluster *c, int from, const hirate_rnode *
         const char *why = NULL;
         apply_ctx a = {c, owner, 0};
         hirate_node *self = hirate_cluster_node(c, from);
-        if (hirate_cluster_parse_slots(reply, self ? self->link.url.host : "", apply_range, &a,
-                                       &why) < 0) {
+        int parsed = hirate_cluster_parse_slots(reply, self ? self->link.url.host : "",
+                                                apply_range, &a, &why);
+        if (parsed == HIRATE_EREPLY) {
+            rc = hirate__fail_quoting(err, errlen, HIRATE_EREPLY, "CLUSTER SLOTS: Redis replied: ",
+                                      reply->str, reply->len);
+        } else if (parsed < 0) {
             rc = hirate__fail(err, errlen, HIRATE_EPROTO,
                               "malformed reply from Redis: CLUSTER SLOTS: %s", why);
         } else {
@@ -207,6 +211,8 @@ int hirate_cluster_refresh_end(hirate_cluster *c, int from, const hirate_rnode *
     free(owner);
     pthread_mutex_lock(&c->lock);
     c->refreshing = 0;
+    if (!reply && !c->have_map)
+        c->last_refresh_us = INT64_MIN / 2;   /* no map at all: ask another node now */
     if (reply && rc == 0) {
         c->have_map = 1;
         __atomic_store_n(&c->stale, 0, __ATOMIC_RELAXED);

@@ -86,8 +86,10 @@ void hirate_cluster_stale(hirate_cluster *c);
  * is closed and it is not failing), or -1. A yes must be followed by
  * hirate_cluster_refresh_end. */
 int hirate_cluster_refresh_begin(hirate_cluster *c, int64_t now_us, int prefer);
-/* The refresh's reply from node `from` (NULL: it failed). 0, or
- * HIRATE_EPROTO with err when the reply is not a map. */
+/* The refresh's reply from node `from` (NULL: it failed; then, while no map
+ * is known at all, another node may be asked at once). 0, HIRATE_EREPLY for
+ * an error reply (a node not in cluster mode), or HIRATE_EPROTO when the
+ * reply is not a map; err says which. */
 int hirate_cluster_refresh_end(hirate_cluster *c, int from, const hirate_rnode *reply, char *err,
                                size_t errlen);
 
@@ -97,7 +99,8 @@ int hirate_redirect_parse(const char *msg, size_t len, int *ask, unsigned *slot,
                           int *port);
 
 /* Every (lo, hi, master host, port) range of a CLUSTER SLOTS reply, to fn.
- * 0, or HIRATE_EPROTO with *why when the reply is not a map. A master host
+ * 0, HIRATE_EREPLY for an error reply, or HIRATE_EPROTO with *why when the
+ * reply is not a map. A master host
  * that is empty or "?" is `self` (the node that replied). */
 typedef int (*hirate_slots_fn)(void *ctx, unsigned lo, unsigned hi, const char *host, int port);
 int hirate_cluster_parse_slots(const hirate_rnode *reply, const char *self, hirate_slots_fn fn,

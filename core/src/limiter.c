@@ -744,16 +744,17 @@ int hirate_reset(hirate_limiter *l, const void *key, size_t keylen)
     char err[HIRATE_ERRMSG_SIZE];
     if (!l)
         return HIRATE_EINVAL;
-    int rc = reset_local(l, key, keylen, err, sizeof err);
-    if (rc == 0 && l->cluster) {
+    if (l->cluster) {   /* the op forgets it locally, then asks its node */
         hirate_op *op;
-        if ((rc = hirate_op_start_reset(l, key, keylen, &op)) == 1) {
+        int rc = hirate_op_start_reset(l, key, keylen, &op);
+        if (rc == 1) {
             run_blocking(l, op);
             rc = hirate_op_result(op);
         }
         hirate_op_free(op);
         return rc;
     }
+    int rc = reset_local(l, key, keylen, err, sizeof err);
     if (rc == 0 && l->node0.redis) {
         rc = hirate_redis_reset(l->node0.redis, l->prefix, l->prefixlen, key, keylen, err, sizeof err);
         return rc < 0 ? remember(l, rc, err) : 0;
@@ -1069,8 +1070,11 @@ static int op_round(hirate_op *op)
             for (size_t i = 0; i < op->nlegs && !g; i++)
                 if (op->legs[i].node == node)
                     g = &op->legs[i];
-            if (!g && op->nlegs && !(g = leg_add(op, node)))
-                hirate_cluster_refresh_end(l->cluster, node, NULL, NULL, 0);
+            /* A leg of its own when no call goes there: even when every
+             * call met an open breaker, or the map would never learn of
+             * the replica that took over. */
+            if (!g)
+                g = leg_add(op, node);
             if (g)
                 g->map = 1;
             else
@@ -1354,13 +1358,13 @@ static int feed_map(hirate_op *op, leg *g, const char *buf, size_t len, size_t *
         /* Not RESP, too long, or bytes after it: the stream is lost. */
         g->drop = 1;
         hirate_cluster_refresh_end(op->l->cluster, g->node, NULL, NULL, 0);
-    } else if (map->type == '-') {
-        /* A node that is not in cluster mode, or cannot say: ask another
-         * one later; the calls' own replies say the rest. */
-        hirate_cluster_refresh_end(op->l->cluster, g->node, NULL, NULL, 0);
     } else {
+        /* An error reply (a node not in cluster mode, or one that cannot
+         * say now) teaches nothing: another node is asked later, and the
+         * calls' own replies say the rest. */
         char err[HIRATE_ERRMSG_SIZE];
-        if (hirate_cluster_refresh_end(op->l->cluster, g->node, map, err, sizeof err) < 0)
+        if (hirate_cluster_refresh_end(op->l->cluster, g->node, map, err, sizeof err) ==
+            HIRATE_EPROTO)
             g->drop = 1;
     }
     hirate_rnode_free(map);
@@ -1427,6 +1431,22 @@ int hirate_op_leg_feed(hirate_op *op, size_t i, const char *buf, size_t len, siz
 
 /* A leg's end: its node's breaker learns what its calls met, and each call
  * that has its answer gives it to its item. */
+/* Call j of leg g, which could not connect (so nothing was sent), went to
+ * g's node on a guess: no map named that node for its slot (a seed, before
+ * the map is known). Then it may go to another node, a bounded number of
+ * times: the node now fails, and the next guess is another one. */
+static int unrouted(hirate_op *op, const leg *g, size_t j)
+{
+    hirate_cluster *c = op->l->cluster;
+    if (!c || (op->flags[j] & SEND_KEEP_NODE) || op->redirects[j] >= HIRATE_CLUSTER_REDIRECTS_MAX)
+        return 0;
+    unsigned slot = call_slot(op_call(op, j));
+    if (__atomic_load_n(&c->owner[slot], __ATOMIC_RELAXED) == g->node + 1)
+        return 0;
+    op->redirects[j]++;
+    return 1;
+}
+
 static void leg_settle(hirate_op *op, leg *g)
 {
     if (op->kind == OP_RESET || !g->count)
@@ -1437,6 +1457,8 @@ static void leg_settle(hirate_op *op, leg *g)
     int64_t wait_us = breaker_outcome(&op->b, nd, g->verdict, sel, g->count, op->err);
     for (size_t i = 0; i < g->count; i++) {
         size_t j = sel[i];
+        if (op->b.rcs[j] == HIRATE_ECONNECT && unrouted(op, g, j))
+            op->b.rcs[j] = CALL_PENDING;
         if (op->b.rcs[j] == CALL_PENDING || op->b.rcs[j] == CALL_SETTLED)
             continue;
         if (is_outage(op->b.rcs[j]) && op->l->cluster)

@@ -225,6 +225,35 @@ static int conn_send(hirate_redis *r, conn *c, const char *buf, size_t len, int6
     return rc;
 }
 
+/* Reads more of the stream into c->rbuf, by deadline. */
+static int conn_fill(hirate_redis *r, conn *c, int64_t deadline, char *err, size_t errlen)
+{
+    /* What is left of a reply goes to the front, so that the buffer has
+     * room for the rest (and all of it when every byte was used). At the
+     * first read of a round trip there is nothing to move. */
+    if (c->rstart) {
+        memmove(c->rbuf, c->rbuf + c->rstart, c->rlen - c->rstart);
+        c->rlen -= c->rstart;
+        c->rstart = 0;
+    }
+    if (c->rlen == sizeof c->rbuf)
+        return hirate__fail(err, errlen, HIRATE_EPROTO,
+                            "malformed reply from Redis: longer than %zu bytes", sizeof c->rbuf);
+    /* Every wait is for what is left of the round trip's deadline, so that
+     * neither a trickle of bytes nor one of whole replies (in a batch) can
+     * stretch the call. */
+    long n = hirate_sock_recv(&c->sock, c->rbuf + c->rlen, sizeof c->rbuf - c->rlen, deadline,
+                              err, errlen);
+    if (n == HIRATE_ETIMEDOUT)
+        return hirate__fail(err, errlen, HIRATE_ETIMEDOUT, "no %sreply from Redis within %d ms",
+                            c->reads ? "whole " : "", r->timeout_ms);
+    if (n < 0)
+        return (int)n;
+    c->reads++;
+    c->rlen += (size_t)n;
+    return 0;
+}
+
 /* Reads the next reply of the stream by deadline. The reply points into
  * c->rbuf and stays valid until the next read. */
 static int conn_read(hirate_redis *r, conn *c, int64_t deadline, hirate_reply *rep,
@@ -241,30 +270,9 @@ static int conn_read(hirate_redis *r, conn *c, int64_t deadline, hirate_reply *r
                 return hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: %s",
                                     rep->why);
         }
-        /* What is left of a reply goes to the front, so that the buffer has
-         * room for the rest (and all of it when every byte was used). At
-         * the first read of a round trip there is nothing to move. */
-        if (c->rstart) {
-            memmove(c->rbuf, c->rbuf + c->rstart, c->rlen - c->rstart);
-            c->rlen -= c->rstart;
-            c->rstart = 0;
-        }
-        if (c->rlen == sizeof c->rbuf)
-            return hirate__fail(err, errlen, HIRATE_EPROTO,
-                                "malformed reply from Redis: longer than %zu bytes",
-                                sizeof c->rbuf);
-        /* Every wait is for what is left of the round trip's deadline, so
-         * that neither a trickle of bytes nor one of whole replies (in a
-         * batch) can stretch the call. */
-        long n = hirate_sock_recv(&c->sock, c->rbuf + c->rlen, sizeof c->rbuf - c->rlen, deadline,
-                                  err, errlen);
-        if (n == HIRATE_ETIMEDOUT)
-            return hirate__fail(err, errlen, HIRATE_ETIMEDOUT, "no %sreply from Redis within %d ms",
-                                c->reads ? "whole " : "", r->timeout_ms);
-        if (n < 0)
-            return (int)n;
-        c->reads++;
-        c->rlen += (size_t)n;
+        int rc = conn_fill(r, c, deadline, err, errlen);
+        if (rc < 0)
+            return rc;
     }
 }
 
@@ -867,26 +875,10 @@ int hirate_redis_send(hirate_redis *r, hirate_redis_conn *c, const char *buf, si
 int hirate_redis_read(hirate_redis *r, hirate_redis_conn *c, int64_t deadline, const char **data,
                       size_t *len, char *err, size_t errlen)
 {
-    if (c->rstart) {
-        memmove(c->rbuf, c->rbuf + c->rstart, c->rlen - c->rstart);
-        c->rlen -= c->rstart;
-        c->rstart = 0;
-    }
-    if (c->rlen == sizeof c->rbuf)
-        return hirate__fail(err, errlen, HIRATE_EPROTO,
-                            "malformed reply from Redis: longer than %zu bytes", sizeof c->rbuf);
-    long n = hirate_sock_recv(&c->sock, c->rbuf + c->rlen, sizeof c->rbuf - c->rlen, deadline, err,
-                              errlen);
-    if (n == HIRATE_ETIMEDOUT)
-        return hirate__fail(err, errlen, HIRATE_ETIMEDOUT, "no %sreply from Redis within %d ms",
-                            c->reads ? "whole " : "", r->timeout_ms);
-    if (n < 0)
-        return (int)n;
-    c->reads++;
-    c->rlen += (size_t)n;
+    int rc = conn_fill(r, c, deadline, err, errlen);
     *data = c->rbuf;
     *len = c->rlen;
-    return 0;
+    return rc;
 }
 
 void hirate_redis_consumed(hirate_redis_conn *c, size_t used)

@@ -7,11 +7,21 @@ own_redis  a redis-server for one test alone, which it may stop (SIGSTOP),
 certs      the TLS material of tests/support/make_certs.sh, made once
 tls_redis  one TLS-only redis-server (the CA's certificate for localhost,
            127.0.0.1 and ::1) shared by the session, emptied as `redis`
+cluster    a 3-master Redis Cluster with a replica each
+           (tests/support/redis_cluster.py), shared by the session and
+           emptied before each test that asks for it; started only when a
+           test asks. Do not kill its nodes: start a RedisCluster of your own.
 """
+
+import pathlib
+import sys
 
 import pytest
 
 from redis_server import RedisServer, make_certs
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "support"))
+from redis_cluster import RedisCluster  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -60,3 +70,19 @@ def tls_redis(tls_redis_session):
     """The session's TLS server, empty; rediss:// URLs need
     tls_ca_file=certs / "ca.crt" to trust it."""
     return emptied(tls_redis_session)
+
+
+@pytest.fixture(scope="session")
+def cluster_session():
+    c = RedisCluster(masters=3, replicas=1)
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def cluster(cluster_session):
+    """The session's cluster, every master emptied (FLUSHALL, SCRIPT FLUSH)."""
+    for node in cluster_session.nodes:
+        if node.role == "master":
+            cluster_session.pipeline(node, [("FLUSHALL",), ("SCRIPT", "FLUSH")])
+    return cluster_session

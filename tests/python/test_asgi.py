@@ -75,7 +75,7 @@ def test_middleware_route_limit_counts_down_with_exact_headers(redis):
         "violated-policies": ["3-per-30s"],
         "retry_after": 10,
     }
-    assert keys(redis) == ["rl:path:/limited|3/0.1|ip:testclient"]
+    assert keys(redis) == ["rl:{ip:testclient}|path:/limited|3/0.1"]
 
 
 def test_patterns_defaults_and_exempt_paths(redis):
@@ -121,9 +121,9 @@ def test_patterns_defaults_and_exempt_paths(redis):
         for _ in range(3):
             assert get(client, "/api/health") == (200, None, None)
         assert get(client, "/docs") == (200, None, None)
-    assert keys(redis) == ["rl:app|2/0.1|ip:testclient",
-                           "rl:path:GET /api/*|3/0.1|ip:testclient",
-                           "rl:path:POST /login|1/0.01|ip:testclient"]
+    assert keys(redis) == ["rl:{ip:testclient}|app|2/0.1",
+                           "rl:{ip:testclient}|path:GET /api/*|3/0.1",
+                           "rl:{ip:testclient}|path:POST /login|1/0.01"]
 
 
 def test_text_body_legacy_headers_and_headers_off(redis):
@@ -170,8 +170,8 @@ def test_async_key_function_and_on_refused(redis):
                 r.headers["ratelimit"]) == (429, "wait 10s", "x", "10", '"x";r=0;t=10')
         assert get(client, "/x", headers={"X-User": "bob"})[0] == 200
         assert get(client, "/x")[0] == 200   # no user: by address
-    assert keys(redis) == ["rl:path:/x|1/0.1|ip:testclient", "rl:path:/x|1/0.1|k:ann",
-                           "rl:path:/x|1/0.1|k:bob"]
+    assert keys(redis) == ["rl:{ip:testclient}|path:/x|1/0.1", "rl:{k:ann}|path:/x|1/0.1",
+                           "rl:{k:bob}|path:/x|1/0.1"]
 
 
 def test_client_address_behind_trusted_proxies(redis):
@@ -191,9 +191,9 @@ def test_client_address_behind_trusted_proxies(redis):
     with TestClient(app, client=("203.0.113.9", 4000)) as spoofer:
         assert spoofer.get("/", headers=xff).status_code == 200
         assert spoofer.get("/", headers={"X-Forwarded-For": "5.5.5.5"}).status_code == 429
-    assert keys(redis) == ["rl:app|1/0.1|ip:198.51.100.1",
-                           "rl:app|1/0.1|ip:2001:db8::/64",
-                           "rl:app|1/0.1|ip:203.0.113.9"]
+    assert keys(redis) == ["rl:{ip:198.51.100.1}|app|1/0.1",
+                           "rl:{ip:2001:db8::/64}|app|1/0.1",
+                           "rl:{ip:203.0.113.9}|app|1/0.1"]
 
 
 def test_websockets_pass_through(redis):
@@ -276,7 +276,7 @@ def test_dependency_adds_headers_and_refuses_with_an_exception(redis):
             "violated-policies": ["2-per-20s"],
             "retry_after": 10,
         }}
-    assert keys(redis) == ["rl:route:GET /items/{item_id}|2/0.1|ip:testclient"]
+    assert keys(redis) == ["rl:{ip:testclient}|route:GET /items/{item_id}|2/0.1"]
 
 
 def test_dependency_exception_handler_answers_as_the_middleware(redis):
@@ -322,7 +322,7 @@ def test_dependency_stacked_limits_a_refusal_spends_nothing(redis, small_first):
             assert r.headers["ratelimit"] == line({"small": '"small";r=0;t=10',
                                                    "big": '"big";r=4;t=0'})
     check = hirate.Limiter(redis.url, capacity=5, rate=0.01, **SLOW)
-    assert check.peek(b"route:GET /s|5/0.01|k:K").remaining == 4
+    assert check.peek(b"{k:K}|route:GET /s|5/0.01").remaining == 4
 
 
 def test_middleware_and_dependency_send_one_item_each(redis):

@@ -60,8 +60,8 @@ def test_a_route_limit_counts_down_with_exact_headers(redis):
         (200, policy, '"3-per-30s";r=0;t=30', None),
         (429, policy, '"3-per-30s";r=0;t=10', "10"),
     ]
-    assert keys(redis) == ["rl:ep:limited|3/0.1|ip:127.0.0.1"]
-    assert 0 < redis.command("TTL", "rl:ep:limited|3/0.1|ip:127.0.0.1") <= 30
+    assert keys(redis) == ["rl:{ip:127.0.0.1}|ep:limited|3/0.1"]
+    assert 0 < redis.command("TTL", "rl:{ip:127.0.0.1}|ep:limited|3/0.1") <= 30
 
 
 def test_the_429_body_is_problem_json_with_the_retry_time(redis):
@@ -194,7 +194,7 @@ def test_default_limits_are_one_budget_for_routes_without_limits(redis):
     assert get(client, "/own") == (200, '"5-per-50s";r=4;t=10', None)
     # A path that is no route is not limited.
     assert client.get("/nowhere").status_code == 404
-    assert keys(redis) == ["rl:app|2/0.1|ip:127.0.0.1", "rl:ep:own|5/0.1|ip:127.0.0.1"]
+    assert keys(redis) == ["rl:{ip:127.0.0.1}|app|2/0.1", "rl:{ip:127.0.0.1}|ep:own|5/0.1"]
 
 
 def test_default_limits_from_app_config(redis):
@@ -210,7 +210,7 @@ def test_default_limits_from_app_config(redis):
     client = app.test_client()
     assert get(client, "/") == (200, '"1-per-10s";r=0;t=10', None)
     assert get(client, "/")[0] == 429
-    assert keys(redis) == ["rl:app|1/0.1|ip:127.0.0.1"]
+    assert keys(redis) == ["rl:{ip:127.0.0.1}|app|1/0.1"]
 
 
 def test_redis_url_from_config_and_the_constructor_wins(redis, own_redis):
@@ -224,7 +224,7 @@ def test_redis_url_from_config_and_the_constructor_wins(redis, own_redis):
         return "ok"
 
     app.test_client().get("/")
-    assert keys(redis) == ["web:ep:index|2/0.1|ip:127.0.0.1"]
+    assert keys(redis) == ["web:{ip:127.0.0.1}|ep:index|2/0.1"]
 
     app2 = Flask(__name__)
     app2.config.update(REDIS_URL=redis.url, HIRATE_URL=redis.url)
@@ -237,7 +237,7 @@ def test_redis_url_from_config_and_the_constructor_wins(redis, own_redis):
         return "ok"
 
     app2.test_client().get("/")
-    assert keys(own_redis) == ["rl:ep:index2|2/0.1|ip:127.0.0.1"]
+    assert keys(own_redis) == ["rl:{ip:127.0.0.1}|ep:index2|2/0.1"]
 
 
 def test_blueprint_limits_and_exempt_blueprints(redis):
@@ -279,7 +279,7 @@ def test_blueprint_limits_and_exempt_blueprints(redis):
     r = client.get("/api/v2/w")
     assert (r.status_code, r.headers["RateLimit"]) == (
         429, '"v2";r=1;t=0, "2-per-20s";r=0;t=10')
-    assert keys(redis) == ["rl:bp:api|2/0.1|ip:127.0.0.1"]
+    assert keys(redis) == ["rl:{ip:127.0.0.1}|bp:api|2/0.1"]
 
 
 def test_disabled(redis):
@@ -325,7 +325,7 @@ def test_stacked_limits_all_must_pass_and_a_refusal_spends_nothing(redis, small_
         assert json.loads(r.data)["violated-policies"] == ["small"]
     # The big bucket in Redis still holds 4: the refusals spent nothing.
     check = hirate.Limiter(redis.url, capacity=5, rate=0.01, **SLOW)
-    assert check.peek(b"ep:s|5/0.01|ip:127.0.0.1").remaining == 4
+    assert check.peek(b"{ip:127.0.0.1}|ep:s|5/0.01").remaining == 4
 
 
 def test_one_hirate_limiter_per_capacity_and_rate(redis):
@@ -384,10 +384,10 @@ def test_routes_and_limits_never_share_buckets(redis):
     # A named scope is one bucket for every route that names it.
     assert [client.get(p).status_code for p in ("/d1", "/d2", "/d1")] == [200, 200, 429]
     assert keys(redis) == [
-        "rl:ep:a|1/0.1|ip:127.0.0.1",
-        "rl:ep:b|1/0.1|ip:127.0.0.1",
-        "rl:ep:c|1/0.05|ip:127.0.0.1",
-        "rl:together|2/0.1|ip:127.0.0.1",
+        "rl:{ip:127.0.0.1}|ep:a|1/0.1",
+        "rl:{ip:127.0.0.1}|ep:b|1/0.1",
+        "rl:{ip:127.0.0.1}|ep:c|1/0.05",
+        "rl:{ip:127.0.0.1}|together|2/0.1",
     ]
 
 
@@ -409,9 +409,9 @@ def test_key_header_gives_each_api_key_a_bucket(redis):
     assert get(client, "/api")[0] == 200
     assert get(client, "/api")[0] == 429
     assert keys(redis) == [
-        "rl:ep:api|1/0.1|ip:127.0.0.1",
-        "rl:ep:api|1/0.1|k:alpha",
-        "rl:ep:api|1/0.1|k:beta",
+        "rl:{ip:127.0.0.1}|ep:api|1/0.1",
+        "rl:{k:alpha}|ep:api|1/0.1",
+        "rl:{k:beta}|ep:api|1/0.1",
     ]
 
 
@@ -433,8 +433,8 @@ def test_a_callable_key_for_the_logged_in_user(redis):
     assert get(client, "/me", headers={"Authorization": "Bearer t-1"})[0] == 429
     assert get(client, "/me", headers={"Authorization": "Bearer t-2"})[0] == 200
     assert get(client, "/me")[0] == 200  # anonymous: by address
-    assert keys(redis) == ["rl:ep:me|1/0.1|ip:127.0.0.1", "rl:ep:me|1/0.1|k:42",
-                           "rl:ep:me|1/0.1|k:7"]
+    assert keys(redis) == ["rl:{ip:127.0.0.1}|ep:me|1/0.1", "rl:{k:42}|ep:me|1/0.1",
+                           "rl:{k:7}|ep:me|1/0.1"]
 
 
 def test_a_long_key_is_hashed(redis):
@@ -451,8 +451,9 @@ def test_a_long_key_is_hashed(redis):
     assert get(client, "/api", headers={"X-API-Key": "k" * 601})[0] == 200
     found = keys(redis)
     assert len(found) == 2
-    head = "rl:ep:api|1/0.1|#"
-    assert all(k.startswith(head) and len(k) == len(head) + 64 for k in found)
+    head, tail = "rl:{#", "}|ep:api|1/0.1"
+    assert all(k.startswith(head) and k.endswith(tail) and len(k) == len(head + tail) + 64
+               for k in found)
 
 
 def test_exempt_when(redis):
@@ -494,9 +495,9 @@ def test_forwarded_for_is_believed_only_from_trusted_proxies(redis):
     assert client.get("/", headers=v6, environ_base={"REMOTE_ADDR": "::1"}).status_code == 200
     v6 = {"X-Forwarded-For": "2001:db8:1:2::2"}
     assert client.get("/", headers=v6, environ_base={"REMOTE_ADDR": "::1"}).status_code == 429
-    assert keys(redis) == ["rl:ep:index|1/0.1|ip:198.51.100.1",
-                           "rl:ep:index|1/0.1|ip:2001:db8:1:2::/64",
-                           "rl:ep:index|1/0.1|ip:203.0.113.9"]
+    assert keys(redis) == ["rl:{ip:198.51.100.1}|ep:index|1/0.1",
+                           "rl:{ip:2001:db8:1:2::/64}|ep:index|1/0.1",
+                           "rl:{ip:203.0.113.9}|ep:index|1/0.1"]
     with app.test_request_context("/", headers=xff, environ_base=via_proxy):
         assert limiter.client_ip() == "198.51.100.1"
 
@@ -514,7 +515,7 @@ def test_proxy_hops(redis):
     assert client.get("/", headers=xff).status_code == 200
     xff = {"X-Forwarded-For": "7.7.7.7, 198.51.100.1"}   # a new spoofed left part
     assert client.get("/", headers=xff).status_code == 429
-    assert keys(redis) == ["rl:ep:index|1/0.1|ip:198.51.100.1"]
+    assert keys(redis) == ["rl:{ip:198.51.100.1}|ep:index|1/0.1"]
 
 
 def test_two_limiters_on_one_app_each_add_their_items(redis):
@@ -528,7 +529,7 @@ def test_two_limiters_on_one_app_each_add_their_items(redis):
 
     r = app.test_client().get("/x")
     assert r.headers.getlist("RateLimit") == ['"i";r=1;t=10', '"o";r=8;t=10']
-    assert keys(redis) == ["inner:ep:x|2/0.1|ip:127.0.0.1", "outer:app|9/0.1|ip:127.0.0.1"]
+    assert keys(redis) == ["inner:{ip:127.0.0.1}|ep:x|2/0.1", "outer:{ip:127.0.0.1}|app|9/0.1"]
 
 
 # ---------------------------------------------------------- custom refusals

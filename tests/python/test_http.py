@@ -244,9 +244,17 @@ def test_limits_on_one_route_need_distinct_names_and_buckets():
         "5-per-5s", "5-per-10s"]
 
 
-def test_bucket_keys_hold_scope_capacity_rate_and_identity():
-    assert Limit(5, 2).bucket_key("ep:index", b"ip:10.0.0.1") == b"ep:index|5/2.0|ip:10.0.0.1"
-    assert Limit(5, 1 / 3).bucket_key("app", b"k:alice") == b"app|5/0.3333333333333333|k:alice"
+def test_bucket_keys_hold_scope_capacity_rate_and_identity_as_hash_tag():
+    assert Limit(5, 2).bucket_key("ep:index", b"ip:10.0.0.1") == b"{ip:10.0.0.1}|ep:index|5/2.0"
+    assert Limit(5, 1 / 3).bucket_key("app", b"k:alice") == b"{k:alice}|app|5/0.3333333333333333"
+    # Every limit of one identity shares its tag, so a Redis Cluster keeps
+    # them on one node, whatever braces the identity or the scope holds.
+    for ident in (b"k:alice", b"k:a}b", b"k:{x}"):
+        keys = [Limit(5, 2).bucket_key("a", ident),
+                Limit(9, 1).bucket_key("route:GET /items/{item_id}", ident)]
+        tags = [k[k.index(b"{") + 1:k.index(b"}", k.index(b"{") + 1)] for k in keys]
+        want = ident[:ident.index(b"}")] if b"}" in ident else ident
+        assert tags[0] == tags[1] == want
 
 
 def test_identities_of_keys_and_addresses_never_meet():
@@ -264,12 +272,13 @@ def test_long_identities_are_hashed_to_fit_the_key_limit():
     lim = Limit(5, 2)
     long_ident = ident_for_key("x" * 1000)
     key = lim.bucket_key("app", long_ident)
-    assert key == b"app|5/2.0|#" + __import__("hashlib").sha256(long_ident).hexdigest().encode()
+    assert key == (b"{#" + __import__("hashlib").sha256(long_ident).hexdigest().encode()
+                   + b"}|app|5/2.0")
     assert len(key) <= KEY_MAX
     # The longest identity that fits is kept as it is.
-    fits = b"k:" + b"y" * (KEY_MAX - len(b"app|5/2.0|") - 2)
-    assert lim.bucket_key("app", fits) == b"app|5/2.0|" + fits
-    assert len(lim.bucket_key("app", fits + b"y")) == len(b"app|5/2.0|#") + 64
+    fits = b"k:" + b"y" * (KEY_MAX - len(b"{}|app|5/2.0") - 2)
+    assert lim.bucket_key("app", fits) == b"{" + fits + b"}|app|5/2.0"
+    assert len(lim.bucket_key("app", fits + b"y")) == len(b"{#}|app|5/2.0") + 64
     # And a hirate.Limiter takes every one of them.
     hirate.Limiter(capacity=5, rate=2).allow(key)
 

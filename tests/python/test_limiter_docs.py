@@ -19,10 +19,14 @@ def test_the_sections_have_examples():
 
 
 @pytest.mark.parametrize("n", range(len(BLOCKS)))
-def test_example_runs(n, redis, tls_redis, certs):
+def test_example_runs(n, redis, tls_redis, certs, request):
     # The test's own servers, and patience for a busy machine, where the
     # default 0.1 s could let the fallback decide instead of Redis.
     code = BLOCKS[n].replace('"redis://127.0.0.1:6379", ', f'"{redis.url}", timeout=5, ')
+    if "redis+cluster://" in code:
+        cluster = request.getfixturevalue("cluster")
+        code = code.replace('"redis+cluster://10.0.0.1:7000,10.0.0.2:7000", ',
+                            f'"{cluster.url}", timeout=5, connect_timeout=5, ')
     code = code.replace('"rediss://redis.example.com:6380", ',
                         f'"{tls_redis.url}", timeout=5, connect_timeout=5, ')
     code = code.replace('"/etc/ssl/redis-ca.pem"', repr(str(certs / "ca.crt")))

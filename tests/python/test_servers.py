@@ -167,7 +167,7 @@ def test_gunicorn_two_workers_preload(server, own_redis):
     s = server(["gunicorn", "-w", "2", "--preload", "-b", "127.0.0.1:PORT",
                 "examples.flask_app:app"], "Booting worker", 2)
     check_exactly_capacity(hammer(s.port, "/report"))
-    assert own_redis.command("KEYS", "*") == ["rl:ep:report|5/0.08333333333333333|ip:127.0.0.1"]
+    assert own_redis.command("KEYS", "*") == ["rl:{ip:127.0.0.1}|ep:report|5/0.08333333333333333"]
     # The other routes: default limits, stacked limits per API key, exempt.
     status, headers, _ = request(s.port, "GET", "/")
     assert (status, headers["ratelimit"]) == (200, '"default";r=99;t=1')
@@ -183,7 +183,7 @@ def test_uvicorn_two_workers(server, own_redis):
                 "127.0.0.1", "--port", "PORT"], "Application startup complete", 2)
     check_exactly_capacity(hammer(s.port, "/report"))
     assert own_redis.command("KEYS", "*") == [
-        "rl:path:GET /report|5/0.08333333333333333|ip:127.0.0.1"]
+        "rl:{ip:127.0.0.1}|path:GET /report|5/0.08333333333333333"]
     status, headers, _ = request(s.port, "GET", "/")
     assert (status, headers["ratelimit"]) == (200, '"default";r=99;t=1')
     status, headers, _ = request(s.port, "GET", "/search?q=x", {"X-API-Key": "k1"})

@@ -2,6 +2,8 @@
 
     from redis_cluster import RedisCluster           # tests/support on sys.path
     c = RedisCluster(masters=3, replicas=1, tls=None)  # tls: make_certs dir -> TLS-only ports
+                     # masters >= 3 (redis-cli --cluster create wants that many)
+                     # full_coverage=True: Redis' default cluster-require-full-coverage yes
     c.url            # "redis+cluster://127.0.0.1:P1,127.0.0.1:P2" (rediss+cluster://localhost:... with tls)
     c.nodes          # [Node(port, pid, role "master"/"replica", id, slots [(lo, hi)...])]
     c.master_of(slot) / c.replica_of(node) / c.kill(node) / c.pause(node) / c.resume(node)
@@ -14,7 +16,8 @@ Every node is our own redis-server child on free loopback ports (client
 port and cluster bus port both chosen free, so no port + 10000 clash), with
 its own directory under one temporary directory, so SIGKILL and SIGSTOP reach
 exactly it and nothing is left behind: stop() runs at interpreter exit too.
-The cluster is built by `redis-cli --cluster create`, and the constructor
+Unlike Redis' default, the nodes do not require full coverage (see
+_spawn). The cluster is built by `redis-cli --cluster create`, and the constructor
 returns only once every node says cluster_state:ok, every node agrees on who
 owns which slots, and every replica's link to its master is up.
 
@@ -27,13 +30,20 @@ prints one JSON line {"url":..., "nodes":[{"port":..,"pid":..,"role":..,"id":..,
 "slots":[[lo,hi]...]}...], "dir":...} and then reads commands on stdin, one a
 line, answering each with one line, "ok [words]" or "err <message>":
 
-    nodes                      ok N, then N lines "port pid role id master-id lo-hi,lo-hi|-"
+    nodes                      ok N, then N lines
+                               "port pid role id master-id|- lo-hi,lo-hi|- alive|paused|dead"
     kill PORT / pause PORT / resume PORT
-    keyslot HEX...             ok SLOT...  (keys hex-encoded, so any bytes pass)
+    keyslot xHEX...            ok SLOT...  (keys hex-encoded after an "x", so any
+                               bytes pass, the empty key as "x")
+    where xHEX...              ok PORT...  the live master holding each key, 0: none
+    config NAME VALUE          CONFIG SET on every live node
+    stats                      ok CALLS REJECTED  (INFO commandstats summed, see stats())
+    resetstats                 CONFIG RESETSTAT on every live node
     migrate SLOT SRC DST       SRC, DST: ports of masters; moves the slot's keys too
     begin SLOT SRC DST         IMPORTING on DST, MIGRATING on SRC (ASK from now on)
     move SLOT SRC DST [N]      MIGRATE up to N (default all) of the slot's keys
     finish SLOT DST            SETSLOT NODE on every master
+    settle [TIMEOUT]           waits as the start does: every live node ok, agreeing
     failover PORT TIMEOUT      waits for a replica of PORT's node to own its slots: ok NEWPORT
     stop                       stops the cluster (so does end of input, or SIGTERM)
 """
@@ -79,6 +89,7 @@ class Node:
         self.id = None
         self.master_id = None   # a replica's master, else None
         self.slots = []         # [(lo, hi)] a master owns
+        self.last_slots = []    # its slots when it was killed or paused
         self.alive = True       # False after kill()
         self.paused = False     # True between pause() and resume()
 
@@ -101,8 +112,10 @@ def _stop_all():
 
 
 class RedisCluster:
-    def __init__(self, masters=3, replicas=1, tls=None, die_with_parent=False):
+    def __init__(self, masters=3, replicas=1, tls=None, die_with_parent=False,
+                 full_coverage=False):
         self.masters = masters
+        self.full_coverage = full_coverage
         self.replicas = replicas
         self.tls = pathlib.Path(tls) if tls else None
         self.die_with_parent = die_with_parent
@@ -139,6 +152,11 @@ class RedisCluster:
                 # A replica takes over however long ago it last heard its
                 # master: the tests kill masters right after writing.
                 "--cluster-replica-validity-factor", "0",
+                # Redis' default (yes) stops every shard while one has no
+                # master, between a master's failure and its replica's
+                # promotion; the tests want the healthy shards to serve on,
+                # as most deployments do. full_coverage=True: Redis' default.
+                "--cluster-require-full-coverage", "yes" if self.full_coverage else "no",
                 # Replicas sync at once (the default waits 5 s for more replicas).
                 "--repl-diskless-sync-delay", "0",
                 "--save", "", "--appendonly", "no", "--dir", node.dir,
@@ -162,9 +180,12 @@ class RedisCluster:
                 self._spawn(n)
             if self._wait_all(lambda n: self.command(n, "PING") == "PONG", 5, raise_=False):
                 break
-            # A port taken between free_port() and bind(): again, with others.
+            # A port taken between free_port() and bind(): again, with others,
+            # and no nodes.conf of the failed try.
             for n in self.nodes:
                 self._reap(n)
+                shutil.rmtree(n.dir, ignore_errors=True)
+                os.mkdir(n.dir)
         else:
             raise RuntimeError("redis-server did not start in cluster mode "
                                f"(see the logs under {self.dir})")
@@ -197,7 +218,8 @@ class RedisCluster:
 
     def wait_stable(self, timeout=30):
         """Until every live node says cluster_state:ok, all agree on the
-        owners of all 16384 slots, and every replica's link is up."""
+        owners of all 16384 slots and on every node's role and master, and
+        every replica's link is up."""
         def settled():
             views = set()
             for n in self.nodes:
@@ -210,7 +232,10 @@ class RedisCluster:
                                       if v["role"] == "master" and v["slots"]))
                 if sum(hi - lo + 1 for ranges, _ in owners for lo, hi in ranges) != 16384:
                     return False
-                views.add(owners)
+                # Roles too: a node that just met the others may still take a
+                # replica for a master without slots.
+                roles = tuple(sorted((v["id"], v["role"], v["master_id"]) for v in view.values()))
+                views.add((owners, roles))
                 info = self.command(n, "INFO", "replication")
                 if _role_from_info(info) == "slave" and "master_link_status:up" not in info:
                     return False
@@ -244,22 +269,24 @@ class RedisCluster:
         ReplyError."""
         return self.pipeline(node, [args], timeout=timeout)[0]
 
-    def pipeline(self, node, commands, timeout=2.0):
+    def pipeline(self, node, commands, timeout=2.0, errors=False):
         """Several commands on one connection, sent at once; their replies in
-        order (an error reply raises ReplyError after all are read)."""
+        order. An error reply raises ReplyError after all are read, or with
+        errors=True is returned as a ReplyError in its place."""
         with self._connect(node, timeout) as s:
             s.sendall(b"".join(_encode(c) for c in commands))
             f = s.makefile("rb")
             replies = [_read_reply(f) for _ in commands]
         for r in replies:
-            if isinstance(r, ReplyError):
+            if isinstance(r, ReplyError) and not errors:
                 raise r
         return replies
 
     def refresh(self):
-        """Updates every node's role, id, master_id and slots from the
-        CLUSTER NODES of a live node (each node reports itself as "myself")."""
-        view = None
+        """Updates every node's role, id, master_id and slots. A live node's
+        role and master are its own word (its "myself" line), the slots a
+        live master's view; a dead or stopped node is as the others see it."""
+        views, selves = [], {}
         for n in self.nodes:
             if not n.alive or n.paused:
                 continue
@@ -269,16 +296,20 @@ class RedisCluster:
                 continue
             mine = _parse_nodes(text)
             me = next(v for v in mine.values() if v["myself"])
-            n.id = me["id"]
-            if view is None:
-                view = mine
-        if view is None:
+            selves[n.port] = me
+            # A master's view first: SETSLOT NODE reaches the masters at
+            # once, the replicas by gossip.
+            (views.insert(0, mine) if me["role"] == "master" else views.append(mine))
+        if not views:
             raise RuntimeError("no cluster node answers")
-        by_port = {v["port"]: v for v in view.values()}
+        by_port = {v["port"]: v for v in views[0].values()}
         for n in self.nodes:
             v = by_port.get(n.port)
             if v:
                 n.id, n.role, n.master_id, n.slots = v["id"], v["role"], v["master_id"], v["slots"]
+            me = selves.get(n.port)
+            if me:
+                n.id, n.role, n.master_id = me["id"], me["role"], me["master_id"]
         return self.nodes
 
     # ----------------------------------------------------------------- queries
@@ -309,10 +340,48 @@ class RedisCluster:
         n = next(n for n in self.nodes if n.alive and not n.paused)
         return self.pipeline(n, [("CLUSTER", "KEYSLOT", k) for k in keys], timeout=10)
 
+    def where(self, keys):
+        """For each key, the live master that holds it (EXISTS), or None."""
+        found = [None] * len(keys)
+        for n in self.nodes:
+            if n.alive and not n.paused and n.role == "master":
+                # A key of another master's slot answers MOVED (or ASK): not here.
+                replies = self.pipeline(n, [("EXISTS", k) for k in keys], timeout=10, errors=True)
+                for i, r in enumerate(replies):
+                    if r == 1 and found[i] is None:
+                        found[i] = n
+        return found
+
+    def _live(self):
+        return [n for n in self.nodes if n.alive and not n.paused]
+
+    def config_set(self, name, value):
+        """CONFIG SET on every live node."""
+        for n in self._live():
+            self.command(n, "CONFIG", "SET", name, value)
+
+    def stats(self):
+        """(calls, rejected_calls) summed over every command of INFO
+        commandstats of the live nodes; a MOVED or ASK answer is a rejected
+        call of the command it refused."""
+        calls = rejected = 0
+        for n in self._live():
+            for line in self.command(n, "INFO", "commandstats").splitlines():
+                if line.startswith("cmdstat_"):
+                    fields = dict(kv.split("=", 1) for kv in line.split(":", 1)[1].split(","))
+                    calls += int(fields.get("calls", 0))
+                    rejected += int(fields.get("rejected_calls", 0))
+        return calls, rejected
+
+    def reset_stats(self):
+        for n in self._live():
+            self.command(n, "CONFIG", "RESETSTAT")
+
     # ----------------------------------------------------------------- faults
 
     def kill(self, node):
         """SIGKILL (its peers see it fail after the node timeout)."""
+        node.last_slots = list(node.slots) or node.last_slots
         if node.proc and node.proc.poll() is None:
             os.kill(node.pid, signal.SIGCONT)
             node.proc.kill()
@@ -322,6 +391,7 @@ class RedisCluster:
 
     def pause(self, node):
         """SIGSTOP: the node hangs with its sockets open."""
+        node.last_slots = list(node.slots) or node.last_slots
         os.kill(node.pid, signal.SIGSTOP)
         node.paused = True
 
@@ -330,19 +400,19 @@ class RedisCluster:
         node.paused = False
 
     def wait_failover(self, old_master, timeout=10):
-        """Waits until a replica of old_master is a master owning all the
-        slots old_master owned (when last refreshed) and every live node
-        says cluster_state:ok; returns the new master."""
-        slots = list(old_master.slots)
+        """Waits until another node (its replica) is a master owning all the
+        slots old_master owned when it was killed or paused, and every live
+        node says cluster_state:ok; returns the new master."""
+        slots = list(old_master.last_slots or old_master.slots)
         if not slots:
             raise ValueError(f"{old_master!r} owns no slots")
-        replicas = {n.port for n in self.nodes if n.master_id == old_master.id}
         deadline = time.monotonic() + timeout
         while True:
             try:
                 self.refresh()
-                new = next((n for n in self.nodes if n.port in replicas and n.alive
-                            and n.role == "master" and _covers(n.slots, slots)), None)
+                new = next((n for n in self.nodes if n is not old_master and n.alive
+                            and not n.paused and n.role == "master"
+                            and _covers(n.slots, slots)), None)
                 if new and all("cluster_state:ok" in self.command(n, "CLUSTER", "INFO")
                                for n in self.nodes if n.alive and not n.paused):
                     return new
@@ -509,6 +579,10 @@ def _read_reply(f):
 # --------------------------------------------------------------------- CLI
 
 
+def _unhex(word):
+    return binascii.unhexlify(word[1:] if word.startswith("x") else word)
+
+
 def _serve(c, infile, out):
     """The command channel of the CLI: one line in, one answer out."""
     def say(s):
@@ -529,14 +603,30 @@ def _serve(c, infile, out):
                 lines = [f"ok {len(c.nodes)}"]
                 for n in c.nodes:
                     slots = ",".join(f"{lo}-{hi}" for lo, hi in n.slots) or "-"
-                    lines.append(f"{n.port} {n.pid} {n.role} {n.id} {n.master_id or '-'} {slots}")
+                    state = "dead" if not n.alive else "paused" if n.paused else "alive"
+                    lines.append(f"{n.port} {n.pid} {n.role} {n.id} {n.master_id or '-'} {slots} {state}")
                 say("\n".join(lines))
             elif cmd in ("kill", "pause", "resume"):
                 getattr(c, cmd)(c.node(int(args[0])))
                 say("ok")
             elif cmd == "keyslot":
-                keys = [binascii.unhexlify(a) for a in args]
+                keys = [_unhex(a) for a in args]
                 say("ok " + " ".join(str(s) for s in c.keyslots(keys)))
+            elif cmd == "where":
+                found = c.where([_unhex(a) for a in args])
+                say("ok " + " ".join(str(n.port if n else 0) for n in found))
+            elif cmd == "config":
+                c.config_set(args[0], " ".join(args[1:]))
+                say("ok")
+            elif cmd == "stats":
+                calls, rejected = c.stats()
+                say(f"ok {calls} {rejected}")
+            elif cmd == "resetstats":
+                c.reset_stats()
+                say("ok")
+            elif cmd == "settle":
+                c.wait_stable(float(args[0]) if args else 30)
+                say("ok")
             elif cmd == "migrate":
                 c.migrate_slot(int(args[0]), c.node(int(args[1])), c.node(int(args[2])))
                 say("ok")
@@ -566,6 +656,8 @@ def main(argv=None):
     s.add_argument("--masters", type=int, default=3)
     s.add_argument("--replicas", type=int, default=1)
     s.add_argument("--tls", metavar="DIR", help="make_certs.sh's directory (made if missing): TLS-only ports")
+    s.add_argument("--full-coverage", action="store_true",
+                   help="cluster-require-full-coverage yes (Redis' default; the harness' is no)")
     a = p.parse_args(argv)
 
     def on_signal(signum, frame):
@@ -575,7 +667,8 @@ def main(argv=None):
 
     if a.tls:
         make_certs(a.tls)
-    c = RedisCluster(masters=a.masters, replicas=a.replicas, tls=a.tls, die_with_parent=True)
+    c = RedisCluster(masters=a.masters, replicas=a.replicas, tls=a.tls, die_with_parent=True,
+                     full_coverage=a.full_coverage)
     try:
         print(json.dumps({"url": c.url, "nodes": [n.to_json() for n in c.nodes], "dir": c.dir}),
               flush=True)

@@ -4,13 +4,14 @@
  *
  *   peer_c speed|atomic|outage|fill --impl IMPL --url redis://HOST:PORT [...]
  *   peer_c ... --impl hirate --url rediss://HOST:PORT --tls-ca-file ca.crt   (TLS)
+ *   peer_c ... --impl hirate|hirate-batch --url redis+cluster://HOST:PORT,...  (Redis Cluster)
  *
  *   hiredis         the floor for any client: plain hiredis, one connection
  *                   per thread, redisCommandArgv of EVALSHA with hirate's own
  *                   script (EVAL once after NOSCRIPT), the reply's first
  *                   element read as the decision
  *   hirate          hirate_allow, one limiter shared by every thread
- *   hirate-batch    hirate_allow_many, 16 decisions a call, as
+ *   hirate-batch    hirate_allow_many, 16 decisions a call (--batch N: N), as
  *                   redis-benchmark -P 16 pipelines 16 calls
  *   hirate-nocache  hirate_allow with the deny cache off: every decision is a
  *                   round trip, as for the other clients
@@ -35,7 +36,8 @@
 #include "../../bench_util.h"
 #include "hirate.h"
 
-#define BATCH 16
+/* Decisions per hirate_allow_many call of hirate-batch at most (--batch). */
+#define BATCH_MAX 256
 #define KEY_FMT "user:%06ld"
 #define KEY_SIZE 16
 /* --key at most; with "-warmup" appended it stays a valid hirate key. */
@@ -52,7 +54,7 @@ typedef struct config {
     char host[256];
     int port;
     long keys;
-    int concurrency, requests, calls, timeout_ms;
+    int concurrency, requests, calls, timeout_ms, batch;
     double seconds, warmup, rate;
     int64_t capacity;
     char capacity_s[32], rate_s[32];
@@ -299,14 +301,15 @@ static void *speed_worker(void *arg)
         int64_t t0 = bench_now_ns();
         uint64_t done = 0, allowed = 0, failed = 0;
         if (c->impl == IMPL_BATCH) {
-            hirate_item items[BATCH];
-            for (int i = 0; i < BATCH; i++) {
+            hirate_item items[BATCH_MAX];
+            size_t nb = (size_t)c->batch;
+            for (size_t i = 0; i < nb; i++) {
                 uint64_t k = bench_rand(&w->rng) % n;
                 items[i] = (hirate_item){.key = keytab[k], .keylen = keylen[k], .cost = 1};
             }
-            if (hirate_allow_many(w->lim, items, BATCH) < 0)
+            if (hirate_allow_many(w->lim, items, nb) < 0)
                 die("hirate_allow_many: invalid arguments");
-            for (int i = 0; i < BATCH; i++) {
+            for (size_t i = 0; i < nb; i++) {
                 if (items[i].rc < 0) {
                     char msg[HIRATE_ERRMSG_SIZE];
                     if (ph == PHASE_MEASURE)
@@ -588,7 +591,8 @@ static void usage(void)
             "usage: peer_c speed|atomic|outage|fill --impl hiredis|hirate|hirate-batch|"
             "hirate-nocache --url redis://HOST:PORT [--keys N] [--concurrency C] [--seconds S] "
             "[--warmup W] [--capacity C] [--rate R] [--seed X] [--key K] [--requests N] "
-            "[--calls N] [--timeout-ms MS] [--tls-ca-file FILE (with rediss://)]\n"
+            "[--calls N] [--timeout-ms MS] [--batch N (hirate-batch)] "
+            "[--tls-ca-file FILE (with rediss://)]\n"
             "(see bench/peers/README.md)\n");
     exit(2);
 }
@@ -613,12 +617,19 @@ int main(int argc, char **argv)
     else
         die("--impl: unknown client \"%s\" (hiredis, hirate, hirate-batch, hirate-nocache)", impl);
     int tls = strncmp(c.url, "rediss://", 9) == 0;
-    if (sscanf(c.url, tls ? "rediss://%255[^:/]:%d" : "redis://%255[^:/]:%d", c.host,
-               &c.port) != 2)
-        die("--url: expected redis://HOST:PORT or rediss://HOST:PORT, got \"%s\"", c.url);
+    /* A cluster's URL goes to hirate as it is: the core routes by slot. */
+    int cluster = strncmp(c.url, "redis+cluster://", 16) == 0 ||
+                  strncmp(c.url, "rediss+cluster://", 17) == 0;
+    if (cluster && c.impl == IMPL_HIREDIS)
+        die("--impl hiredis: one connection per thread to one server; no cluster URL");
+    if (!cluster && sscanf(c.url, tls ? "rediss://%255[^:/]:%d" : "redis://%255[^:/]:%d",
+                           c.host, &c.port) != 2)
+        die("--url: expected redis://HOST:PORT, rediss://HOST:PORT or redis+cluster://HOST:PORT,"
+            "... got \"%s\"", c.url);
+    tls = tls || strncmp(c.url, "rediss+cluster://", 17) == 0;
     c.tls_ca_file = bench_opt(argc, argv, "--tls-ca-file", NULL);
     if (c.tls_ca_file && !tls)
-        die("--tls-ca-file needs a rediss:// URL");
+        die("--tls-ca-file needs a rediss:// or rediss+cluster:// URL");
     if (tls && c.impl == IMPL_HIREDIS)
         die("--impl hiredis: this hiredis has no TLS (hiredis_ssl); use redis://");
     c.keys = (long)num(argc, argv, "--keys", 100000, 1, 10000000);
@@ -634,6 +645,7 @@ int main(int argc, char **argv)
     c.requests = (int)num(argc, argv, "--requests", 100, 1, 1024);
     c.calls = (int)num(argc, argv, "--calls", 20, 1, 100000);
     c.timeout_ms = (int)num(argc, argv, "--timeout-ms", 100, 1, 60000);
+    c.batch = (int)num(argc, argv, "--batch", 16, 1, BATCH_MAX);
     snprintf(c.capacity_s, sizeof c.capacity_s, "%lld", (long long)c.capacity);
     /* The rate as the script reads it back exactly: the fewest digits. */
     for (int prec = 1; prec <= 17; prec++) {

@@ -3,16 +3,24 @@
 //
 //	peer_go speed|atomic|outage|fill --impl article|redis_rate --url redis://HOST:PORT [...]
 //	peer_go ... --url rediss://HOST:PORT --tls-ca-file ca.crt    (TLS)
+//	peer_go ... --url redis+cluster://HOST:PORT,HOST:PORT...     (Redis Cluster)
 //
 //	article     the seed article's limiter: go-redis v9, redis.NewScript(src).Run
 //	            of the article's own token-bucket script (token_bucket.lua, as
 //	            the article has it), key "rl:" + key, args capacity,
 //	            refill_per_sec, 1, the reply read with Int64Slice
+//	article-pipeline  the same script, 16 decisions a call: Pipelined with one
+//	            EvalSha each (the script loaded first with Script.Load), as
+//	            redis-benchmark -P 16 pipelines 16 calls
 //	redis_rate  github.com/go-redis/redis_rate/v10, GCRA:
 //	            Limit{Rate: capacity, Burst: capacity, Period: capacity/rate s}
 //
 // Concurrency is goroutines sharing one client (go-redis' own pool, default
-// size), as a Go service would use it. Over TLS (rediss://) the client gets
+// size), as a Go service would use it. A redis+cluster:// URL (its hosts are
+// the seeds) makes that client a redis.ClusterClient, the seed article's
+// client on a cluster: it routes each key to its slot's master, follows
+// MOVED and ASK, and splits a pipeline by node, running the nodes' parts at
+// once. Over TLS (rediss://) the client gets
 // the tls.Config a Go service would give it: the CA of --tls-ca-file as
 // RootCAs, the URL's host as ServerName, TLS 1.2 at least (crypto/tls'
 // default otherwise).
@@ -32,6 +40,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -61,24 +70,67 @@ type config struct {
 // decider makes one decision on key: allowed, or an error.
 type decider func(ctx context.Context, key string) (bool, error)
 
-func newDecider(c *config, capacity int, rate float64) (decider, *redis.Client) {
+// batchSize is how many decisions article-pipeline sends in one call.
+const batchSize = 16
+
+// batchDecider makes one decision on each of keys, in one call: allowed[i],
+// or an error for all (the pipeline failed) or for key i (errs[i]).
+type batchDecider func(ctx context.Context, keys []string, allowed []bool, errs []error) error
+
+func newClient(c *config) redis.UniversalClient {
 	u, err := url.Parse(c.url)
-	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-		die("--url: expected redis://HOST:PORT or rediss://HOST:PORT, got %q", c.url)
+	ok := err == nil && u.Host != ""
+	cluster := ok && (u.Scheme == "redis+cluster" || u.Scheme == "rediss+cluster")
+	if !ok || !(cluster || u.Scheme == "redis" || u.Scheme == "rediss") {
+		die("--url: expected redis://HOST:PORT, rediss://HOST:PORT or "+
+			"redis+cluster://HOST:PORT,HOST:PORT..., got %q", c.url)
+	}
+	secure := u.Scheme == "rediss" || u.Scheme == "rediss+cluster"
+	if !secure && c.tlsCAFile != "" {
+		die("--tls-ca-file needs a rediss:// URL")
 	}
 	timeout := time.Duration(c.timeoutMs) * time.Millisecond
+	if cluster {
+		// The seeds: "h1:p1,h2:p2" up to the path, as hirate reads them.
+		hosts := strings.SplitN(c.url, "://", 2)[1]
+		if i := strings.IndexAny(hosts, "/?"); i >= 0 {
+			hosts = hosts[:i]
+		}
+		if i := strings.LastIndex(hosts, "@"); i >= 0 {
+			hosts = hosts[i+1:]
+		}
+		opts := &redis.ClusterOptions{
+			Addrs:        strings.Split(hosts, ","),
+			DialTimeout:  250 * time.Millisecond,
+			ReadTimeout:  timeout,
+			WriteTimeout: timeout,
+		}
+		if secure {
+			opts.TLSConfig = tlsConfig(c, opts.Addrs[0])
+		}
+		return redis.NewClusterClient(opts)
+	}
 	opts := &redis.Options{
 		Addr:         u.Host,
 		DialTimeout:  250 * time.Millisecond,
 		ReadTimeout:  timeout,
 		WriteTimeout: timeout,
 	}
-	if u.Scheme == "rediss" {
-		opts.TLSConfig = tlsConfig(c, u)
-	} else if c.tlsCAFile != "" {
-		die("--tls-ca-file needs a rediss:// URL")
+	if secure {
+		opts.TLSConfig = tlsConfig(c, u.Host)
 	}
-	rdb := redis.NewClient(opts)
+	return redis.NewClient(opts)
+}
+
+func newDecider(c *config, capacity int, rate float64) (decider, redis.UniversalClient) {
+	d, _, rdb := newDeciders(c, capacity, rate)
+	return d, rdb
+}
+
+// newDeciders: the single decider of c's impl and, for article-pipeline,
+// the batch one too.
+func newDeciders(c *config, capacity int, rate float64) (decider, batchDecider, redis.UniversalClient) {
+	rdb := newClient(c)
 	switch c.impl {
 	case "article":
 		script := redis.NewScript(tokenBucketSrc)
@@ -88,7 +140,38 @@ func newDecider(c *config, capacity int, rate float64) (decider, *redis.Client) 
 				return false, err
 			}
 			return res[0] == 1, nil
-		}, rdb
+		}, nil, rdb
+	case "article-pipeline":
+		script := redis.NewScript(tokenBucketSrc)
+		// On a ClusterClient ScriptLoad goes to every master: EvalSha in a
+		// pipeline cannot fall back to EVAL as Run does.
+		if err := script.Load(context.Background(), rdb).Err(); err != nil {
+			die("SCRIPT LOAD: %v", err)
+		}
+		batch := func(ctx context.Context, keys []string, allowed []bool, errs []error) error {
+			cmds := make([]*redis.Cmd, len(keys))
+			// A failed pipeline fails each of its commands: counted below.
+			_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, k := range keys {
+					cmds[i] = script.EvalSha(ctx, p, []string{"rl:" + k}, capacity, rate, 1)
+				}
+				return nil
+			})
+			for i, cmd := range cmds {
+				res, e := cmd.Int64Slice()
+				errs[i] = e
+				allowed[i] = e == nil && res[0] == 1
+			}
+			return nil
+		}
+		one := func(ctx context.Context, key string) (bool, error) {
+			allowed, errs := []bool{false}, []error{nil}
+			if err := batch(ctx, []string{key}, allowed, errs); err != nil {
+				return false, err
+			}
+			return allowed[0], errs[0]
+		}
+		return one, batch, rdb
 	case "redis_rate":
 		limiter := redis_rate.NewLimiter(rdb)
 		limit := redis_rate.Limit{
@@ -102,14 +185,16 @@ func newDecider(c *config, capacity int, rate float64) (decider, *redis.Client) 
 				return false, err
 			}
 			return res.Allowed > 0, nil
-		}, rdb
+		}, nil, rdb
 	}
-	die("--impl: unknown client %q (article, redis_rate)", c.impl)
-	return nil, nil
+	die("--impl: unknown client %q (article, article-pipeline, redis_rate)", c.impl)
+	return nil, nil, nil
 }
 
-func tlsConfig(c *config, u *url.URL) *tls.Config {
-	host, _, err := net.SplitHostPort(u.Host)
+// tlsConfig: the name checked is addr's host (a cluster's nodes share one
+// certificate name, the first seed's).
+func tlsConfig(c *config, addr string) *tls.Config {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		die("--url: expected rediss://HOST:PORT, got %q", c.url)
 	}
@@ -221,7 +306,7 @@ type worker struct {
 }
 
 func runSpeed(c *config) {
-	decide, rdb := newDecider(c, c.capacity, c.rate)
+	decide, batch, rdb := newDeciders(c, c.capacity, c.rate)
 	defer rdb.Close()
 	keys := make([]string, c.keys)
 	for i := range keys {
@@ -239,6 +324,10 @@ func runSpeed(c *config) {
 			defer wg.Done()
 			ctx := context.Background()
 			n := uint64(len(keys))
+			if batch != nil {
+				batchWorker(ctx, w, batch, keys, rng, &phase)
+				return
+			}
 			for {
 				ph := phase.Load()
 				if ph == phaseStop {
@@ -293,6 +382,59 @@ func runSpeed(c *config) {
 	emit(map[string]any{"decisions": decisions, "allowed": allowed, "errors": errs,
 		"p50_us": p50, "p99_us": p99, "cpu_s": cpu1 - cpu0, "wall_s": wall,
 		"error": errString(first)})
+}
+
+// batchWorker is runSpeed's loop for a batch decider: batchSize keys a call,
+// the call's wall time one latency sample, each decision counted.
+func batchWorker(ctx context.Context, w *worker, batch batchDecider, keys []string,
+	rng *rand.Rand, phase *atomic.Int32) {
+	n := uint64(len(keys))
+	ks := make([]string, batchSize)
+	allowed := make([]bool, batchSize)
+	errs := make([]error, batchSize)
+	for {
+		ph := phase.Load()
+		if ph == phaseStop {
+			return
+		}
+		for i := range ks {
+			ks[i] = keys[rng.Uint64N(n)]
+		}
+		t0 := time.Now()
+		err := batch(ctx, ks, allowed, errs)
+		d := time.Since(t0)
+		if phase.Load() != phaseMeasure {
+			continue
+		}
+		if ph != phaseMeasure && w.errors == 0 {
+			w.err = nil
+		}
+		if err != nil {
+			w.errors += batchSize
+			if w.err == nil {
+				w.err = err
+			}
+			continue
+		}
+		done := false
+		for i := range ks {
+			if errs[i] != nil {
+				w.errors++
+				if w.err == nil {
+					w.err = errs[i]
+				}
+				continue
+			}
+			done = true
+			w.decisions++
+			if allowed[i] {
+				w.allowed++
+			}
+		}
+		if done {
+			w.lat.add(d.Nanoseconds())
+		}
+	}
 }
 
 func runAtomic(c *config) {
@@ -387,12 +529,12 @@ func runFill(c *config) {
 
 func main() {
 	if len(os.Args) < 2 || os.Args[1] == "" || os.Args[1][0] == '-' {
-		die("usage: peer_go speed|atomic|outage|fill --impl article|redis_rate --url redis://HOST:PORT [options] (see bench/peers/README.md)")
+		die("usage: peer_go speed|atomic|outage|fill --impl article|article-pipeline|redis_rate --url redis://HOST:PORT [options] (see bench/peers/README.md)")
 	}
 	c := &config{mode: os.Args[1]}
 	fs := flag.NewFlagSet("peer_go", flag.ExitOnError)
-	fs.StringVar(&c.impl, "impl", "", "article or redis_rate")
-	fs.StringVar(&c.url, "url", "", "redis://HOST:PORT or rediss://HOST:PORT (TLS)")
+	fs.StringVar(&c.impl, "impl", "", "article, article-pipeline or redis_rate")
+	fs.StringVar(&c.url, "url", "", "redis://HOST:PORT, rediss://HOST:PORT (TLS) or redis+cluster://HOST:PORT,...")
 	fs.StringVar(&c.tlsCAFile, "tls-ca-file", "", "the CA that signed the server's certificate (rediss://)")
 	fs.StringVar(&c.key, "key", "fresh", "the key of atomic and outage")
 	fs.IntVar(&c.keys, "keys", 100000, "key space of speed and fill")

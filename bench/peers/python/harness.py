@@ -3,10 +3,14 @@ protocol of bench/peers/README.md (bench/suite/suite.py drives them):
 
     python harness.py speed|atomic|outage|fill --impl IMPL --url redis://HOST:PORT [...]
     python harness.py ... --url rediss://HOST:PORT --tls-ca-file ca.crt   (TLS)
+    python harness.py ... --url redis+cluster://HOST:PORT,HOST:PORT       (Redis Cluster)
 
     redis-py        redis-py's register_script of hirate's own script
                     (lua/token_bucket.lua), key "rl:" + key, threads sharing
                     one client (its connection pool)
+    redis-py-pipeline  the same script, 16 decisions a call: a pipeline
+                    (transaction=False) of 16 EVALSHA, the script loaded
+                    first, as redis-benchmark -P 16 pipelines 16 calls
     redis-py-async  the same on redis.asyncio, asyncio tasks
     limits-moving   limits' MovingWindowRateLimiter, RedisStorage, capacity
     limits-sliding  limits' SlidingWindowCounterRateLimiter, RedisStorage
@@ -20,6 +24,11 @@ a --timeout-ms command timeout; everything else is its library's default.
 Over TLS (rediss://; redis-py and hirate) --tls-ca-file is the CA the
 server's certificate is checked against: redis-py's ssl_ca_certs (a rediss://
 URL is its ssl=True), hirate's tls_ca_file.
+
+A redis+cluster:// URL (its hosts the seeds) makes redis-py's client a
+redis.cluster.RedisCluster, which routes each key to its slot's master and
+follows MOVED and ASK; its pipeline groups the calls by node. hirate takes
+the URL as it is.
 """
 
 import argparse
@@ -41,7 +50,22 @@ LAT_CAP = 1 << 18
 DRAWS = 1 << 16
 
 ASYNC = {"redis-py-async", "hirate-async"}
-IMPLS = ("redis-py", "redis-py-async", "limits-moving", "limits-sliding", "hirate", "hirate-async")
+IMPLS = ("redis-py", "redis-py-async", "redis-py-pipeline", "limits-moving", "limits-sliding",
+         "hirate", "hirate-async")
+# Decisions per call of a batch client (redis-py-pipeline).
+BATCH = 16
+
+
+def cluster_seeds(url):
+    """The (host, port) seeds of a redis+cluster:// URL, or None for another URL."""
+    if not url.startswith("redis+cluster://"):
+        return None
+    hosts = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0].rsplit("@", 1)[-1]
+    seeds = []
+    for h in hosts.split(","):
+        host, _, port = h.rpartition(":")
+        seeds.append((host.strip("[]") or "127.0.0.1", int(port or 6379)))
+    return seeds
 
 
 def key_name(i):
@@ -58,18 +82,49 @@ def make_decider(c, capacity, rate, sources=False):
     failure. For the asyncio clients, a coroutine function. Also a closer.
     With sources, hirate's decisions are counted by source in SOURCES."""
     timeout = c.timeout_ms / 1000.0
-    if c.impl in ("redis-py", "redis-py-async"):
+    seeds = cluster_seeds(c.url)
+    if seeds and c.impl not in ("redis-py", "redis-py-pipeline", "hirate"):
+        die("--impl %s: no Redis Cluster here (redis-py, redis-py-pipeline, hirate)" % c.impl)
+    if c.impl in ("redis-py", "redis-py-async", "redis-py-pipeline"):
         import redis
         import redis.asyncio
 
         cls = redis.asyncio.Redis if c.impl == "redis-py-async" else redis.Redis
         tls = {"ssl_ca_certs": c.tls_ca_file} if c.tls_ca_file else {}
-        client = cls.from_url(c.url, socket_timeout=timeout, socket_connect_timeout=0.25, **tls)
+        if seeds:
+            from redis.cluster import ClusterNode, RedisCluster
+            client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in seeds],
+                                  socket_timeout=timeout, socket_connect_timeout=0.25)
+        else:
+            client = cls.from_url(c.url, socket_timeout=timeout, socket_connect_timeout=0.25,
+                                  **tls)
         script = client.register_script(script_source())
         args = [capacity, rate_arg(rate), 1, 1]
         if c.impl == "redis-py":
             def decide(key):
                 return script(keys=["rl:" + key], args=args)[0] == 1
+            return decide, client.close
+        if c.impl == "redis-py-pipeline":
+            # EVALSHA in a pipeline cannot fall back to EVAL: loaded first
+            # (RedisCluster sends SCRIPT LOAD to every master).
+            sha = client.script_load(script_source())
+
+            def decide_many(keys):
+                pipe = client.pipeline(transaction=False)
+                for k in keys:
+                    # The raw command: ClusterPipeline refuses its evalsha
+                    # method, yet routes EVALSHA by its key.
+                    pipe.execute_command("EVALSHA", sha, 1, "rl:" + k, *args)
+                # An item's failure is its own (raise_on_error=False).
+                return [r if isinstance(r, Exception) else r[0] == 1
+                        for r in pipe.execute(raise_on_error=False)]
+
+            def decide(key):
+                r = decide_many([key])[0]
+                if isinstance(r, Exception):
+                    raise r
+                return r
+            decide.many = decide_many
             return decide, client.close
 
         async def adecide(key):
@@ -138,6 +193,51 @@ WARM, MEASURE, STOP = 0, 1, 2
 
 class Phase:
     now = WARM
+
+
+def batch_worker_loop(w, decide_many):
+    """worker_loop for a batch client: BATCH keys a call, the call's wall
+    time one latency sample, each decision counted (a failed one as an error)."""
+    draws, mask, i = w.draws, DRAWS - 1, 0
+    lat, stride, tick = w.lat, 1, 0
+    clock = time.perf_counter_ns
+    while True:
+        ph = Phase.now
+        if ph == STOP:
+            break
+        keys = [draws[(i + j) & mask] for j in range(BATCH)]
+        i += BATCH
+        t0 = clock()
+        try:
+            outcomes = decide_many(keys)
+        except Exception as e:  # the whole call failed
+            outcomes = [e] * BATCH
+        dt = clock() - t0
+        if Phase.now != MEASURE:
+            continue
+        if ph != MEASURE and not w.errors:
+            w.error = None
+        done = 0
+        for o in outcomes:
+            if isinstance(o, Exception):
+                w.errors += 1
+                if w.error is None:
+                    w.error = "%s: %s" % (type(o).__name__, o)
+                continue
+            done += 1
+            if o:
+                w.allowed += 1
+        w.decisions += done
+        if not done:
+            continue
+        tick += 1
+        if tick >= stride:
+            tick = 0
+            if len(lat) == LAT_CAP:
+                lat = lat[1::2]
+                stride *= 2
+            lat.append(dt)
+    w.lat, w.stride = lat, stride
 
 
 def worker_loop(w, decide):
@@ -247,7 +347,9 @@ def run_speed(c):
     decide, close = make_decider(c, c.capacity, c.rate)
     keys = [key_name(i) for i in range(c.keys)]
     workers = [Worker(c, i, keys) for i in range(c.concurrency)]
-    threads = [threading.Thread(target=worker_loop, args=(w, decide)) for w in workers]
+    many = getattr(decide, "many", None)
+    threads = [threading.Thread(target=batch_worker_loop, args=(w, many)) if many else
+               threading.Thread(target=worker_loop, args=(w, decide)) for w in workers]
     for t in threads:
         t.start()
     time.sleep(c.warmup)

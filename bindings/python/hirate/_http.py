@@ -181,13 +181,15 @@ class Limit:
     def bucket_key(self, scope, ident):
         """The key (bytes) of this limit's bucket in `scope` for `ident`, as
         made by ident_for_key or ident_for_ip. The prefix of the hirate
-        Limiter comes before it."""
-        head = ("%s|%s|" % (scope, self._head)).encode("utf-8", "surrogatepass")
-        if len(head) + len(ident) > KEY_MAX:
+        Limiter comes before it. The identity comes first, as the key's
+        Redis Cluster hash tag "{ident}": every limit of one client is on
+        one node, whatever braces a scope (a route template) holds."""
+        tail = ("}|%s|%s" % (scope, self._head)).encode("utf-8", "surrogatepass")
+        if len(tail) + len(ident) + 1 > KEY_MAX:
             # Hashed identities start with "#", plain ones with "ip:" or "k:",
             # so a hash never equals a plain identity.
             ident = b"#" + hashlib.sha256(ident).hexdigest().encode()
-        return head + ident
+        return b"{" + ident + tail
 
     def cost_for(self, request):
         cost = self.cost
