@@ -4,9 +4,9 @@ redis+cluster:// and rediss+cluster:// URLs: every slot range, batches across
 nodes in the caller's order, a replica as the only seed, resharding and a
 master's failover while calls run, TLS, and a Flask route.
 
-One cluster serves the module (each test has a key prefix of its own); the
-failover tests kill a master of their own cluster, and the TLS tests have a
-TLS-only cluster. Rates are 0.001 token/s or none at all: no test runs long
+The session's cluster (conftest's `cluster`) serves most tests, each with a
+key prefix of its own; the failover tests kill a master of their own
+cluster, and the TLS tests share a TLS-only cluster. Rates are 0.001 token/s or none at all: no test runs long
 enough to refill a token, so every count is exact. The core owns every
 cluster rule; these tests only look at what a caller sees.
 """
@@ -38,13 +38,6 @@ SLOW_RATE = 0.001
 # Where every decision must be Redis' own: no deny cache answering refusals.
 REDIS_ONLY = dict(SLOW, deny_cache=False)
 _prefixes = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = RedisCluster(masters=3, replicas=1)
-    yield c
-    c.stop()
 
 
 @pytest.fixture(scope="module")
@@ -496,7 +489,7 @@ def test_a_flask_route_limits_exactly_over_a_cluster_url(cluster):
         (200, '"3-per-30s";r=0;t=30', None),
         (429, '"3-per-30s";r=0;t=10', "10"),
     ]
-    key = "flask:ep:limited|3/0.1|ip:127.0.0.1"
+    key = "flask:{ip:127.0.0.1}|ep:limited|3/0.1"
     assert cluster.command(cluster.master_of(cluster.keyslot(key)), "EXISTS", key) == 1
     limiter.close(app)
 
