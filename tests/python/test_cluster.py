@@ -219,6 +219,19 @@ def test_a_replica_as_the_only_seed_serves_every_slot(cluster, make, prefix):
     assert [shape(d) for d in c.allow_each(keys)] == [(False, 0, 2, "redis", None)] * 300
 
 
+def test_reset_and_peek_go_to_each_keys_own_master(cluster, make, prefix):
+    ms, groups = spread(cluster, prefix, "reset", 2)
+    keys = [k for g in groups for k in g]
+    c = make(cluster.url, capacity=3, rate=SLOW_RATE, prefix=prefix, **REDIS_ONLY)
+    assert [shape(d) for d in c.allow_each(keys)] == [(True, 2, 3, "redis", None)] * 6
+    run = c._run if c.kind == "AsyncLimiter" else (lambda r: r)
+    for k in keys[::2]:
+        assert run(c.lim.reset(k)) is None
+    got = [run(c.lim.peek(k)) for k in keys]
+    assert [d.remaining for d in got] == [3, 2] * 3
+    assert all(d.source == "redis" for d in got)
+
+
 # ---------------------------------------------------------------- resharding
 
 def test_resharding_under_load_fails_no_call_and_admits_each_capacity_once(cluster, make,
