@@ -79,7 +79,28 @@ function Cluster:command(...)
     return assert(self:lines(self.answers, 60), "no answer")[self.answers]
 end
 
+--- The nodes as the cluster sees them now (roles change in a failover):
+-- the harness' "nodes" answers "ok N" and then a line a node.
+function Cluster:refresh()
+    self.pipe:write("nodes\n")
+    self.pipe:flush()
+    local head = assert(self:lines(self.answers + 1, 60), "no answer")[self.answers + 1]
+    local count = assert(tonumber(head:match("^ok (%d+)")), head)
+    local lines = assert(self:lines(self.answers + 1 + count, 60), "no answer")
+    self.nodes = {}
+    for i = self.answers + 2, self.answers + 1 + count do
+        local port, role, slots = lines[i]:match("^(%d+) %d+ (%a+) %S+ %S+ (%S+)$")
+        local node = { port = tonumber(port), role = role, slots = {} }
+        for lo, hi in slots:gmatch("(%d+)-(%d+)") do
+            node.slots[#node.slots + 1] = { tonumber(lo), tonumber(hi) }
+        end
+        self.nodes[#self.nodes + 1] = node
+    end
+    self.answers = self.answers + 1 + count
+end
+
 function Cluster:ports(role)
+    self:refresh()
     local out = {}
     for _, n in ipairs(self.nodes) do
         if n.role == role then
