@@ -256,6 +256,12 @@ local function exchange(self, sock, obj, req, timeout)
     end
 end
 
+-- A TLS name that is an address (IPv4, or IPv6 with its colons), which
+-- nginx cannot check a certificate against.
+local function is_address(name)
+    return match(name, "^[%d.]+$") ~= nil or find(name, ":", 1, true) ~= nil
+end
+
 -- TLS on a connected cosocket: verify says whether the certificate and the
 -- name are checked (against nginx's lua_ssl_trusted_certificate). Returns
 -- true, or false, the code and the words of the failure.
@@ -442,8 +448,6 @@ end
 ---------------------------------------------------------------------------
 -- A Redis Cluster: nodes and the rounds of an op.
 
-local node_mt_cache = setmetatable({}, { __mode = "k" })
-
 -- What node n of the limiter needs to be connected to: the fields open()
 -- reads that are a node's own (address, pool, health, TLS session and
 -- name); the rest (timeouts, TLS settings, the C limiter) are the
@@ -458,16 +462,11 @@ local function node_of(self, n)
     if not ep then
         return nil, code, msg
     end
-    if ep.tls and ep.tls_verify and (match(ep.tls_server_name, "^[%d.]+$")
-            or find(ep.tls_server_name, ":", 1, true)) then
+    if ep.tls and ep.tls_verify and is_address(ep.tls_server_name) then
+        -- The map names nodes by address; new() checked only the seed's name.
         return nil, "ETLS", "the cluster names node " .. ep.where .. " by its address, and "
             .. "nginx checks a certificate against a host name only: give the name the "
             .. "nodes' certificates are for as tls_server_name"
-    end
-    local mt = node_mt_cache[self]
-    if not mt then
-        mt = { __index = self }
-        node_mt_cache[self] = mt
     end
     local pool = self.pool_name(ep)
     nd = setmetatable({
@@ -478,7 +477,7 @@ local function node_of(self, n)
         server_name = ep.tls_server_name,
         pool_opts = { pool = pool, pool_size = self.pool_size, backlog = self.backlog },
         probe_pool = { pool = pool .. ":probe" },
-    }, mt)
+    }, self.node_mt)
     self.nodes[n] = nd
     return nd
 end
@@ -729,8 +728,7 @@ function _M.new(opts)
     end
     if ep.tls then
         self.tls, self.tls_verify, self.server_name = true, ep.tls_verify, ep.tls_server_name
-        if ep.tls_verify and (match(ep.tls_server_name, "^[%d.]+$")
-                or find(ep.tls_server_name, ":", 1, true)) then
+        if ep.tls_verify and is_address(ep.tls_server_name) then
             lim:close()
             arg_error("new", 1, "tls_server_name: nginx checks a certificate against a host "
                 .. "name only, not an address such as " .. ep.tls_server_name .. "; give the "
@@ -761,6 +759,7 @@ function _M.new(opts)
     if lim:_is_cluster() then
         self.cluster = true
         self.nodes = {} -- by the core's node number (node_of)
+        self.node_mt = { __index = self }
     end
     return self
 end
