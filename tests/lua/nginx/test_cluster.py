@@ -12,7 +12,9 @@ tests/lua/nginx/run.sh builds the module and runs this.
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -20,16 +22,17 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import ROOT, Nginx, get  # noqa: E402
+from harness import ROOT, Nginx, get, make_certs  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 from redis_cluster import RedisCluster  # noqa: E402
 
 CAPACITY = 3
-N = None   # nginx, shared by the tests of this file
+N = None       # nginx, shared by the tests of this file
+CERTS = None   # tests/support/make_certs.sh's material; nginx trusts its CA
 
 
-def conf(prefix, ports, lua_path, lua_cpath):
+def conf(prefix, ports, lua_path, lua_cpath, ca_file):
     main = [
         "daemon off;",
         "master_process on;",
@@ -56,6 +59,7 @@ http {{
     uwsgi_temp_path {prefix}/tmp/uwsgi;
     scgi_temp_path {prefix}/tmp/scgi;
     lua_socket_log_errors off;
+    lua_ssl_trusted_certificate {ca_file};
     lua_package_path "{lua_path}";
     lua_package_cpath "{lua_cpath}";
     server {{
@@ -67,7 +71,7 @@ http {{
 
 
 def setUpModule():
-    global N
+    global N, CERTS
     cpath = os.environ.get("HIRATE_LUAJIT_CPATH")
     if not cpath or not os.path.exists(os.path.join(cpath, "hirate", "core.so")):
         raise RuntimeError("set HIRATE_LUAJIT_CPATH to the directory holding hirate/core.so "
@@ -77,8 +81,11 @@ def setUpModule():
                          str(ROOT / "tests" / "lua" / "nginx" / "lua" / "?.lua"),
                          "/usr/share/lua/5.1/?.lua", ";"])
     lua_cpath = os.path.join(cpath, "?.so") + ";;"
-    N = Nginx(lambda prefix, ports: conf(prefix, ports, lua_path, lua_cpath), dict(os.environ),
-              port_names=("test",))
+    CERTS = tempfile.mkdtemp(prefix="hirate-certs-")
+    make_certs(CERTS)
+    ca_file = os.path.join(CERTS, "ca.crt")
+    N = Nginx(lambda prefix, ports: conf(prefix, ports, lua_path, lua_cpath, ca_file),
+              dict(os.environ), port_names=("test",))
 
 
 def tearDownModule():
@@ -87,6 +94,8 @@ def tearDownModule():
         if keep:
             print(f"nginx prefix kept: {N.dir}", file=sys.stderr)
         N.close(keep=keep)
+    if CERTS:
+        shutil.rmtree(CERTS, ignore_errors=True)
 
 
 def call(path, **args):
@@ -148,6 +157,32 @@ class ClusterTest(unittest.TestCase):
             out = call("allow", url=url, prefix="z:", key=k, times=CAPACITY + 1)
             self.assertEqual(["redis"] * (CAPACITY + 1), [d["source"] for d in out], k)
             self.assertEqual([True] * CAPACITY + [False], [d["allowed"] for d in out], k)
+
+
+class TlsClusterTest(unittest.TestCase):
+    """rediss+cluster://: nginx verifies every node's certificate against a
+    host name (lua_ssl_trusted_certificate), so the nodes, which the cluster
+    names by address, need tls_server_name; and a cosocket resolves no name
+    without a resolver, so the seed is given by address too."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = RedisCluster(masters=3, replicas=1, tls=CERTS)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.stop()
+
+    def test_every_key_exact_over_tls(self):
+        self.assertTrue(self.c.url.startswith("rediss+cluster://localhost:"), self.c.url)
+        url = self.c.url.replace("localhost", "127.0.0.1")
+        keys = [f"t{i}" for i in range(60)]
+        self.assertEqual(3, len(keys_by_master(self.c, "tls:", keys)))
+        for k in keys:
+            out = call("allow", url=url, prefix="tls:", key=k, times=CAPACITY + 1,
+                       server_name="localhost")
+            self.assertEqual([{"allowed": i < CAPACITY, "remaining": max(CAPACITY - 1 - i, 0),
+                               "source": "redis"} for i in range(CAPACITY + 1)], out, k)
 
 
 class FailoverTest(unittest.TestCase):

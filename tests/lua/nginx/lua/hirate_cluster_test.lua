@@ -17,11 +17,12 @@ local function limiter()
     local args = ngx.req.get_uri_args()
     local url, prefix = args.url, args.prefix
     local capacity = tonumber(args.capacity) or 3
-    local id = url .. "\n" .. prefix .. "\n" .. capacity
+    local id = url .. "\n" .. prefix .. "\n" .. capacity .. "\n" .. (args.server_name or "")
     local lim = limiters[id]
     if not lim then
         lim = hirate.new { url = url, prefix = prefix, capacity = capacity, rate = 0.001,
-            deny_cache = false, timeout = tonumber(args.timeout) or 1, connect_timeout = 0.5 }
+            deny_cache = false, timeout = tonumber(args.timeout) or 1, connect_timeout = 0.5,
+            tls_server_name = args.server_name }
         limiters[id] = lim
     end
     return lim, args
