@@ -1228,13 +1228,13 @@ static int l_op_drop(lua_State *L)
 /* ---- the legs of an op's rounds (a cluster's; a single Redis has one) ---------------- */
 
 /* The leg at arg, 1-based, of the op's current round: the core's index. */
-static size_t check_leg(lua_State *L, op_ud *o, int arg, const char *what)
+static size_t check_leg(lua_State *L, op_ud *o, int arg)
 {
     size_t n = o->state == OP_PENDING ? hirate_op_legs(o->op) : 0;
     int64_t leg;
     check_int(L, arg, arg, "leg", &leg);
     if (leg < 1 || (uint64_t)leg > n)
-        arg_errorf(L, arg, "%s: the round has no leg %lld (it has %lu)", what, (long long)leg,
+        arg_errorf(L, arg, "the round has no leg %lld (it has %lu)", (long long)leg,
                    (unsigned long)n);
     return (size_t)(leg - 1);
 }
@@ -1251,7 +1251,7 @@ static int l_op_legs(lua_State *L)
 static int l_op_leg_node(lua_State *L)
 {
     op_ud *o = check_op(L);
-    size_t leg = check_leg(L, o, 2, "leg_node");
+    size_t leg = check_leg(L, o, 2);
     lua_pushinteger(L, hirate_op_leg_node(o->op, leg));
     return 1;
 }
@@ -1260,7 +1260,7 @@ static int l_op_leg_node(lua_State *L)
 static int l_op_leg_request(lua_State *L)
 {
     op_ud *o = check_op(L);
-    size_t leg = check_leg(L, o, 2, "leg_request"), len;
+    size_t leg = check_leg(L, o, 2), len;
     const char *req = hirate_op_leg_request(o->op, leg, &len);
     lua_pushlstring(L, req, len);
     return 1;
@@ -1276,7 +1276,7 @@ static int l_op_leg_feed(lua_State *L)
         arg_errorf(L, 3, "bytes must be a string, got %s", luaL_typename(L, 3));
     const char *buf = lua_tolstring(L, 3, &len);
     check_pending(L, o, "leg_feed");
-    size_t leg = check_leg(L, o, 2, "leg_feed");
+    size_t leg = check_leg(L, o, 2);
     int r = hirate_op_leg_feed(o->op, leg, buf, len, &used);
     lua_pushstring(L, state_name(r));
     lua_pushinteger(L, (lua_Integer)used);
@@ -1291,7 +1291,7 @@ static int l_op_leg_fail(lua_State *L)
     int code = check_code(L, 3);
     const char *why = opt_why(L, 4);
     if (o->state == OP_PENDING)
-        hirate_op_leg_fail(o->op, check_leg(L, o, 2, "leg_fail"), code, why);
+        hirate_op_leg_fail(o->op, check_leg(L, o, 2), code, why);
     return 0;
 }
 
@@ -1304,7 +1304,7 @@ static int l_op_leg_drop(lua_State *L)
         lua_pushboolean(L, o->drop);
         return 1;
     }
-    lua_pushboolean(L, hirate_op_leg_drop(o->op, check_leg(L, o, 2, "leg_drop")));
+    lua_pushboolean(L, hirate_op_leg_drop(o->op, check_leg(L, o, 2)));
     return 1;
 }
 

@@ -279,3 +279,101 @@ describe("a Redis Cluster over TLS from plain Lua", function()
         lim:close()
     end)
 end)
+
+---------------------------------------------------------------------------
+-- The hooks of the OpenResty path (hirate/resty.lua), driven here through
+-- tests/lua/helpers/resp_relay.py: one round trip to a port a call.
+
+local relay_file = os.tmpname()
+
+local function relay(port, bytes)
+    local f = assert(io.open(relay_file, "wb"))
+    f:write(bytes)
+    f:close()
+    local p = assert(io.popen(support.python .. " -S "
+        .. quote(support.root .. "/tests/lua/helpers/resp_relay.py") .. " " .. port .. " < "
+        .. quote(relay_file), "r"))
+    local out = p:read("*a")
+    p:close()
+    return out
+end
+
+-- Runs op's rounds as resty.lua does: every leg to its node, its replies
+-- fed back, then next(). Returns the number of legs of each round.
+local function rounds(lim, op)
+    local legs = {}
+    repeat
+        local n = op:legs()
+        legs[#legs + 1] = n
+        local nodes = {}
+        for leg = 1, n do
+            local node = op:leg_node(leg)
+            assert.is_nil(nodes[node])   -- at most one leg a node
+            nodes[node] = true
+            local ep = assert(lim:_endpoint(node))
+            local replies = relay(ep.port, op:leg_request(leg))
+            local state, used = op:leg_feed(leg, replies)
+            assert.equal("done", state)
+            assert.equal(#replies, used)   -- no byte nobody asked for
+            assert.is_false(op:leg_drop(leg))
+        end
+    until op:next() ~= "send"
+    return legs
+end
+
+describe("the op hooks over a Redis Cluster", function()
+    local c
+    setup(function()
+        c = start_cluster()
+    end)
+    teardown(function()
+        if c then c:close() end
+        os.remove(relay_file)
+    end)
+
+    it("run a batch in rounds of legs, one a node, and answer in order", function()
+        local lim = new { url = c.url, prefix = "o:" }
+        assert.is_true(lim:_is_cluster())
+        assert.is_false(new({ url = "redis://127.0.0.1:1" }):_is_cluster())
+        local items = {}
+        for i = 1, 30 do
+            items[i] = { "o" .. i, 2 }
+        end
+        local op = assert(lim:_op_start(items, true))
+        support.raises("bad argument #1 to 'leg_node' (the round has no leg 0 (it has "
+            .. op:legs() .. "))", function() op:leg_node(0) end)
+        local legs = rounds(lim, op)
+        -- Some round had a leg on each of the three masters.
+        local most = 0
+        for _, n in ipairs(legs) do
+            most = math.max(most, n)
+        end
+        assert.equal(3, most)
+        assert.equal(0, op:legs())
+        assert.equal("done", op:next())
+        for i, d in ipairs(op:results()) do
+            assert.same({ true, 1, "redis" }, { d.allowed, d.remaining, d.source }, items[i][1])
+        end
+        op:free()
+        -- The blocking client sees the same buckets.
+        assert.same({ false, 1, "redis" }, (function()
+            local d = lim:allow("o1", 2)
+            return { d.allowed, d.remaining, d.source }
+        end)())
+        lim:close()
+    end)
+
+    it("name every node's endpoint, and refuse a node never named", function()
+        local lim = new { url = c.url }
+        local ep = assert(lim:_endpoint())
+        assert.equal(ep.where, assert(lim:_endpoint(0)).where)
+        local r = support.pack(lim:_endpoint(255))
+        assert.same({ 3, nil, "the limiter has no node 255", "EINVAL" }, { r.n, r[1], r[2], r[3] })
+        support.raises("bad argument #1 to '_endpoint' (node must be from 0 to 255, got 256)",
+            function() lim:_endpoint(256) end)
+        local hs = assert(lim:_handshake_start(0))
+        hs:free()
+        lim:close()
+    end)
+end)
+
