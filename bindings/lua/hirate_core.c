@@ -14,6 +14,14 @@
  * through cosockets and lets the core decide everything else through the
  * public no-I/O API of hirate_io.h (the endpoint, the handshake op, the call
  * ops), and of the tests (injected time, counters). They are not public API.
+ *
+ * A Redis Cluster URL (redis+cluster://, rediss+cluster://) needs nothing
+ * more in plain Lua: the core's blocking client routes every key to its
+ * node. The OpenResty path runs a cluster's ops in rounds of legs (op:legs(),
+ * op:leg_node(leg) ... op:next()), each leg on a cosocket of the node the
+ * core names (lim:_endpoint(node), lim:_handshake_start(node)). Legs are
+ * numbered from 1, as Lua numbers things; nodes keep the core's numbers (0
+ * is the URL's first host), which only name them.
  * Only hirate.h and hirate_io.h are included: the binding knows no more of
  * the core than any other program could.
  *
@@ -773,20 +781,41 @@ static void set_seconds(lua_State *L, const char *name, int ms)
     lua_setfield(L, -2, name);
 }
 
-/* lim:_endpoint() -> where to connect, as hirate_endpoint_get says:
+/* A node's number at arg: nil means node 0 (the URL's). */
+static int opt_node(lua_State *L, int arg)
+{
+    if (lua_isnoneornil(L, arg))
+        return 0;
+    return (int)check_int_range(L, arg, arg, "node", 0, HIRATE_IO_NODES_MAX - 1);
+}
+
+/* lim:_is_cluster() -> true for a Redis Cluster URL */
+static int l_is_cluster(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    lua_pushboolean(L, u->lim && hirate_is_cluster(u->lim));
+    return 1;
+}
+
+/* lim:_endpoint(node) -> where to connect to node (default 0, the URL's), as
+ * hirate_node_endpoint says:
  * {host =, port =} or {path =}; where (for messages); connect_timeout,
  * timeout and probe_timeout in seconds; tls and tls_verify (booleans); the
  * tls_* settings that are set. */
 static int l_endpoint(lua_State *L)
 {
     limiter_ud *u = check_limiter(L);
+    int node = opt_node(L, 2);
     check_redis(L, u, "_endpoint");
     if (u->closed)
         return push_closed(L);
     hirate_endpoint ep;
-    int rc = hirate_endpoint_get(u->lim, &ep);
-    if (rc < 0)
-        return push_failure(L, u, rc);
+    int rc = hirate_node_endpoint(u->lim, node, &ep);
+    if (rc < 0) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "the limiter has no node %d", node);
+        return push_error(L, rc, msg);
+    }
     lua_createtable(L, 0, 14);
     if (ep.is_unix) {
         set_string(L, "path", ep.path);
@@ -891,19 +920,20 @@ static hs_ud *check_hs(lua_State *L)
     return (hs_ud *)check_class(L, HS_MT);
 }
 
-/* lim:_handshake_start() -> a handshake, or nil, message, code when no new
- * connection may be opened now (the backoff after a failure, with the
- * failure's own code). */
+/* lim:_handshake_start(node) -> a handshake for a new connection to node
+ * (default 0), or nil, message, code when none may be opened now (that
+ * node's backoff after a failure, with the failure's own code). */
 static int l_handshake_start(lua_State *L)
 {
     limiter_ud *u = check_limiter(L);
+    int node = opt_node(L, 2);
     check_redis(L, u, "_handshake_start");
     if (u->closed)
         return push_closed(L);
     hs_ud *h = (hs_ud *)new_holder(L, sizeof *h, HS_MT);
     h->state = HS_FREED;   /* until the core's handshake exists */
     char err[HIRATE_ERRMSG_SIZE];
-    int rc = hirate_handshake_start(u->lim, &h->hs, err, sizeof err);
+    int rc = hirate_node_handshake_start(u->lim, node, &h->hs, err, sizeof err);
     if (rc < 0) {
         h->hs = NULL;
         return push_error(L, rc, err);
@@ -1195,6 +1225,104 @@ static int l_op_drop(lua_State *L)
     return 1;
 }
 
+/* ---- the legs of an op's rounds (a cluster's; a single Redis has one) ---------------- */
+
+/* The leg at arg, 1-based, of the op's current round: the core's index. */
+static size_t check_leg(lua_State *L, op_ud *o, int arg)
+{
+    size_t n = o->state == OP_PENDING ? hirate_op_legs(o->op) : 0;
+    int64_t leg;
+    check_int(L, arg, arg, "leg", &leg);
+    if (leg < 1 || (uint64_t)leg > n)
+        arg_errorf(L, arg, "the round has no leg %lld (it has %lu)", (long long)leg,
+                   (unsigned long)n);
+    return (size_t)(leg - 1);
+}
+
+/* op:legs() -> how many legs the current round has (0 once the op is done) */
+static int l_op_legs(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    lua_pushinteger(L, o->state == OP_PENDING ? (lua_Integer)hirate_op_legs(o->op) : 0);
+    return 1;
+}
+
+/* op:leg_node(leg) -> the node the leg goes to (lim:_endpoint(node)) */
+static int l_op_leg_node(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    size_t leg = check_leg(L, o, 2);
+    lua_pushinteger(L, hirate_op_leg_node(o->op, leg));
+    return 1;
+}
+
+/* op:leg_request(leg) -> the bytes to send on a connection of the leg's node */
+static int l_op_leg_request(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    size_t leg = check_leg(L, o, 2), len;
+    const char *req = hirate_op_leg_request(o->op, leg, &len);
+    lua_pushlstring(L, req, len);
+    return 1;
+}
+
+/* op:leg_feed(leg, bytes) -> "more" | "done" (the leg has its replies),
+ * bytes used */
+static int l_op_leg_feed(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    size_t len, used = 0;
+    if (lua_type(L, 3) != LUA_TSTRING)
+        arg_errorf(L, 3, "bytes must be a string, got %s", luaL_typename(L, 3));
+    const char *buf = lua_tolstring(L, 3, &len);
+    check_pending(L, o, "leg_feed");
+    size_t leg = check_leg(L, o, 2);
+    int r = hirate_op_leg_feed(o->op, leg, buf, len, &used);
+    lua_pushstring(L, state_name(r));
+    lua_pushinteger(L, (lua_Integer)used);
+    return 2;
+}
+
+/* op:leg_fail(leg, code, why): the leg's I/O failed (the codes of
+ * op:fail). On an op that is done already it does nothing, as op:fail. */
+static int l_op_leg_fail(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    int code = check_code(L, 3);
+    const char *why = opt_why(L, 4);
+    if (o->state == OP_PENDING)
+        hirate_op_leg_fail(o->op, check_leg(L, o, 2), code, why);
+    return 0;
+}
+
+/* op:leg_drop(leg) -> true when the leg's connection must be closed, not
+ * reused (once the op is done: whether any leg's must) */
+static int l_op_leg_drop(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    if (o->state != OP_PENDING) {
+        lua_pushboolean(L, o->drop);
+        return 1;
+    }
+    lua_pushboolean(L, hirate_op_leg_drop(o->op, check_leg(L, o, 2)));
+    return 1;
+}
+
+/* op:next() -> "send" (a new round: its legs are there) | "done" (every
+ * item has its outcome), once every leg of the round is done or failed. */
+static int l_op_next(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    int r = HIRATE_IO_DONE;
+    if (o->state == OP_PENDING) {
+        r = hirate_op_next(o->op);
+        if (r == HIRATE_IO_DONE)
+            op_finish(L, o, 1);
+    }
+    lua_pushstring(L, state_name(r));
+    return 1;
+}
+
 static void check_answered(lua_State *L, op_ud *o, const char *what)
 {
     if (o->state == OP_PENDING)
@@ -1338,6 +1466,7 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"_op_start_reset", l_op_start_reset},
         {"_endpoint", l_endpoint},
         {"_handshake_start", l_handshake_start},
+        {"_is_cluster", l_is_cluster},
         {"_decide_at", l_decide_at},
         {"_stats", l_stats},
         {NULL, NULL}};
@@ -1348,6 +1477,13 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"feed", l_op_feed},
         {"fail", l_op_fail},
         {"drop", l_op_drop},
+        {"legs", l_op_legs},
+        {"leg_node", l_op_leg_node},
+        {"leg_request", l_op_leg_request},
+        {"leg_feed", l_op_leg_feed},
+        {"leg_fail", l_op_leg_fail},
+        {"leg_drop", l_op_leg_drop},
+        {"next", l_op_next},
         {"results", l_op_results},
         {"result", l_op_result},
         {"free", l_op_free},
@@ -1388,6 +1524,8 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
     lua_setfield(L, -2, "EXACT_MAX");
     hl_pushint64(L, HIRATE_IO_REPLY_MAX);
     lua_setfield(L, -2, "IO_REPLY_MAX");
+    hl_pushint64(L, HIRATE_IO_NODES_MAX);
+    lua_setfield(L, -2, "IO_NODES_MAX");
     hl_pushint64(L, HIRATE_ERRMSG_SIZE);
     lua_setfield(L, -2, "ERRMSG_SIZE");
     return 1;

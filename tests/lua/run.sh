@@ -13,7 +13,8 @@
 #   4. runs them once more under valgrind on Lua 5.4: no memory error and no
 #      definite leak, or the run fails (tests/lua/valgrind.supp names the one
 #      exception, the core's once-per-process TLS state);
-#   5. then the OpenResty steps at the end of this file.
+#   5. then the OpenResty steps at the end of this file (with OpenResty over a
+#      Redis Cluster, tests/lua/nginx/test_cluster.py).
 #
 #   tests/lua/run.sh [busted arguments]       e.g. tests/lua/run.sh --filter=vectors
 #
@@ -82,9 +83,12 @@ specs=""
 for f in "$root"/tests/lua/*_spec.lua; do
     case $(basename "$f") in
         *resty*|*nginx*) ;;   # the OpenResty specs run in step 5
+        *cluster*) ;;         # Redis Cluster: on its own below, under Lua 5.4 and LuaJIT
         *) specs="$specs $f" ;;
     esac
 done
+
+all_specs=$specs
 
 # Runs busted under interpreter $1 with tree $2 (its Lua version $3).
 run_specs() {
@@ -107,6 +111,12 @@ for v in 5.3 5.2 5.1; do
     run_specs lua$v "$out/tree-$v" $v "$@"
 done
 
+step "busted: Redis Cluster, under Lua 5.4 and LuaJIT"
+specs=$root/tests/lua/cluster_spec.lua
+run_specs lua5.4 "$HIRATE_LUA_TREE_54" 5.4 "$@"
+run_specs luajit "$HIRATE_LUA_TREE_JIT" 5.1 "$@"
+specs=$all_specs
+
 # ---- 4. valgrind ------------------------------------------------------------------
 # PUC Lua: Debian's LuaJIT is not built for valgrind (no LUAJIT_USE_VALGRIND).
 step "busted under valgrind (Lua 5.4)"
@@ -118,3 +128,6 @@ run_specs "valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-k
 
 # ---- 5. OpenResty ------------------------------------------------------------------
 "$root/tests/lua/nginx/run.sh"
+step "OpenResty over a Redis Cluster"
+HIRATE_LUA_DIR=$HIRATE_LUA_TREE_JIT/share/lua/5.1 HIRATE_LUAJIT_CPATH=$HIRATE_LUA_TREE_JIT/lib/lua/5.1 \
+    "${PYTHON:-python3}" "$root/tests/lua/nginx/test_cluster.py" -v

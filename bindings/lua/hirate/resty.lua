@@ -27,6 +27,16 @@ requests go on meanwhile.
     (op:fail) and the connection is closed; so is one the core marks for
     dropping, or one with bytes nobody asked for.
   * While the breaker is open the core needs no Redis: no I/O at all.
+  * Over a Redis Cluster (redis+cluster://, rediss+cluster://) every node
+    the core names has its own pool (named as above, after that node's
+    address), its own handshake and backoff. An op goes in rounds of legs,
+    at most one a node: every leg's request is sent first, each on a
+    cosocket of its node, then each leg's replies are read, so the nodes
+    work at once; the core says whether another round follows (after
+    NOSCRIPT, MOVED or ASK) and which node answers what. All rounds of an
+    op share one deadline, `timeout` from its first send. Which slot a key
+    is in, what a redirection means and when the map is read again are the
+    core's alone: this module knows no slot.
 
 Cosockets exist only in the rewrite, access, content and timer phases (and
 the ssl_* certificate/session phases). A Redis-backed limiter called anywhere
@@ -246,6 +256,12 @@ local function exchange(self, sock, obj, req, timeout)
     end
 end
 
+-- A TLS name that is an address (IPv4, or IPv6 with its colons), which
+-- nginx cannot check a certificate against.
+local function is_address(name)
+    return match(name, "^[%d.]+$") ~= nil or find(name, ":", 1, true) ~= nil
+end
+
 -- TLS on a connected cosocket: verify says whether the certificate and the
 -- name are checked (against nginx's lua_ssl_trusted_certificate). Returns
 -- true, or false, the code and the words of the failure.
@@ -340,14 +356,15 @@ local function handshake(self, sock, hs, connect_started)
 end
 
 -- A connection ready for calls: an idle one from the pool, or a new one
--- through the core's handshake. Returns it, or nil, code, message.
+-- through the core's handshake. self is the limiter (a single Redis) or one
+-- of a cluster's nodes (node_of). Returns it, or nil, code, message.
 local function open(self)
     local lim = self.lim
     local hs, msg, code
     if not self.healthy then
         -- The last new connection failed: ask the core before connecting,
         -- so that its backoff spares Redis the connection too.
-        hs, msg, code = lim:_handshake_start()
+        hs, msg, code = lim:_handshake_start(self.node)
         if not hs then
             return nil, code, msg
         end
@@ -367,7 +384,7 @@ local function open(self)
             -- Connecting came first (a pooled connection needs no
             -- handshake): the core still hears of the failure, for its
             -- backoff, and words it.
-            hs, msg, code = lim:_handshake_start()
+            hs, msg, code = lim:_handshake_start(self.node)
             if not hs then
                 return nil, code, msg
             end
@@ -384,7 +401,7 @@ local function open(self)
         return sock
     end
     if not hs then
-        hs, msg, code = lim:_handshake_start()
+        hs, msg, code = lim:_handshake_start(self.node)
         if not hs then
             sock:close()
             return nil, code, msg
@@ -428,10 +445,131 @@ local function converse(self, op)
     end
 end
 
+---------------------------------------------------------------------------
+-- A Redis Cluster: nodes and the rounds of an op.
+
+-- What node n of the limiter needs to be connected to: the fields open()
+-- reads that are a node's own (address, pool, health, TLS session and
+-- name); the rest (timeouts, TLS settings, the C limiter) are the
+-- limiter's, through __index. Made when the core first names the node (a
+-- node's endpoint never changes). Returns it, or nil, code, message.
+local function node_of(self, n)
+    local nd = self.nodes[n]
+    if nd then
+        return nd
+    end
+    local ep, msg, code = self.lim:_endpoint(n)
+    if not ep then
+        return nil, code, msg
+    end
+    if ep.tls and ep.tls_verify and is_address(ep.tls_server_name) then
+        -- The map names nodes by address; new() checked only the seed's name.
+        return nil, "ETLS", "the cluster names node " .. ep.where .. " by its address, and "
+            .. "nginx checks a certificate against a host name only: give the name the "
+            .. "nodes' certificates are for as tls_server_name"
+    end
+    local pool = self.pool_name(ep)
+    nd = setmetatable({
+        node = n,
+        where = ep.where,
+        host = ep.path and "unix:" .. ep.path or ep.host,
+        port = not ep.path and ep.port or nil,
+        server_name = ep.tls_server_name,
+        pool_opts = { pool = pool, pool_size = self.pool_size, backlog = self.backlog },
+        probe_pool = { pool = pool .. ":probe" },
+    }, self.node_mt)
+    self.nodes[n] = nd
+    return nd
+end
+
+-- Reads a leg's replies from sock and feeds them to op until the leg is
+-- done, by deadline. Returns true and whether bytes were left over, or
+-- false, the code of the failure and the cosocket's words.
+local function receive_leg(self, sock, op, leg, deadline)
+    local buf = ""
+    while true do
+        local wait = left_ms(deadline)
+        if not wait then
+            return false, "ETIMEDOUT", "receive: timeout"
+        end
+        sock:settimeouts(self.connect_ms, self.timeout_ms, wait)
+        local data, err = sock:receiveany(RECV_MAX)
+        if not data then
+            return false, io_code(err), "receive: " .. err
+        end
+        if buf ~= "" then
+            data = buf .. data
+        end
+        local state, used = op:leg_feed(leg, data)
+        buf = used < #data and sub(data, used + 1) or ""
+        if state == "done" then
+            return true, buf ~= ""
+        end
+    end
+end
+
+-- A cluster's op: round by round, every leg's request sent first (each on
+-- a connection of its own node), then every leg's replies read, until the
+-- core says every item is decided. One deadline for all of it, from the
+-- first send.
+local function rounds(self, op)
+    local deadline
+    repeat
+        local n = op:legs()
+        local socks, nodes = {}, {}
+        for leg = 1, n do
+            local nd, sock, code, msg
+            nd, code, msg = node_of(self, op:leg_node(leg))
+            if nd then
+                sock, code, msg = open(nd)
+            end
+            if sock and deadline and not left_ms(deadline) then
+                -- Not sent, so it provably did not run; the op's time is up.
+                sock:setkeepalive(self.keepalive_ms, self.pool_size)
+                sock, code, msg = nil, "ETIMEDOUT", "no time left for the call"
+            end
+            if sock then
+                local ok, err = sock:send(op:leg_request(leg))
+                if ok then
+                    if not deadline then
+                        update_time()
+                        deadline = ngx_now() + self.timeout
+                    end
+                    socks[leg], nodes[leg] = sock, nd
+                else
+                    sock:close()
+                    nd.healthy = false
+                    io_failed(nd, "send: " .. err)
+                    code, msg = io_code(err), nd.where .. ": send: " .. err
+                end
+            end
+            if not socks[leg] then
+                op:leg_fail(leg, code, msg)
+            end
+        end
+        for leg = 1, n do
+            local sock = socks[leg]
+            if sock then
+                local nd = nodes[leg]
+                local ok, left, why = receive_leg(self, sock, op, leg, deadline)
+                if not ok then
+                    sock:close()
+                    nd.healthy = false
+                    io_failed(nd, why)
+                    op:leg_fail(leg, left, nd.where .. ": " .. why)
+                elseif left or op:leg_drop(leg)
+                        or not sock:setkeepalive(self.keepalive_ms, self.pool_size) then
+                    sock:close()
+                end
+            end
+        end
+    until op:next() ~= "send"
+end
+
 -- Runs op (from lim:_op_start or _op_start_reset) and returns what
 -- outcome(op) makes of it.
 local function run(self, op, outcome)
-    local ok, err = pcall(converse, self, op)
+    local ok, err = pcall(self.cluster and rounds or converse, self, op)
     if not ok then
         -- A Lua error mid-I/O (out of memory, say): the outcome is unknown.
         op:fail("EIO", "a Lua error during the I/O")
@@ -590,8 +728,7 @@ function _M.new(opts)
     end
     if ep.tls then
         self.tls, self.tls_verify, self.server_name = true, ep.tls_verify, ep.tls_server_name
-        if ep.tls_verify and (match(ep.tls_server_name, "^[%d.]+$")
-                or find(ep.tls_server_name, ":", 1, true)) then
+        if ep.tls_verify and is_address(ep.tls_server_name) then
             lim:close()
             arg_error("new", 1, "tls_server_name: nginx checks a certificate against a host "
                 .. "name only, not an address such as " .. ep.tls_server_name .. "; give the "
@@ -602,17 +739,28 @@ function _M.new(opts)
         end
     end
     self.pool_size = opts.pool_size or 16
+    self.backlog = backlog
     self.keepalive_ms = floor(keepalive * 1000 + 0.5)
     -- One pool per endpoint, credentials and transport: connections made for
     -- one user, database or TLS setting never serve another. The digest
-    -- keeps the password out of the pool's name.
-    local id = concat({ opts.url, tostring(ep.tls), tostring(ep.tls_verify),
-        ep.tls_server_name or "", ep.tls_cert_file or "", ep.tls_key_file or "" }, "\n")
-    local pool = "hirate:" .. self.where .. (ep.tls and ":tls:" or ":") .. ngx.md5(id)
+    -- keeps the password out of the pool's name. A cluster's nodes each get
+    -- theirs, named by the node's endpoint (pool_size each).
+    local url = opts.url
+    self.pool_name = function(e)
+        local id = concat({ url, tostring(e.tls), tostring(e.tls_verify),
+            e.tls_server_name or "", e.tls_cert_file or "", e.tls_key_file or "" }, "\n")
+        return "hirate:" .. e.where .. (e.tls and ":tls:" or ":") .. ngx.md5(id)
+    end
+    local pool = self.pool_name(ep)
     self.pool_opts = { pool = pool, pool_size = self.pool_size, backlog = backlog }
     -- The mismatch probe's connections: a pool nothing is ever put into,
     -- so that connect() never hands it an idle connection of another.
     self.probe_pool = { pool = pool .. ":probe" }
+    if lim:_is_cluster() then
+        self.cluster = true
+        self.nodes = {} -- by the core's node number (node_of)
+        self.node_mt = { __index = self }
+    end
     return self
 end
 
@@ -692,8 +840,8 @@ function Limiter:_stats()
     return self.lim:_stats()
 end
 
-function Limiter:_endpoint()
-    return self.lim:_endpoint()
+function Limiter:_endpoint(node)
+    return self.lim:_endpoint(node)
 end
 
 --- close(): frees the C limiter; idempotent. Pooled connections stay in the
