@@ -1025,7 +1025,9 @@ end
 -- The bucket key of a request, as the Python package builds identities:
 -- "ip:<address>" (IPv6 by its network) or "k:<value>", so that no header
 -- value can name an address's bucket; one longer than a key may be becomes
--- "#<SHA-1>", which neither form can spell. nil: the request is exempt.
+-- "#<SHA-1>", which neither form can spell. The identity is in braces, a
+-- Redis Cluster hash tag, so that every limiter's bucket for one client is
+-- on one node. nil: the request is exempt.
 local function key_of(c)
     local ident
     local kind = c.key_kind
@@ -1051,10 +1053,10 @@ local function key_of(c)
         end
         ident = "k:" .. v
     end
-    if #ident > KEY_MAX then
-        return "#" .. hex(ngx.sha1_bin(ident))
+    if #ident + 2 > KEY_MAX then
+        ident = "#" .. hex(ngx.sha1_bin(ident))
     end
-    return ident
+    return "{" .. ident .. "}"
 end
 
 --- limit(opts): applies the limit to the current request. Allowed: returns

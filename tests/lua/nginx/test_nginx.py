@@ -200,8 +200,8 @@ class ExactAcrossWorkers(unittest.TestCase):
         self.assertLessEqual({r.header("X-Hirate-Source") for r in rs if r.status == 429},
                              {"redis", "cache"})
         # What Redis holds agrees: nothing left. (limit{} keys a variable's
-        # value as the identity "k:<value>", as the Python package does.)
-        self.assertEqual(call("plain", op="peek", k=f"k:{key}")["value"]["remaining"], "0")
+        # value as the identity "{k:<value>}", as the Python package does.)
+        self.assertEqual(call("plain", op="peek", k=f"{{k:{key}}}")["value"]["remaining"], "0")
         self.assertEqual(call("plain", op="peek", k=key)["value"]["remaining"], "20")
 
     def test_refusals_are_answered_by_each_workers_deny_cache(self):
@@ -532,7 +532,7 @@ class Tls(unittest.TestCase):
         self.assertLessEqual({r.header("X-Hirate-Source") for r in rs if r.status == 429},
                              {"redis", "cache"})
         # What Redis holds, read over the server's plain port: nothing left.
-        d = call("tls_exact_plain", op="peek", k=f"k:{key}")["value"]
+        d = call("tls_exact_plain", op="peek", k=f"{{k:{key}}}")["value"]
         self.assertEqual((d["remaining"], d["source"]), ("0", "redis"))
 
     def test_a_tls_and_a_plain_limiter_to_one_server_never_share_a_connection(self):
