@@ -80,7 +80,8 @@ function Cluster:command(...)
 end
 
 --- The nodes as the cluster sees them now (roles change in a failover):
--- the harness' "nodes" answers "ok N" and then a line a node.
+-- the harness' "nodes" answers "ok N" and then a line a node (port pid role id
+-- master-id slots state).
 function Cluster:refresh()
     self.pipe:write("nodes\n")
     self.pipe:flush()
@@ -89,7 +90,7 @@ function Cluster:refresh()
     local lines = assert(self:lines(self.answers + 1 + count, 60), "no answer")
     self.nodes = {}
     for i = self.answers + 2, self.answers + 1 + count do
-        local port, role, slots = lines[i]:match("^(%d+) %d+ (%a+) %S+ %S+ (%S+)$")
+        local port, role, slots = lines[i]:match("^(%d+) %d+ (%a+) %S+ %S+ (%S+) %a+$")
         local node = { port = tonumber(port), role = role, slots = {} }
         for lo, hi in slots:gmatch("(%d+)-(%d+)") do
             node.slots[#node.slots + 1] = { tonumber(lo), tonumber(hi) }
