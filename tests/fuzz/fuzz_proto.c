@@ -107,15 +107,22 @@ static void meaning(parsed *p, const hirate_reply *rep, int64_t cost, int after_
          * a word and "...", printable bytes only: a hostile error can flood
          * no log and move no terminal. */
         if (p->rc != HIRATE_PROTO_NOSCRIPT) {
-            size_t n = strlen(p->err);
-            FUZZ_CHECK(strncmp(p->err, "Redis replied: ", 15) == 0);
+            /* A cluster's redirection names the URL to use first. */
+            static const char plain[] = "Redis replied: ";
+            static const char cluster[] = "the server is a Redis Cluster node (use a "
+                                          "redis+cluster:// URL); it replied: ";
+            size_t n = strlen(p->err), pre = sizeof plain - 1;
+            if (strncmp(p->err, cluster, sizeof cluster - 1) == 0)
+                pre = sizeof cluster - 1;
+            else
+                FUZZ_CHECK(strncmp(p->err, plain, pre) == 0);
             FUZZ_CHECK(n < sizeof p->err);
             for (size_t i = 0; i < n; i++)
                 FUZZ_CHECK(p->err[i] >= 0x20 && p->err[i] < 0x7f);
-            if (n - 15 < rep->top.len)
-                FUZZ_CHECK(n >= 18 && strcmp(p->err + n - 3, "...") == 0);
+            if (n - pre < rep->top.len)
+                FUZZ_CHECK(n >= pre + 3 && strcmp(p->err + n - 3, "...") == 0);
             else
-                FUZZ_CHECK_EQ(n - 15, rep->top.len);
+                FUZZ_CHECK_EQ(n - pre, rep->top.len);
         }
     }
     if (p->rc == 0) {
@@ -239,7 +246,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* The classifiers read any bytes as an error message. */
     int cls = hirate_proto_error_class((const char *)data, size);
-    FUZZ_CHECK(cls == HIRATE_PROTO_NOSCRIPT || cls == HIRATE_ESERVER || cls == HIRATE_EAUTH ||
+    FUZZ_CHECK(cls == HIRATE_PROTO_NOSCRIPT || cls == HIRATE_PROTO_MOVED ||
+               cls == HIRATE_PROTO_ASK || cls == HIRATE_ESERVER || cls == HIRATE_EAUTH ||
                cls == HIRATE_ENOPERM || cls == HIRATE_EREPLY || cls == HIRATE_EREFUSED);
     if (hirate_proto_error_drops_connection((const char *)data, size))
         FUZZ_CHECK(cls == HIRATE_ESERVER);

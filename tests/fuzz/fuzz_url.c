@@ -38,12 +38,35 @@ static const char *const messages[] = {
     "invalid Redis URL: unix:// needs an absolute socket path",
     "invalid Redis URL: the socket path is malformed or longer than 107 bytes",
     "invalid Redis URL: the only query is ?db=N with N a number from 0 up",
+    "invalid Redis URL: several hosts need redis+cluster:// (or rediss+cluster://)",
+    "invalid Redis URL: more than 16 seeds",
+    "invalid Redis URL: the seed list is too long",
+    /* A '*' at the end: the rest is a number the message names. */
+    "invalid Redis URL: a cluster has only database 0, got /*",
+    "invalid Redis URL: seed * must be host[:port] (port 1 to 65535)",
 };
+
+/* m is messages[i], where a '*' stands for a decimal number. */
+static int matches(const char *m, const char *pattern)
+{
+    for (; *pattern; pattern++) {
+        if (*pattern != '*') {
+            if (*m++ != *pattern)
+                return 0;
+            continue;
+        }
+        if (*m < '0' || *m > '9')
+            return 0;
+        while (*m >= '0' && *m <= '9')
+            m++;
+    }
+    return *m == '\0';
+}
 
 static int known_message(const char *m)
 {
     for (size_t i = 0; i < sizeof messages / sizeof *messages; i++)
-        if (strcmp(m, messages[i]) == 0)
+        if (matches(m, messages[i]))
             return 1;
     return 0;
 }
@@ -70,7 +93,10 @@ static size_t put_encoded(char *out, size_t o, const char *s, const char *keep)
 static void unparse(const hirate_url *u, char *out)
 {
     size_t o = 0;
-    const char *scheme = u->is_unix ? "unix://" : u->tls ? "rediss://" : "redis://";
+    const char *scheme = u->is_unix   ? "unix://"
+                         : u->cluster ? (u->tls ? "rediss+cluster://" : "redis+cluster://")
+                         : u->tls     ? "rediss://"
+                                      : "redis://";
     o = strlen(scheme);
     memcpy(out, scheme, o);
     if (u->password[0]) {
@@ -85,10 +111,13 @@ static void unparse(const hirate_url *u, char *out)
     } else {
         /* The host is kept as it was given, in brackets when it holds a
          * byte that would end a bare host (':' of IPv6, and '/', '?', '@',
-         * which a bracketed host may hold) or starts with one. */
-        int bracket = strpbrk(u->host, ":/?@") != NULL || u->host[0] == '[';
-        o += (size_t)sprintf(out + o, bracket ? "[%s]:%d/%d" : "%s:%d/%d", u->host, u->port,
-                             u->db);
+         * ',', which a bracketed host may hold) or starts with one; a
+         * cluster's other seeds follow as they were written. */
+        int bracket = strpbrk(u->host, ":/?@,") != NULL || u->host[0] == '[';
+        o += (size_t)sprintf(out + o, bracket ? "[%s]:%d" : "%s:%d", u->host, u->port);
+        if (u->seeds[0])
+            o += (size_t)sprintf(out + o, ",%s", u->seeds);
+        o += (size_t)sprintf(out + o, "/%d", u->db);
     }
     out[o] = '\0';
 }
@@ -162,7 +191,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         check_fields(&u);
         check_handshake(&u);
-        char canon[2048];
+        char canon[4096];   /* a cluster's seeds, credentials percent-encoded */
         unparse(&u, canon);
         char err2[HIRATE_ERRMSG_SIZE] = "";
         int rc2 = hirate_url_parse(canon, &again, err2, sizeof err2);
