@@ -23,3 +23,8 @@ add_test(NAME test_cli_cluster
   COMMAND sh ${PROJECT_SOURCE_DIR}/tests/cli/test_cli_cluster.sh
           $<TARGET_FILE:hirate_cli> ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_cli_cluster PROPERTIES TIMEOUT 120 LABELS "cluster")
+
+# Six servers on a 2-core machine: nothing else runs beside them, so that the
+# tests that bound a call's time (test_stress, test_coalesce) are not slowed
+# by them.
+set_tests_properties(test_cluster test_slot test_cli_cluster PROPERTIES RUN_SERIAL TRUE)
