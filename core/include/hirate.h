@@ -1,8 +1,10 @@
 /*
  * hirate: a distributed token-bucket rate limiter.
  *
- * One decision is one atomic script call in Redis (EVALSHA, EVAL only after
- * NOSCRIPT), or, without a Redis URL, one lookup in a sharded in-memory table.
+ * One decision is one atomic call in Redis (FCALL of a function library where
+ * the server has Redis Functions, else EVALSHA of the same script; the code is
+ * loaded only when the server says it lacks it), or, without a Redis URL, one
+ * lookup in a sharded in-memory table.
  * A limiter may be shared by any number of threads and survives fork().
  *
  *     hirate_options o;
@@ -125,6 +127,16 @@ typedef struct hirate_decision {
                                epoch) or this process' monotonic clock */
 } hirate_decision;
 
+/* Events worth a line in a log, each said once when it happens, never once
+ * per call: HIRATE_LOG_WARNING (Redis Functions refused by a server, so it
+ * gets EVALSHA from then on), HIRATE_LOG_INFO (a Sentinel service's master
+ * found, or moved). Called from whichever thread learnt it, with no lock of
+ * the limiter held; it must not call the limiter. msg never holds a
+ * password. */
+#define HIRATE_LOG_WARNING 1
+#define HIRATE_LOG_INFO 2
+typedef void (*hirate_log_fn)(void *arg, int level, const char *msg);
+
 /* What a limiter does when Redis fails (cannot connect, times out, breaks the
  * connection, sends garbage, or answers OOM, BUSY, READONLY, LOADING,
  * MASTERDOWN, CLUSTERDOWN, TRYAGAIN, MISCONF, NOREPLICAS). Configuration errors (a wrong password,
@@ -172,6 +184,13 @@ typedef struct hirate_options {
     int tls_verify;              /* 1: verify chain and name (default); 0: do not
                                     (anyone on the path can then read and change
                                     every call) */
+    /* Redis Sentinel, for redis+sentinel:// URLs (copied; NULL: not set). */
+    const char *sentinel_username;  /* the sentinels' ACL user */
+    const char *sentinel_password;  /* the sentinels' password; NULL: they need none */
+    int functions;          /* 1: FCALL where the server has Redis Functions
+                               (default); 0: EVALSHA always */
+    hirate_log_fn log;      /* events for a log (see hirate_log_fn), or NULL */
+    void *log_arg;          /* given to log */
 } hirate_options;
 
 /* Fills *opts with the defaults; capacity and rate stay 0 (must be set). */
@@ -230,6 +249,12 @@ HIRATE_EXPORT const char *hirate_limiter_errmsg(hirate_limiter *lim, char *buf, 
 /* The Redis script and its SHA1 (40 hex digits), e.g. to SCRIPT LOAD it. */
 HIRATE_EXPORT const char *hirate_script_source(size_t *len);
 HIRATE_EXPORT const char *hirate_script_sha1(void);
+/* The same script as a Redis Functions library ("#!lua name=hirate_<sha>"
+ * around the script's very source), e.g. to FUNCTION LOAD it, and the name
+ * of its one function, for FCALL. The name follows the script: a library of
+ * another hirate version has another name and is left alone. */
+HIRATE_EXPORT const char *hirate_function_library(size_t *len);
+HIRATE_EXPORT const char *hirate_function_name(void);
 
 HIRATE_EXPORT const char *hirate_version(void);
 

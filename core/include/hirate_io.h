@@ -91,6 +91,16 @@
  * HIRATE_IO_REPLY_MAX: it takes the bytes as they come, so the caller still
  * never buffers more than that) and routes the next rounds by it.
  *
+ * A Sentinel URL's nodes are its sentinels (node 0 is the first) and the
+ * masters they name. The core asks a sentinel where the master is (in a leg
+ * of its own: the calls wait a round for it when no master is known yet, and
+ * ride beside it when one is) and follows a failover: it asks again when
+ * the master fails, answers READONLY, or a new connection's ROLE says it is
+ * no longer the master, and every HIRATE_SENTINEL_POLL_MS while all is well.
+ * A binding does nothing more for it than for a cluster: connect to the node
+ * named, with that node's handshake (the sentinels' own credentials, ROLE
+ * for a master), and run the legs.
+ *
  * Every function here is safe to call from any thread for different objects;
  * one handshake or op is used by one thread at a time.
  */
@@ -110,8 +120,13 @@ enum { HIRATE_IO_MORE = 1, HIRATE_IO_SEND, HIRATE_IO_DONE, HIRATE_IO_PROBE };
  * never needs to buffer more than this for one reply. */
 #define HIRATE_IO_REPLY_MAX 4096
 
-/* The most nodes a limiter knows (seeds and the nodes of a cluster's map). */
+/* The most nodes a limiter knows (seeds and the nodes of a cluster's map,
+ * or sentinels and the masters they named). */
 #define HIRATE_IO_NODES_MAX 256
+
+/* How often a Sentinel service's master address is asked while all is well
+ * (a failover is noticed sooner when the master fails or refuses a write). */
+#define HIRATE_SENTINEL_POLL_MS 500
 
 /* ---- where to connect -------------------------------------------------------- */
 
@@ -143,6 +158,8 @@ HIRATE_EXPORT int hirate_endpoint_get(hirate_limiter *lim, hirate_endpoint *out)
 HIRATE_EXPORT int hirate_node_endpoint(hirate_limiter *lim, int node, hirate_endpoint *out);
 /* 1 for a Redis Cluster URL (redis+cluster://, rediss+cluster://), else 0. */
 HIRATE_EXPORT int hirate_is_cluster(hirate_limiter *lim);
+/* 1 for a Sentinel URL (redis+sentinel://, rediss+sentinel://), else 0. */
+HIRATE_EXPORT int hirate_is_sentinel(hirate_limiter *lim);
 
 /* ---- opening a connection ------------------------------------------------------ */
 
@@ -247,6 +264,12 @@ typedef struct hirate_counters {
     uint64_t map_refreshes;   /* CLUSTER SLOTS requests made */
     uint64_t moved;           /* MOVED replies followed */
     uint64_t asked;           /* ASK replies followed */
+    /* Redis Functions: */
+    uint64_t fcall;           /* FCALL calls sent */
+    uint64_t function_loads;  /* FUNCTION LOAD requests sent */
+    /* A Sentinel service's (0 otherwise): */
+    uint64_t sentinel_queries;/* SENTINEL GET-MASTER-ADDR-BY-NAME requests made */
+    uint64_t master_changes;  /* times the master was found at a new address */
 } hirate_counters;
 
 HIRATE_EXPORT void hirate_counters_get(hirate_limiter *lim, hirate_counters *out);
