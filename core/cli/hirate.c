@@ -8,7 +8,9 @@
  *     hirate [OPTIONS] COMMAND [ARGS]      options may also follow the command
  *
  * Exit status: 0 allowed (peek: would pass; other commands: done), 1 refused,
- * 2 error. The URL is never printed: it may hold a password.
+ * 2 error. The URL is never printed: it may hold a password. The sentinels'
+ * password comes from the environment only (HIRATE_SENTINEL_PASSWORD): a
+ * command line is visible to every user of the machine.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -74,7 +76,11 @@ static void usage(FILE *f)
         "  --url URL             redis://[[user]:password@]host[:port][/db],\n"
         "                        rediss://... (TLS), unix:///path[?db=N], or a\n"
         "                        Redis Cluster: redis+cluster://host:port[,host:port...]\n"
-        "                        (rediss+cluster://... over TLS);\n"
+        "                        (rediss+cluster://... over TLS), or a Sentinel\n"
+        "                        service: redis+sentinel://[[user]:password@]host[:port]\n"
+        "                        [,host[:port]...]/service[/db] (the sentinels; the\n"
+        "                        user and password are the master's; default port\n"
+        "                        26379; rediss+sentinel://... over TLS);\n"
         "                        default $REDIS_URL, else in memory (\"\" also means\n"
         "                        in memory)\n"
         "  --capacity N          bucket size, whole tokens (required: allow, peek, bench)\n"
@@ -84,6 +90,8 @@ static void usage(FILE *f)
         "  --on-error POLICY     when Redis fails: local, open or closed; default %s\n"
         "  --timeout MS          per Redis command, milliseconds; default %d\n"
         "  --connect-timeout MS  per connection attempt, milliseconds; default %d\n"
+        "  --no-functions        decide with EVALSHA even where the server has Redis\n"
+        "                        Functions (default: FCALL there)\n"
         "  --json                print one JSON object instead of a line of text\n"
         "  -h, --help            print this help and exit\n"
         "  --version             print the version and exit\n"
@@ -96,6 +104,11 @@ static void usage(FILE *f)
         "  --tls-server-name N   the name sent (SNI) and verified; default the URL's host\n"
         "  --tls-no-verify       do NOT verify the server's certificate: anyone on the\n"
         "                        path can then read and change every call\n"
+        "\n"
+        "Sentinel options (redis+sentinel:// URLs only):\n"
+        "  --sentinel-user NAME  the sentinels' own ACL user; their password is read\n"
+        "                        from $HIRATE_SENTINEL_PASSWORD only, never from the\n"
+        "                        command line, which every user of the machine sees\n"
         "\n"
         "bench options:\n"
         "  --threads N           threads sharing one limiter; default 4\n"
@@ -271,7 +284,7 @@ enum {
     OPT_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_JSON, OPT_VERSION, OPT_SHA1,
     OPT_THREADS, OPT_KEYS, OPT_DURATION, OPT_BATCH,
     OPT_TLS_CA_FILE, OPT_TLS_CA_DIR, OPT_TLS_CERT_FILE, OPT_TLS_KEY_FILE, OPT_TLS_SERVER_NAME,
-    OPT_TLS_NO_VERIFY
+    OPT_TLS_NO_VERIFY, OPT_SENTINEL_USER, OPT_SENTINEL_PASSWORD, OPT_NO_FUNCTIONS
 };
 
 static const struct option long_options[] = {
@@ -297,6 +310,10 @@ static const struct option long_options[] = {
     {"tls-key-file", required_argument, NULL, OPT_TLS_KEY_FILE},
     {"tls-server-name", required_argument, NULL, OPT_TLS_SERVER_NAME},
     {"tls-no-verify", no_argument, NULL, OPT_TLS_NO_VERIFY},
+    {"sentinel-user", required_argument, NULL, OPT_SENTINEL_USER},
+    /* Only to refuse it, its value taken so that it is never echoed. */
+    {"sentinel-password", required_argument, NULL, OPT_SENTINEL_PASSWORD},
+    {"no-functions", no_argument, NULL, OPT_NO_FUNCTIONS},
     {NULL, 0, NULL, 0}
 };
 
@@ -372,6 +389,13 @@ static int take_option(int opt, const char *v, cli_config *c, cli_args *a)
     case OPT_TLS_KEY_FILE: c->opts.tls_key_file = v; return 0;
     case OPT_TLS_SERVER_NAME: c->opts.tls_server_name = v; return 0;
     case OPT_TLS_NO_VERIFY: c->opts.tls_verify = 0; return 0;
+    case OPT_SENTINEL_USER: c->opts.sentinel_username = v; return 0;
+    case OPT_SENTINEL_PASSWORD:
+        cli_error("--sentinel-password: give the sentinels' password in the environment, "
+                  "as HIRATE_SENTINEL_PASSWORD (a command line is visible to every user "
+                  "of the machine)");
+        return -1;
+    case OPT_NO_FUNCTIONS: c->opts.functions = 0; return 0;
     case 'h': a->help = 1; return 0;
     case OPT_VERSION: a->version = 1; return 0;
     case OPT_SHA1: c->sha1 = 1; return 0;
@@ -517,6 +541,9 @@ int main(int argc, char **argv)
     c.opts.url = a.have_url ? a.url : getenv("REDIS_URL");
     if (c.opts.url && !c.opts.url[0])
         c.opts.url = NULL; /* empty: in memory */
+    const char *sentinel_password = getenv("HIRATE_SENTINEL_PASSWORD");
+    if (sentinel_password && sentinel_password[0])
+        c.opts.sentinel_password = sentinel_password; /* empty: none */
     if (strcmp(cmd, "reset") == 0) {
         /* reset needs no bucket size, but a limiter needs valid ones */
         if (!a.have_capacity)
