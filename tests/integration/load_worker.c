@@ -19,7 +19,16 @@
  *   S <name> <counter>=<n> ...          what the process decided, by source
  *
  * With HIRATE_TLS_CA_FILE set, a rediss:// URL is verified against that CA
- * (the invariants' run over TLS).
+ * (the invariants' run over TLS). With HIRATE_LOG_DECISIONS=1 (the failover
+ * test, test_failover.py) LOG also gets a line for every decision, in order
+ * within each thread:
+ *
+ *   D <name> <thread> <source> <time_us|-> <allowed> <cost> <mc_before> <mc_after>
+ *
+ * time_us is Redis' clock for a decision of Redis ("-" for any other);
+ * mc_before and mc_after are the limiter's master_changes counter just before
+ * and just after the call: a call with mc_before 2 went to the master that a
+ * failover promoted, one with mc_after 1 to the first master.
  *
  * Exit status 0, or 1 when a call returned an error (the message on stderr).
  */
@@ -34,14 +43,17 @@
 #include <unistd.h>
 
 #include "hirate.h"
+#include "hirate_io.h"
 
 #define MAX_EVENTS 100000
 
 typedef struct event {
-    char kind;          /* 'A' admitted, 'P' possibly admitted */
-    int64_t t1, t2;     /* A: time_us; P: the call's interval */
+    char kind;          /* 'A' admitted, 'P' possibly admitted, 'D' a decision */
+    int64_t t1, t2;     /* A: time_us; P: the call's interval; D: time_us or -1 */
     int64_t cost;
-    int error;
+    int error;          /* P: the failure; D: the source */
+    int allowed;        /* D */
+    uint64_t mc1, mc2;  /* D: master_changes before and after the call */
 } event;
 
 typedef struct worker {
@@ -57,6 +69,14 @@ typedef struct worker {
 } worker;
 
 static atomic_int drained;   /* DRAIN: some thread saw the bucket empty */
+static int log_decisions;    /* HIRATE_LOG_DECISIONS=1: a D line per decision */
+
+static uint64_t master_changes(hirate_limiter *lim)
+{
+    hirate_counters s;
+    hirate_counters_get(lim, &s);
+    return s.master_changes;
+}
 
 static int64_t clock_us(clockid_t id)
 {
@@ -76,7 +96,7 @@ static void pause_us(long us)
 static void record(worker *w, char kind, int64_t t1, int64_t t2, int64_t cost, int error)
 {
     if (w->nevents < MAX_EVENTS)
-        w->events[w->nevents++] = (event){kind, t1, t2, cost, error};
+        w->events[w->nevents++] = (event){kind, t1, t2, cost, error, 0, 0, 0};
     else
         w->failed = 1;   /* a log cut short would hide admissions from the checker */
 }
@@ -87,9 +107,11 @@ static void *run(void *arg)
     while (clock_us(CLOCK_MONOTONIC) < w->deadline_us && !(w->drain && drained)) {
         int64_t cost = 1 + rand_r(&w->seed) % 3;
         hirate_decision d;
+        uint64_t mc1 = log_decisions ? master_changes(w->lim) : 0;
         int64_t start = clock_us(CLOCK_REALTIME);
         int rc = hirate_allow(w->lim, w->key, strlen(w->key), cost, &d);
         int64_t end = clock_us(CLOCK_REALTIME);
+        uint64_t mc2 = log_decisions ? master_changes(w->lim) : 0;
         if (rc < 0) {
             char why[HIRATE_ERRMSG_SIZE];
             fprintf(stderr, "load_worker: %s: %s\n", hirate_err_name(rc),
@@ -98,6 +120,11 @@ static void *run(void *arg)
             break;
         }
         w->decisions++;
+        if (log_decisions && w->nevents < MAX_EVENTS)
+            w->events[w->nevents++] = (event){'D', d.source == HIRATE_SOURCE_REDIS ? d.time_us : -1,
+                                              0, cost, d.source, d.allowed, mc1, mc2};
+        else if (log_decisions)
+            w->failed = 1;
         if (d.source == HIRATE_SOURCE_REDIS) w->by_redis++;
         else if (d.source == HIRATE_SOURCE_CACHE) w->by_cache++;
         else w->by_policy++;
@@ -155,6 +182,8 @@ int main(int argc, char **argv)
     o.on_error = HIRATE_ON_ERROR_CLOSED;
     o.timeout_ms = (int)timeout_ms;
     o.connect_timeout_ms = (int)timeout_ms;
+    const char *ld = getenv("HIRATE_LOG_DECISIONS");
+    log_decisions = ld && strcmp(ld, "1") == 0;
     const char *ca = getenv("HIRATE_TLS_CA_FILE");
     if (ca && *ca) o.tls_ca_file = ca;
     hirate_limiter *lim;
@@ -204,6 +233,14 @@ int main(int argc, char **argv)
             event *e = &w->events[j];
             if (e->kind == 'A')
                 fprintf(log, "A %" PRId64 " %" PRId64 "\n", e->t1, e->cost);
+            else if (e->kind == 'D' && e->t1 < 0)
+                fprintf(log, "D %s %" PRId64 " %s - %d %" PRId64 " %" PRIu64 " %" PRIu64 "\n",
+                        name, i, hirate_source_name(e->error), e->allowed, e->cost, e->mc1,
+                        e->mc2);
+            else if (e->kind == 'D')
+                fprintf(log, "D %s %" PRId64 " %s %" PRId64 " %d %" PRId64 " %" PRIu64 " %" PRIu64
+                        "\n", name, i, hirate_source_name(e->error), e->t1, e->allowed, e->cost,
+                        e->mc1, e->mc2);
             else
                 fprintf(log, "P %" PRId64 " %" PRId64 " %" PRId64 " %s\n", e->t1, e->t2,
                         e->cost, hirate_err_name(e->error) + 7);
@@ -221,9 +258,12 @@ int main(int argc, char **argv)
     fprintf(log,
             "S %s threads=%" PRId64 " decisions=%" PRIu64 " admitted=%" PRIu64
             " admitted_cost=%" PRIu64 " refused=%" PRIu64 " redis=%" PRIu64 " cache=%" PRIu64
-            " policy=%" PRIu64 " errors=%d\n",
+            " policy=%" PRIu64 " errors=%d",
             name, threads, sum.decisions, sum.admitted, sum.admitted_cost, sum.refused,
             sum.by_redis, sum.by_cache, sum.by_policy, sum.failed);
+    if (log_decisions)
+        fprintf(log, " master_changes=%" PRIu64, master_changes(lim));
+    fprintf(log, "\n");
     int bad = fclose(log) != 0 || sum.failed;
     free(ws);
     free(tids);

@@ -12,7 +12,11 @@
 -- Redis.
 --
 -- With HIRATE_TLS_CA_FILE set, a rediss:// URL is verified against that CA
--- (the invariants' run over TLS).
+-- (the invariants' run over TLS). With HIRATE_LOG_DECISIONS=1 (the failover
+-- test, test_failover.py) the log also gets load_worker.c's line for every
+-- decision, with the limiter's master_changes counter before and after it:
+--
+--   D <name> <thread> <source> <time_us|-> <allowed> <cost> <mc_before> <mc_after>
 --
 -- Plain Lua has no wall clock finer than a second, so a call the policy
 -- answered is logged with the Redis times around it: the last one seen
@@ -38,6 +42,13 @@ local lim = hirate.new {
 }
 drain = drain == "1"
 seconds = tonumber(seconds)
+local log_decisions = os.getenv("HIRATE_LOG_DECISIONS") == "1"
+
+-- The core's counter ("-" where this build's _stats() lacks it).
+local function master_changes()
+    local n = lim:_stats().master_changes
+    return n and string.format("%d", n) or "-"
+end
 
 -- Whole microseconds from the decision's seconds (one rounding away).
 local function us(t)
@@ -65,10 +76,16 @@ local first, last_redis, failed = nil, "0", nil
 
 while os.time() - started_os <= seconds + 2 do
     local cost = math.random(1, 3)
+    local mc1 = log_decisions and master_changes()
     local d, err, code = lim:allow(key, cost)
     if not d then
         failed = ("%s: %s"):format(code, err)
         break
+    end
+    if log_decisions then
+        events[#events + 1] = ("D %s 0 %s %s %d %d %s %s"):format(name, d.source,
+            d.source == "redis" and us(d.time) or "-", d.allowed and 1 or 0, cost, mc1,
+            master_changes())
     end
     n.decisions = n.decisions + 1
     if d.error then
@@ -102,6 +119,8 @@ end
 if pending then
     events[#events + 1] = ("P %s inf %d %s"):format(pending[1], pending[2], pending[3])
 end
+local mc_final = log_decisions and master_changes() or "-"
+mc_final = mc_final == "-" and "" or (" master_changes=" .. mc_final)
 lim:close()
 
 local log = assert(io.open(log_path, "w"))
@@ -109,8 +128,8 @@ for _, line in ipairs(events) do
     log:write(line, "\n")
 end
 log:write(("S %s threads=1 decisions=%d admitted=%d admitted_cost=%d refused=%d redis=%d "
-    .. "cache=%d policy=%d errors=%d\n"):format(name, n.decisions, n.admitted, n.admitted_cost,
-    n.refused, n.redis, n.cache, n.policy, failed and 1 or 0))
+    .. "cache=%d policy=%d errors=%d%s\n"):format(name, n.decisions, n.admitted, n.admitted_cost,
+    n.refused, n.redis, n.cache, n.policy, failed and 1 or 0, mc_final))
 assert(log:close())
 if failed then
     io.stderr:write("load_worker.lua ", name, ": ", failed, "\n")

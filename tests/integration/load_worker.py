@@ -20,7 +20,11 @@ writes its log in load_worker.c's format:
     S <name> <counter>=<n> ...
 
 With HIRATE_TLS_CA_FILE set, a rediss:// URL is verified against that CA
-(the invariants' run over TLS).
+(the invariants' run over TLS). With HIRATE_LOG_DECISIONS=1 (the failover
+test, test_failover.py) the log also gets load_worker.c's line for every
+decision, with the limiter's master_changes counter before and after it:
+
+    D <name> <thread> <source> <time_us|-> <allowed> <cost> <mc_before> <mc_after>
 """
 
 import os
@@ -31,6 +35,13 @@ import time
 
 import hirate
 
+LOG_DECISIONS = os.environ.get("HIRATE_LOG_DECISIONS") == "1"
+
+
+def master_changes(lim):
+    """The core's counter ("-" where this build's _stats() lacks it)."""
+    return lim._stats().get("master_changes", "-")
+
 
 def run(name, lim, key, seconds, threads, drain, log_path):
     deadline = time.monotonic() + seconds
@@ -38,7 +49,7 @@ def run(name, lim, key, seconds, threads, drain, log_path):
     results = []
     lock = threading.Lock()
 
-    def hammer(seed):
+    def hammer(seed, thread):
         rnd = random.Random(seed)
         events = []
         counts = dict(decisions=0, admitted=0, admitted_cost=0, refused=0, redis=0, cache=0,
@@ -46,6 +57,7 @@ def run(name, lim, key, seconds, threads, drain, log_path):
         errors = []
         while time.monotonic() < deadline and not (drain and drained.is_set()):
             cost = rnd.randint(1, 3)
+            mc1 = master_changes(lim) if LOG_DECISIONS else None
             start = time.time_ns() // 1000
             try:
                 d = lim.allow(key, cost)
@@ -53,6 +65,10 @@ def run(name, lim, key, seconds, threads, drain, log_path):
                 errors.append(f"{e.name}: {e}")
                 break
             end = time.time_ns() // 1000
+            if LOG_DECISIONS:
+                t = d.time_us if d.source == "redis" else "-"
+                events.append(f"D {name} {thread} {d.source} {t} {int(d.allowed)} {cost} {mc1} "
+                              f"{master_changes(lim)}")
             counts["decisions"] += 1
             src = d.source if d.source in ("redis", "cache") else "policy"
             counts[src] += 1
@@ -72,7 +88,7 @@ def run(name, lim, key, seconds, threads, drain, log_path):
         with lock:
             results.append((events, counts, errors))
 
-    workers = [threading.Thread(target=hammer, args=(f"{name}/{os.getpid()}/{i}",))
+    workers = [threading.Thread(target=hammer, args=(f"{name}/{os.getpid()}/{i}", i))
                for i in range(threads)]
     for t in workers:
         t.start()
@@ -89,7 +105,9 @@ def run(name, lim, key, seconds, threads, drain, log_path):
                 total[k] += v
             errors += errs
         fields = " ".join(f"{k}={v}" for k, v in total.items())
-        log.write(f"S {name} threads={threads} {fields} errors={int(bool(errors))}\n")
+        mc = master_changes(lim) if LOG_DECISIONS else "-"
+        mc = "" if mc == "-" else f" master_changes={mc}"
+        log.write(f"S {name} threads={threads} {fields} errors={int(bool(errors))}{mc}\n")
     for e in errors:
         print(f"load_worker.py {name}: {e}", file=sys.stderr)
     return 1 if errors else 0

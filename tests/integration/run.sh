@@ -11,7 +11,9 @@
 #   3. the checker of the invariants test on histories whose verdict is
 #      known (test_checker.py), then the invariants under load
 #      (test_invariants.py): C, Python, a forked Python and Lua 5.4 on one
-#      Redis key for about ten seconds, and once more over TLS.
+#      Redis key for about ten seconds, and once more over TLS;
+#   4. the same workers across a Sentinel failover (test_failover.py):
+#      SENTINEL FAILOVER in one run, kill -9 of the master in another.
 #
 #   tests/integration/run.sh
 #
@@ -49,3 +51,6 @@ step "the invariants checker on known histories"
 
 step "invariants under load: C, Python, forked Python and Lua 5.4 on one key (and once over TLS)"
 "$python" "$root/tests/integration/test_invariants.py" -v
+
+step "invariants across a Sentinel failover: SENTINEL FAILOVER, then kill -9 of the master"
+"$python" "$root/tests/integration/test_failover.py" -v
