@@ -13,7 +13,8 @@
  *                                                  bucket on the master; sentinel_queries >= 1,
  *                                                  master_changes 1; fcall 2 + function_loads 1
  *                                                  on the first call (fresh master), then FCALL
- *                                                  only; one INFO line "... is 127.0.0.1:P"
+ *                                                  only; one INFO line "... is 127.0.0.1:P";
+ *                                                  a first allow_many in order, redis
  *   URLs and sentinels that cannot serve         no service: HIRATE_EURL; a service the
  *                                                  sentinels do not know: HIRATE_EREPLY with its
  *                                                  exact message, under every policy; a wrong
@@ -197,25 +198,23 @@ static const char *group_url(const sh_group *g, const char *service)
     return url;
 }
 
-/* calls + rejected_calls + failed_calls of one command in an INFO
- * commandstats text ("fcall", "function|load"); -1 when its line is absent
- * (the command never reached the server since the last CONFIG RESETSTAT). */
+/* How often one command reached a server, by an INFO commandstats text
+ * ("fcall", "function|load"): calls (those that failed included) +
+ * rejected_calls (refused before running: NOPERM, READONLY); -1 when its
+ * line is absent (it never came since the last CONFIG RESETSTAT). */
 static long long cmd_calls(const char *info, const char *cmd)
 {
     char pat[64];
     snprintf(pat, sizeof pat, "cmdstat_%s:", cmd);
     const char *p = info ? strstr(info, pat) : NULL;
     if (!p) return -1;
-    long long sum = 0;
-    static const char *const fields[] = {"calls=", "rejected_calls=", "failed_calls="};
+    p += strlen(pat);
+    long long calls = 0, rejected = 0;
+    const char *r = strstr(p, ",rejected_calls=");
     const char *eol = strchr(p, '\n');
-    for (int i = 0; i < 3; i++) {
-        const char *f = strstr(p, fields[i]);
-        /* "calls=" is found first; the others are later on the same line. */
-        while (f && f > p && f[-1] != ':' && f[-1] != ',') f = strstr(f + 1, fields[i]);
-        if (f && (!eol || f < eol)) sum += atoll(f + strlen(fields[i]));
-    }
-    return sum;
+    if (strncmp(p, "calls=", 6) == 0) calls = atoll(p + 6);
+    if (r && (!eol || r < eol)) rejected = atoll(r + strlen(",rejected_calls="));
+    return calls + rejected;
 }
 
 /* INFO commandstats of a node of G (NULL when it does not answer), malloc'ed. */
@@ -310,6 +309,22 @@ static void test_discovery(void)
     if (log_total(&lb) != 1 || log_count(&lb, HIRATE_LOG_INFO, line) != 1) log_dump(&lb, line);
     printf("test_sentinel: %s: exactly %d, %llu sentinel queries\n", G.url, CAP,
            (unsigned long long)c.sentinel_queries);
+    hirate_limiter_free(lim);
+
+    /* A batch as the first call of a new limiter: it waits for the
+     * sentinel's answer too, then is decided in order. */
+    lim = make((cfg){.url = group_url(&G, G.service), .prefix = "em:", .capacity = 2,
+                     .sentinel_password = SENTINEL_PASSWORD});
+    hirate_item items[3];
+    for (int i = 0; i < 3; i++)
+        items[i] = (hirate_item){.key = "k", .keylen = 1, .cost = 1, .rc = -999};
+    CHECK_EQ_I64(hirate_allow_many(lim, items, 3), 0);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_I64(items[i].rc, 0);
+        CHECK_EQ_I64(items[i].decision.source, HIRATE_SOURCE_REDIS);
+        CHECK_EQ_I64(items[i].decision.allowed, i < 2);
+    }
+    CHECK_EQ_I64(counters(lim).master_changes, 1);
     hirate_limiter_free(lim);
 
     /* A plain URL is no Sentinel. */
@@ -480,6 +495,8 @@ static void test_switch(int kill_it)
     sleep_ms(200);
     for (int s = 0; s < LOAD_THREADS; s++)
         CHECK_EQ_I64(__atomic_load_n(&L[s].other, __ATOMIC_RELAXED), 0);
+    for (int i = 0; i < LOAD_KEYS; i++)   /* exact while the master stands */
+        CHECK_EQ_I64(__atomic_load_n(&t[i].allowed, __ATOMIC_RELAXED), CAP);
     hirate_counters c0 = counters(lim);
     /* From here on the promoted replica's commandstats are the limiter's alone. */
     for (int i = 0; i < G.nreplicas; i++) {
