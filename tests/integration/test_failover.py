@@ -33,8 +33,8 @@ What must hold:
   gave). The switch is the moment the harness saw every sentinel name the
   new master, whose ROLE says master (SentinelGroup.wait_switch); the first
   decision's time is Redis' own (this host's clock). No slack is added to the
-  2 s; the harness' poll makes its switch mark later than the sentinels'
-  own +switch-master by at most its poll interval.
+  2 s; the harness asks every 10 ms, so its mark is later than the moment
+  the last sentinel switched by that and the time of its queries at most.
 - master_changes is exactly 2 at the end in every worker: the first master
   found, then the new one; nothing flapped back.
 
