@@ -958,6 +958,11 @@ static void leg_clear(leg *g)
 
 static void legs_clear(hirate_op *op)
 {
+    /* A refresh never answered (the op was dropped, or a request could not
+     * be made) is given back, or no other op would ever ask again. */
+    for (size_t i = 0; i < op->nlegs; i++)
+        if (op->legs[i].map)
+            hirate_cluster_refresh_end(op->l->cluster, op->legs[i].node, NULL, NULL, 0);
     for (size_t i = 0; i < op->nlegs; i++)
         leg_clear(&op->legs[i]);
     op->nlegs = 0;

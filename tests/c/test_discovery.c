@@ -140,6 +140,17 @@ static void the_first_call_asks_then_goes_to_the_master(void)
     CHECK_EQ_I64(c.nodes, 4);
     CHECK_EQ_I64(c.fcall, 3);
     CHECK_EQ_I64(c.evalsha, 0);
+
+    /* An op dropped while its question was unanswered (a cancelled task)
+     * does not keep the next ones from asking. */
+    usleep((HIRATE_SENTINEL_POLL_MS + 50) * 1000);
+    CHECK_EQ_I64(hirate_op_start(lim, &it, 1, 1, -1, &op), 1);
+    CHECK_EQ_I64(hirate_op_legs(op), 2);
+    hirate_op_free(op);
+    usleep((HIRATE_SENTINEL_POLL_MS + 50) * 1000);
+    CHECK_EQ_I64(hirate_op_start(lim, &it, 1, 1, -1, &op), 1);
+    CHECK_EQ_I64(hirate_op_legs(op), 2);
+    hirate_op_free(op);
     hirate_limiter_free(lim);
 }
 
