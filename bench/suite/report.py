@@ -577,6 +577,174 @@ class Doc:
             self.w(line)
         self.w()
 
+    def phase_facts(self, t):
+        """The line that says a section was measured in a run of its own."""
+        f = t.get("facts")
+        if f:
+            self.w("Measured in a run of its own: `%s` on %s, commit %s, %s mode; machine: "
+                   "%s, %s CPU cores, %s, %s; load average before %s, after %s. %s"
+                   % (f.get("command", "?"), f.get("date", "?"), f.get("commit", "?"),
+                      t.get("mode", "?"), f.get("cpu", "?"), f.get("ncpu", "?"),
+                      f.get("mem", "?"), f.get("virt", "?"), f.get("load_before", "?"),
+                      f.get("load_after", "?"), f.get("busy_note", "")))
+            self.w()
+
+    def functions(self):
+        t = self.res.get("functions") or {}
+        if not t.get("runs"):
+            return
+        self.w("## Redis Functions: FCALL, EVALSHA and EVAL")
+        self.w()
+        if t.get("reason"):
+            self.w("Not run in this run: %s." % t["reason"])
+            self.w()
+            return
+        self.phase_facts(t)
+        p, srv = t["params"], t.get("server", {})
+        size = next((s.get("script_bytes") for by in t["speed"].values() for s in by.values()
+                     if s.get("script_bytes")), None)
+        self.w("The same token-bucket decision made five ways against the same redis-server "
+               "%s (`%s`, no persistence), in the same %s (%.2g s measured after %.2g s of "
+               "warm-up, the server emptied before every run, its statistics reset with "
+               "`CONFIG RESETSTAT` after the warm-up): `bench/bench_functions.c`, one process "
+               "per run. Every call is allowed and writes its bucket (capacity %s, rate %s/s, "
+               "cost 1) on %s keys drawn uniformly. The raw ways are hiredis against hirate's "
+               "own Lua: `FCALL` of `hirate_function_library()` (loaded with `FUNCTION LOAD`), "
+               "`EVALSHA` of `hirate_script_source()` (loaded with `SCRIPT LOAD`), and `EVAL` "
+               "sending the whole script (%s bytes) with every call; then `hirate_allow` (and "
+               "`hirate_allow_many` for 16 at once) with `functions = 1` and `functions = 0`. "
+               "Server µs per call is `usec_per_call` of `cmdstat_fcall`, `cmdstat_evalsha` or "
+               "`cmdstat_eval` of `INFO commandstats` over the measured seconds (the median "
+               "over rounds): the time Redis spent in the command itself, the script's run "
+               "included, without reading the request or writing the reply."
+               % (srv.get("version", "?"), srv.get("url", "?").rsplit(":", 1)[0] + ":P",
+                  plural(p["rounds"], "interleaved round"), p["seconds"], p["warmup"],
+                  grp(p["capacity"]), grp(p["rate"]), grp(t["keys"]),
+                  grp(size) if size else "?"))
+        self.w()
+        for sc in t["scenarios"]:
+            self.w("#### %s" % sc["label"])
+            self.w()
+            self.w("| | way | decisions/s | spread | p50 µs | p99 µs | client CPU µs per "
+                   "decision | server µs per call | vs FCALL (server µs) | commands the "
+                   "server ran |")
+            self.w("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+            base = (t["speed"].get("fcall", {}).get(sc["id"]) or {})
+            for r in t["runs"]:
+                s = t["speed"].get(r["id"], {}).get(sc["id"])
+                name = "**%s**" % r["label"] if r["hirate"] else r["label"]
+                if not s or "rate" not in s:
+                    why = (s or {}).get("failures", ["not run"])[0]
+                    self.w("| %s | %s | failed (%s) | | | | | | | |"
+                           % (r["lang"], name, why.replace("|", "/")))
+                    continue
+                rate = rate_s(med(s, "rate"))
+                if r["hirate"]:
+                    rate = "**%s**" % rate
+                vs = ""
+                if med(base, "server_us_per_call") and med(s, "server_us_per_call"):
+                    vs = "%.2f" % (med(s, "server_us_per_call") / med(base, "server_us_per_call"))
+                cmds = ", ".join("%s %s" % (k.upper(), grp(n))
+                                 for k, n in s.get("commands", {}).items() if n)
+                self.w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                    r["lang"], name, rate, spread(s, "rate", rate_s), us_s(med(s, "p50_us")),
+                    us_s(med(s, "p99_us")), us_s(med(s, "cpu_us")),
+                    us_s(med(s, "server_us_per_call")), vs, cmds or "–"))
+            self.w()
+        self.w("The last column sums `INFO commandstats` over the measured seconds of every "
+               "round: which command each way's decisions were (the warm-up, which loads the "
+               "library or the script, is before the reset). The figures compare the ways "
+               "within this run; a server on a machine of its own would be faster in all of "
+               "them alike.")
+        self.w()
+
+    def failover(self):
+        t = self.res.get("failover") or {}
+        if not t.get("clients"):
+            return
+        self.w("## Sentinel failover")
+        self.w()
+        if t.get("reason"):
+            self.w("Not run in this run: %s." % t["reason"])
+            self.w()
+            return
+        self.phase_facts(t)
+        p, v = t["params"], t.get("versions", {})
+        self.w("How long each client takes to decide on the new master after the master dies "
+               "(`kill -9`) or after `SENTINEL FAILOVER`. Each run starts a Sentinel group of "
+               "its own on loopback (`tests/support/redis_sentinel.py`: a master, %s, %d "
+               "sentinels, quorum 2, `down-after-milliseconds` %d), starts the clients side by "
+               "side on it, each making one decision every %d ms on a key of its own (a new "
+               "key each time, capacity 10, rate 0.001/s), and once each has made %d decisions "
+               "on the master, makes the fault. The switch is the moment the replica answers "
+               "`ROLE` as master (asked every 10 ms). A decision is on the new master when the "
+               "new master holds its key; the first one after the switch is the time below, "
+               "from the switch and from the fault. Decisions that answered after the switch "
+               "but whose keys the new master does not hold were made on the old master and "
+               "are lost with it (a demoted master resyncs from the new one); failed "
+               "decisions raised an error (redis-py, go-redis) or were decided without Redis "
+               "(hirate's local fallback, its default `on_error`). %s per fault, the median "
+               "and min–max."
+               % (plural(p["replicas"], "replica"), p["sentinels"], p["down_after_ms"],
+                  p["interval_ms"], p["ready_decisions"], plural(p["runs"], "run")))
+        self.w()
+        self.w("Each client has its library's documented defaults and nothing else: hirate "
+               "`hirate_allow` with a `redis+sentinel://S1,S2,S3/mymaster` URL "
+               "(`bench/peers/c/failover_c.c`); redis-py %s `Sentinel([(host, port), ...])"
+               ".master_for('mymaster')` with `register_script` of hirate's script "
+               "(`bench/peers/python/failover.py`); go-redis %s `redis.NewFailoverClient(&"
+               "redis.FailoverOptions{MasterName, SentinelAddrs})` with `redis.NewScript(...)"
+               ".Run` of hirate's script (`bench/peers/go/failover/main.go`)."
+               % (v.get("redis") or "?", v.get("go-redis") or "?"))
+        self.w()
+        names = {c["id"]: c for c in t["clients"]}
+        for kind, title in (("kill", "`kill -9` of the master"),
+                            ("failover", "`SENTINEL FAILOVER`")):
+            s = t.get("summary", {}).get(kind)
+            if not s:
+                continue
+            self.w("#### %s" % title)
+            self.w()
+            sw = s.get("promoted_s")
+            ag = s.get("agreed_s")
+            if sw:
+                self.w("From the fault to the switch: %s s (%s); to every sentinel naming the "
+                       "new master: %s s. %d of %d runs completed."
+                       % ("%.2f" % sw["median"], spread(s, "promoted_s", lambda x: "%.2f" % x),
+                          "%.2f" % ag["median"] if ag else "?", s["good"], s["runs"]))
+                self.w()
+            self.w("| | client | first decision on the new master, s after the switch | "
+                   "spread | s after the fault | spread | lost on the old master | failed "
+                   "or decided without Redis |")
+            self.w("|---|---|---:|---:|---:|---:|---:|---:|")
+            for c in t["clients"]:
+                name = "**%s**" % c["label"] if c["hirate"] else c["label"]
+                if c["status"] != "ok":
+                    self.w("| %s | %s | missing (%s) | | | | | |" % (c["lang"], name,
+                                                                   c["reason"]))
+                    continue
+                e = s.get(c["id"]) or {}
+                if not e.get("from_switch_s"):
+                    self.w("| %s | %s | not back in %d of %d runs | | | | %s | %s |"
+                           % (c["lang"], name, e.get("runs", 0) - e.get("back", 0),
+                              e.get("runs", 0), grp(e.get("lost", 0)), grp(e.get("failed", 0))))
+                    continue
+                f2 = lambda x: "%.2f" % x  # noqa: E731
+                sw_m = f2(e["from_switch_s"]["median"])
+                if c["hirate"]:
+                    sw_m = "**%s**" % sw_m
+                miss = "" if e["back"] == e["runs"] else " (not back in %d of %d runs)" % (
+                    e["runs"] - e["back"], e["runs"])
+                self.w("| %s | %s | %s%s | %s | %s | %s | %s | %s |" % (
+                    c["lang"], name, sw_m, miss, spread(e, "from_switch_s", f2),
+                    f2(e["from_fault_s"]["median"]), spread(e, "from_fault_s", f2),
+                    grp(e["lost"]), grp(e["failed"])))
+            self.w()
+        self.w("Lost and failed decisions are summed over the runs. A time below zero would "
+               "mean a decision on the new master before the switch was seen; the switch is "
+               "seen within about 10 ms of the promotion.")
+        self.w()
+
     def pieces(self):
         r = self.res
         self.w("## The bindings' own benchmarks")
@@ -632,6 +800,8 @@ class Doc:
             self.beyond()
         self.tls()
         self.cluster()
+        self.functions()
+        self.failover()
         self.pieces()
         self.c_sections()
         self.targets()
@@ -1392,6 +1562,9 @@ def main():
     ap.add_argument("--facts", help="the run's facts, one tab-separated pair a line")
     ap.add_argument("--cluster-facts", help="the facts of a run of the cluster phase alone "
                     "(bench/run.sh BUILD cluster): kept with the cluster's results")
+    ap.add_argument("--phase-facts", action="append", default=[], metavar="PHASE=FILE",
+                    help="the facts of a run of one phase alone (bench/run.sh BUILD PHASE: "
+                    "cluster, functions or failover): kept with that phase's results")
     ap.add_argument("--keep-charts", action="store_true",
                     help="draw no charts: keep those the results file names")
     args = ap.parse_args()
@@ -1405,9 +1578,13 @@ def main():
         res["facts"] = read_facts(args.facts)
     if args.cluster_facts and res.get("cluster"):
         res["cluster"]["facts"] = read_facts(args.cluster_facts)
+    for pf in args.phase_facts:
+        phase, _, fpath = pf.partition("=")
+        if res.get(phase):
+            res[phase]["facts"] = read_facts(fpath)
     if not (args.keep_charts and "charts" in res):
         res["charts"] = charts(res, args.img)
-    if args.c_dir or args.facts or args.cluster_facts:
+    if args.c_dir or args.facts or args.cluster_facts or args.phase_facts:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(res, indent=1) + "\n")
         tmp.replace(path)
