@@ -676,15 +676,19 @@ class Doc:
                "sentinels, quorum 2, `down-after-milliseconds` %d), starts the clients side by "
                "side on it, each making one decision every %d ms on a key of its own (a new "
                "key each time, capacity 10, rate 0.001/s), and once each has made %d decisions "
-               "on the master, makes the fault. The switch is the moment the replica answers "
-               "`ROLE` as master (asked every 10 ms). A decision is on the new master when the "
-               "new master holds its key; the first one after the switch is the time below, "
-               "from the switch and from the fault. Decisions that answered after the switch "
-               "but whose keys the new master does not hold were made on the old master and "
-               "are lost with it (a demoted master resyncs from the new one); failed "
-               "decisions raised an error (redis-py, go-redis) or were decided without Redis "
-               "(hirate's local fallback, its default `on_error`). %s per fault, the median "
-               "and min–max."
+               "on the master, makes the fault. The promotion is the moment the replica "
+               "answers `ROLE` as master (asked every 10 ms); the switch is the moment every "
+               "sentinel names it as the master (`SENTINEL GET-MASTER-ADDR-BY-NAME`, asked "
+               "every 10 ms after the promotion: what `tests/support/redis_sentinel.py`'s "
+               "`wait_switch` sees, and what hirate's target of 2 s counts from). A decision "
+               "is on the new master when the new master holds its key; the first one after "
+               "the promotion is the time below, from the switch, from the promotion and from "
+               "the fault (below zero: before every sentinel had switched). Decisions that "
+               "answered after the promotion but whose keys the new master does not hold were "
+               "made on the old master and are lost with it (a demoted master resyncs from "
+               "the new one); failed decisions raised an error (redis-py, go-redis) or were "
+               "decided without Redis (hirate's local fallback, its default `on_error`). %s "
+               "per fault, the median and min–max."
                % (plural(p["replicas"], "replica"), p["sentinels"], p["down_after_ms"],
                   p["interval_ms"], p["ready_decisions"], plural(p["runs"], "run")))
         self.w()
@@ -707,27 +711,31 @@ class Doc:
             self.w()
             sw = s.get("promoted_s")
             ag = s.get("agreed_s")
-            if sw:
-                self.w("From the fault to the switch: %s s (%s); to every sentinel naming the "
-                       "new master: %s s. %d of %d runs completed."
-                       % ("%.2f" % sw["median"], spread(s, "promoted_s", lambda x: "%.2f" % x),
-                          "%.2f" % ag["median"] if ag else "?", s["good"], s["runs"]))
+            if sw and ag:
+                f2 = lambda x: "%.2f" % x  # noqa: E731
+                self.w("From the fault to the promotion: %s s (%s); to the switch: %s s (%s). "
+                       "%d of %d runs completed."
+                       % (f2(sw["median"]), spread(s, "promoted_s", f2), f2(ag["median"]),
+                          spread(s, "agreed_s", f2), s["good"], s["runs"]))
                 self.w()
             self.w("| | client | first decision on the new master, s after the switch | "
-                   "spread | s after the fault | spread | lost on the old master | failed "
-                   "or decided without Redis |")
-            self.w("|---|---|---:|---:|---:|---:|---:|---:|")
+                   "spread | s after the promotion | s after the fault | spread | lost on the "
+                   "old master | failed or decided without Redis |")
+            self.w("|---|---|---:|---:|---:|---:|---:|---:|---:|")
             for c in t["clients"]:
                 name = "**%s**" % c["label"] if c["hirate"] else c["label"]
                 if c["status"] != "ok":
-                    self.w("| %s | %s | missing (%s) | | | | | |" % (c["lang"], name,
-                                                                   c["reason"]))
+                    self.w("| %s | %s | missing (%s) | | | | | | |" % (c["lang"], name,
+                                                                     c["reason"]))
                     continue
                 e = s.get(c["id"]) or {}
                 if not e.get("from_switch_s"):
-                    self.w("| %s | %s | not back in %d of %d runs | | | | %s | %s |"
+                    why = (" (%s)" % e["error"].replace("|", "/").replace("\n", " ")
+                           if e.get("error") else "")
+                    self.w("| %s | %s | not back in %d of %d runs%s | | | | | %s | %s |"
                            % (c["lang"], name, e.get("runs", 0) - e.get("back", 0),
-                              e.get("runs", 0), grp(e.get("lost", 0)), grp(e.get("failed", 0))))
+                              e.get("runs", 0), why, grp(e.get("lost", 0)),
+                              grp(e.get("failed", 0))))
                     continue
                 f2 = lambda x: "%.2f" % x  # noqa: E731
                 sw_m = f2(e["from_switch_s"]["median"])
@@ -735,14 +743,17 @@ class Doc:
                     sw_m = "**%s**" % sw_m
                 miss = "" if e["back"] == e["runs"] else " (not back in %d of %d runs)" % (
                     e["runs"] - e["back"], e["runs"])
-                self.w("| %s | %s | %s%s | %s | %s | %s | %s | %s |" % (
+                self.w("| %s | %s | %s%s | %s | %s | %s | %s | %s | %s |" % (
                     c["lang"], name, sw_m, miss, spread(e, "from_switch_s", f2),
+                    f2(e["from_promotion_s"]["median"]),
                     f2(e["from_fault_s"]["median"]), spread(e, "from_fault_s", f2),
                     grp(e["lost"]), grp(e["failed"])))
             self.w()
-        self.w("Lost and failed decisions are summed over the runs. A time below zero would "
-               "mean a decision on the new master before the switch was seen; the switch is "
-               "seen within about 10 ms of the promotion.")
+        self.w("Lost and failed decisions are summed over the runs, from the promotion to "
+               "each client's first decision on the new master. The times are those of the "
+               "clients' calls returning, read to the millisecond; the promotion and the "
+               "switch are seen within about 10 ms plus the time of the driver's own "
+               "questions.")
         self.w()
 
     def pieces(self):

@@ -1414,15 +1414,23 @@ def failover_once(kind, clients, p, rnd):
         (replica,) = [n for n in g.replicas]
         procs = [FailoverClient(cid, argv, g.url, "fo:%s:" % cid.split("/")[1], F["interval_ms"])
                  for cid, argv in clients]
+        # A client that exits (it cannot run here) is reported with its
+        # words; the others go on.
         deadline = time.monotonic() + 20
-        while any(c.ok_count() < F["ready_decisions"] for c in procs):
+        while any(c.ok_count() < F["ready_decisions"] and c.proc.poll() is None for c in procs):
             if time.monotonic() > deadline:
                 raise RunError("not every client was deciding on the master within 20 s: %s"
                                % ", ".join("%s %d" % (c.id, c.ok_count()) for c in procs))
-            if any(c.proc.poll() is not None for c in procs):
-                dead = [c for c in procs if c.proc.poll() is not None]
-                raise RunError("%s exited: %s" % (dead[0].id, "".join(dead[0].err[-2:]).strip()))
             time.sleep(0.05)
+        gone = {}
+        for c in procs:
+            if c.proc.poll() is not None:
+                c.stop()
+                gone[c.id] = "exited (%d) before the fault: %s" % (
+                    c.proc.returncode, "".join(c.err[-2:]).strip()[-300:] or "no message")
+        procs = [c for c in procs if c.id not in gone]
+        if not procs:
+            raise RunError("; ".join("%s %s" % kv for kv in gone.items()))
         t_fault = time.monotonic()
         if kind == "kill":
             g.kill(old)
@@ -1470,8 +1478,11 @@ def failover_once(kind, clients, p, rnd):
                     % F["give_up_s"]
             else:
                 e["from_fault_s"] = first - t_fault
-                e["from_switch_s"] = first - t_promoted
+                e["from_promotion_s"] = first - t_promoted
+                e["from_switch_s"] = first - t_agreed
             r["clients"][c.id] = e
+        for cid, why in gone.items():
+            r["clients"][cid] = {"error": why}
         return r
     finally:
         for c in procs:
@@ -1526,8 +1537,12 @@ def phase_failover(build, setup, p, results):
         for cid, _ in clients:
             es = [r["clients"][cid] for r in good if cid in r["clients"]]
             c = {"runs": len(es), "back": sum(1 for e in es if "from_switch_s" in e),
-                 "lost": sum(e["lost"] for e in es), "failed": sum(e["failed"] for e in es)}
-            for k in ("from_fault_s", "from_switch_s"):
+                 "lost": sum(e.get("lost", 0) for e in es),
+                 "failed": sum(e.get("failed", 0) for e in es)}
+            errs = [e["error"] for e in es if e.get("error")]
+            if errs:
+                c["error"] = errs[0]
+            for k in ("from_fault_s", "from_promotion_s", "from_switch_s"):
                 xs = [e[k] for e in es if k in e]
                 if xs:
                     c[k] = {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
