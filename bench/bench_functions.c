@@ -42,6 +42,7 @@
 
 #include "bench_util.h"
 #include "hirate.h"
+#include "hirate_io.h"
 
 #define CAPACITY "1000000000"
 #define RATE "1000000"
@@ -368,7 +369,16 @@ int main(int argc, char **argv)
     json_stat("eval", ev, 0);
     json_stat("function|load", fl, 0);
     json_stat("script|load", sl, 1);
-    printf("}}\n");
+    printf("}");
+    if (x.lim) {
+        /* The whole run's, warm-up included: did hirate load the library? */
+        hirate_counters k;
+        hirate_counters_get(x.lim, &k);
+        printf(", \"hirate_counters\": {\"fcall\": %" PRIu64 ", \"function_loads\": %" PRIu64
+               ", \"evalsha\": %" PRIu64 ", \"eval\": %" PRIu64 "}",
+               k.fcall, k.function_loads, k.evalsha, k.eval);
+    }
+    printf("}\n");
 
     bench_samples_free(&lat);
     hirate_limiter_free(x.lim);

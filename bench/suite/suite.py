@@ -1338,6 +1338,7 @@ class FailoverClient:
         self.id, self.prefix = cid, prefix
         self.lines = []
         self.err = []
+        self.counters = None
         # Its wall-clock times, read as this process' monotonic clock.
         self.offset = time.time_ns() - time.monotonic_ns()
         self.proc = subprocess.Popen(argv + ["--url", url, "--prefix", prefix, "--interval-ms",
@@ -1353,6 +1354,10 @@ class FailoverClient:
 
     def _read(self):
         for line in self.proc.stdout:
+            if line.startswith("# "):
+                # A client's own counters, at its end (hirate's).
+                self.counters = dict(kv.split("=", 1) for kv in line[2:].split() if "=" in kv)
+                continue
             f = line.split()
             if len(f) == 4:
                 self.lines.append((int(f[0]), (int(f[1]) - self.offset) / 1e9, f[2] == "1",
@@ -1472,6 +1477,7 @@ def failover_once(kind, clients, p, rnd):
         for c in procs:
             first, lost, failed = on_new_master(g, new, c, t_promoted)
             e = {"decisions": len(c.lines), "lost": lost, "failed": failed,
+                 "counters": {k: int(x) for k, x in (c.counters or {}).items()} or None,
                  "stderr": "".join(c.err[-2:]).strip()[-300:] or None}
             if first is None:
                 e["error"] = "no decision on the new master within %d s of the promotion" \

@@ -13,11 +13,13 @@
  *   SEQ UNIX_NS OK SOURCE
  *
  * UNIX_NS the CLOCK_REALTIME when the call returned, OK 1 when Redis decided
- * (source redis) and 0 otherwise, SOURCE hirate's name of who decided.
+ * (source redis) and 0 otherwise, SOURCE hirate's name of who decided; and
+ * at the end "# name=value ..." of hirate's counters.
  * The driver tells on which server each decision landed from the keys
  * each server holds.
  */
 #define _GNU_SOURCE
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,7 @@
 #include <time.h>
 
 #include "hirate.h"
+#include "hirate_io.h"
 
 static volatile sig_atomic_t stop;
 
@@ -85,6 +88,14 @@ int main(int argc, char **argv)
         fflush(stdout);
         nanosleep(&pause, NULL);
     }
+    /* What it took: how often the sentinels were asked, the master found
+     * anew, the script or the library sent. */
+    hirate_counters k;
+    hirate_counters_get(lim, &k);
+    printf("# sentinel_queries=%" PRIu64 " master_changes=%" PRIu64 " fcall=%" PRIu64
+           " function_loads=%" PRIu64 " evalsha=%" PRIu64 " eval=%" PRIu64 "\n",
+           k.sentinel_queries, k.master_changes, k.fcall, k.function_loads, k.evalsha, k.eval);
+    fflush(stdout);
     hirate_limiter_free(lim);
     return 0;
 }
