@@ -657,6 +657,20 @@ class Doc:
                "within this run; a server on a machine of its own would be faster in all of "
                "them alike.")
         self.w()
+        for r in t["runs"]:
+            if not r["hirate"]:
+                continue
+            ks = [x["hirate_counters"] for by in [t["speed"].get(r["id"], {})]
+                  for sc in t["scenarios"] for x in (by.get(sc["id"]) or {}).get("raw", [])
+                  if x.get("hirate_counters")]
+            if ks:
+                tot = {k: sum(x[k] for x in ks) for k in ("fcall", "function_loads",
+                                                           "evalsha", "eval")}
+                self.w("- %s: hirate's own counters over its %s, warm-up included: FCALL %s, "
+                       "FUNCTION LOAD %s, EVALSHA %s, EVAL %s."
+                       % (r["label"], plural(len(ks), "run"), grp(tot["fcall"]),
+                          grp(tot["function_loads"]), grp(tot["evalsha"]), grp(tot["eval"])))
+        self.w()
 
     def failover(self):
         t = self.res.get("failover") or {}
@@ -749,6 +763,19 @@ class Doc:
                     f2(e["from_fault_s"]["median"]), spread(e, "from_fault_s", f2),
                     grp(e["lost"]), grp(e["failed"])))
             self.w()
+        runs = [r for r in t.get("runs", []) if "error_run" not in r]
+        hc = [c["id"] for c in t["clients"] if c["hirate"]]
+        for cid in hc:
+            rows = [(r["kind"], r["round"], (r["clients"].get(cid) or {}).get("counters"))
+                    for r in runs]
+            rows = [x for x in rows if x[2]]
+            if rows:
+                self.w("hirate's counters at the end of each run (`hirate_counters_get`): %s."
+                       % "; ".join("%s %d: %s" % (
+                           "kill" if k == "kill" else "failover", n,
+                           ", ".join("%s %s" % (name, grp(v)) for name, v in c.items()))
+                           for k, n, c in rows))
+                self.w()
         self.w("Lost and failed decisions are summed over the runs, from the promotion to "
                "each client's first decision on the new master. The times are those of the "
                "clients' calls returning, read to the millisecond; the promotion and the "
