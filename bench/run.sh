@@ -42,7 +42,7 @@
 #    (bench/python, bench/lua, bench/nginx).
 # 4. bench/suite/report.py: the page and the charts, from one results file.
 #
-# Progress goes to stderr. About 22 minutes in full on 2 cores; QUICK=1
+# Progress goes to stderr. About 25 minutes in full on 2 cores; QUICK=1
 # (one short round of everything but the bindings' own benchmarks, under two
 # minutes) checks that the suite works and writes to bench/out/quick/
 # instead, so that the committed page keeps the figures of the last full
