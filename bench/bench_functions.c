@@ -207,36 +207,6 @@ static void once(run *x)
     }
 }
 
-/* Until the core has them: hirate_function_library() and
- * hirate_function_name() as hirate.h describes them, built from the script. */
-static char own_name[32];
-static char *own_lib;
-static size_t own_liblen;
-
-static const char *bench_function_name(void)
-{
-    snprintf(own_name, sizeof own_name, "hirate_%.16s", hirate_script_sha1());
-    return own_name;
-}
-
-static const char *bench_function_library(size_t *len)
-{
-    size_t slen;
-    const char *src = hirate_script_source(&slen);
-    const char *name = bench_function_name();
-    size_t cap = slen + 256;
-    own_lib = malloc(cap);
-    if (!own_lib)
-        die("out of memory");
-    int a = snprintf(own_lib, cap, "#!lua name=%s\nlocal function bucket(KEYS, ARGV)\n", name);
-    memcpy(own_lib + a, src, slen);
-    int b = snprintf(own_lib + (size_t)a + slen, cap - (size_t)a - slen,
-                     "\nend\nredis.register_function('%s', bucket)\n", name);
-    own_liblen = (size_t)a + slen + (size_t)b;
-    *len = own_liblen;
-    return own_lib;
-}
-
 static double cpu_seconds(void)
 {
     struct rusage ru;
@@ -285,7 +255,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < nkeys; i++)
         x.full_len[i] = (size_t)snprintf(x.full[i], sizeof x.full[i], "rl:%s", x.keys.key[i]);
     x.script = hirate_script_source(&x.script_len);
-    x.fname = bench_function_name();
+    x.fname = hirate_function_name();
 
     struct timeval tv = {5, 0};
     redisContext *stats = redisConnectWithTimeout("127.0.0.1", port, tv);
@@ -293,7 +263,7 @@ int main(int argc, char **argv)
         die("connect to 127.0.0.1:%d: %s", port, stats ? stats->errstr : "out of memory");
     if (x.mode == FCALL) {
         size_t liblen;
-        const char *lib = bench_function_library(&liblen);
+        const char *lib = hirate_function_library(&liblen);
         redisReply *r = command(stats, "FUNCTION LOAD %b", lib, liblen);
         /* Loaded by an earlier run (or by hirate itself): the same text, the same name. */
         if (r->type == REDIS_REPLY_ERROR && !strstr(r->str, "already exists"))
@@ -388,6 +358,5 @@ int main(int argc, char **argv)
     bench_keys_free(&x.keys);
     free(x.full);
     free(x.full_len);
-    free(own_lib);
     return 0;
 }
