@@ -715,7 +715,15 @@ class Doc:
                ".Run` of hirate's script (`bench/peers/go/failover/main.go`)."
                % (v.get("redis") or "?", v.get("go-redis") or "?"))
         self.w()
-        names = {c["id"]: c for c in t["clients"]}
+        def f2(x):
+            # Seconds to the hundredth; a time just below zero is not "-0.00".
+            return "%.2f" % (0.0 if abs(x) < 0.005 else x)
+
+        def span(v):
+            # "min to max": an en dash between negative numbers reads as a minus.
+            lo, hi = f2(v["min"]), f2(v["max"])
+            return lo if lo == hi else "%s to %s" % (lo, hi)
+
         for kind, title in (("kill", "`kill -9` of the master"),
                             ("failover", "`SENTINEL FAILOVER`")):
             s = t.get("summary", {}).get(kind)
@@ -726,11 +734,10 @@ class Doc:
             sw = s.get("promoted_s")
             ag = s.get("agreed_s")
             if sw and ag:
-                f2 = lambda x: "%.2f" % x  # noqa: E731
                 self.w("From the fault to the promotion: %s s (%s); to the switch: %s s (%s). "
                        "%d of %d runs completed."
-                       % (f2(sw["median"]), spread(s, "promoted_s", f2), f2(ag["median"]),
-                          spread(s, "agreed_s", f2), s["good"], s["runs"]))
+                       % (f2(sw["median"]), span(sw), f2(ag["median"]), span(ag),
+                          s["good"], s["runs"]))
                 self.w()
             self.w("| | client | first decision on the new master, s after the switch | "
                    "spread | s after the promotion | s after the fault | spread | lost on the "
@@ -751,16 +758,15 @@ class Doc:
                               e.get("runs", 0), why, grp(e.get("lost", 0)),
                               grp(e.get("failed", 0))))
                     continue
-                f2 = lambda x: "%.2f" % x  # noqa: E731
                 sw_m = f2(e["from_switch_s"]["median"])
                 if c["hirate"]:
                     sw_m = "**%s**" % sw_m
                 miss = "" if e["back"] == e["runs"] else " (not back in %d of %d runs)" % (
                     e["runs"] - e["back"], e["runs"])
                 self.w("| %s | %s | %s%s | %s | %s | %s | %s | %s | %s |" % (
-                    c["lang"], name, sw_m, miss, spread(e, "from_switch_s", f2),
+                    c["lang"], name, sw_m, miss, span(e["from_switch_s"]),
                     f2(e["from_promotion_s"]["median"]),
-                    f2(e["from_fault_s"]["median"]), spread(e, "from_fault_s", f2),
+                    f2(e["from_fault_s"]["median"]), span(e["from_fault_s"]),
                     grp(e["lost"]), grp(e["failed"])))
             self.w()
         runs = [r for r in t.get("runs", []) if "error_run" not in r]
