@@ -1057,7 +1057,50 @@ def goal_lines(res):
             goal, "; ".join(bad), "; ".join(mine), "; ".join(theirs)))
     out += tls_goal_lines(res)
     out += cluster_goal_lines(res)
+    out += failover_goal_lines(res)
     return out
+
+
+def failover_goal_lines(res):
+    """Issue 13's target for a failover: hirate's decisions on the new master
+    within 2 s of the switch, in every run; the peers' figures beside it."""
+    t = res.get("failover") or {}
+    if not t.get("clients") or t.get("reason"):
+        return []
+    hc = next((c for c in t["clients"] if c["hirate"]), None)
+    runs = [r for r in t.get("runs", []) if "error_run" not in r]
+    if not hc or not runs:
+        return ["- **Not measured**: decisions on the new master within 2 s of a Sentinel "
+                "switch (%s)." % (hc["reason"] if hc and hc.get("reason") else "no run completed")]
+    def sec(x):
+        return "%.2f" % (0.0 if abs(x) < 0.005 else x)
+
+    parts, worst, missing = [], None, 0
+    for kind, what in (("kill", "after `kill -9` of the master"),
+                       ("failover", "after `SENTINEL FAILOVER`")):
+        xs = [(r["clients"].get(hc["id"]) or {}).get("from_switch_s") for r in runs
+              if r["kind"] == kind]
+        got = [x for x in xs if x is not None]
+        missing += len(xs) - len(got)
+        if got:
+            worst = max(got + ([worst] if worst is not None else []))
+            peers = []
+            for c in t["clients"]:
+                if c["hirate"] or c["status"] != "ok":
+                    continue
+                e = (t.get("summary", {}).get(kind) or {}).get(c["id"]) or {}
+                if e.get("from_switch_s"):
+                    peers.append("%s %s s" % (c["label"].split(" `")[0],
+                                              sec(e["from_switch_s"]["median"])))
+            parts.append("at most %s s %s (%s; the others' medians: %s)" % (
+                sec(max(got)), what, plural(len(got), "run"), ", ".join(peers) or "none"))
+    line = ("hirate's first decision on the new master came, after the switch, %s (target: "
+            "within 2 s of the switch)" % "; ".join(parts))
+    if missing == 0 and worst is not None and worst <= 2:
+        return ["- **Met**: %s." % line]
+    return ["- **Not met**: %s%s." % (line, "; in %s it never came back within %d s"
+                                      % (plural(missing, "run"), t["params"]["give_up_s"])
+                                      if missing else "")]
 
 
 def cluster_fig(t, rid, key):
