@@ -651,6 +651,12 @@ class Doc:
                     us_s(med(s, "p99_us")), us_s(med(s, "cpu_us")),
                     us_s(med(s, "server_us_per_call")), vs, cmds or "–"))
             self.w()
+        self.w("One call at a time, a decision is one round trip whose time is mostly the "
+               "client and the server waking each other up; on a shared machine that varies "
+               "from run to run by several times whatever the command (the spread column), so "
+               "compare the ways there by their server µs per call, which does not depend on "
+               "it, and by the pipelined table.")
+        self.w()
         self.w("The last column sums `INFO commandstats` over the measured seconds of every "
                "round: which command each way's decisions were (the warm-up, which loads the "
                "library or the script, is before the reset). The figures compare the ways "
