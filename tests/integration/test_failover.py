@@ -18,11 +18,14 @@ What must hold:
 - Every window of admitted decisions holds at most capacity + rate * span
   plus the calls of unknown outcome whose interval meets it (a call the
   policy answered after a failure may have run), as in test_invariants.py,
-  EXCEPT across the failover, where two masters may both admit: the bound
-  of docs/semantics.md for a failover, capacity counted once more for the
-  switch (the promoted replica's copy holds at most the capacity) plus what
-  the old master admitted after the failover began, until it was demoted or
-  died. check_invariants.check_windows takes exactly that allowance, and
+  EXCEPT across the failover, where two masters may both admit (the two
+  windows of docs/semantics.md, "What a failover can cost"): there the
+  bound is capacity counted once more for the switch (the promoted
+  replica's copy holds at most the capacity) plus what the old master
+  admitted after the failover began, until it was demoted or died. That
+  last term also covers the refill of the old master's copy while both
+  masters took writes, which a bare 2 * capacity + rate * span would leave
+  out. check_invariants.check_windows takes exactly that allowance, and
   only for windows that meet the failover: from the moment SENTINEL
   FAILOVER was sent (or the master killed) to the later of the switch and
   the old master's last admission. Each master's own admissions keep the
