@@ -40,6 +40,8 @@ What must hold:
   the last sentinel switched by that and the time of its queries at most.
 - master_changes is exactly 2 at the end in every worker: the first master
   found, then the new one; nothing flapped back.
+- The promoted replica already had the function library (replicated): it
+  got FCALL from every worker, and no FUNCTION LOAD, no EVALSHA, no EVAL.
 
     HIRATE_INTEGRATION_BUILD=<build dir of tests/integration> \\
         python3 tests/integration/test_failover.py
@@ -74,6 +76,16 @@ BOUND_US = 2_000_000  # the issue's target: on the new master within 2 s
 def wall_us(monotonic):
     """A time.monotonic() reading as microseconds of this host's clock."""
     return time.time_ns() // 1000 - int((time.monotonic() - monotonic) * 1e6)
+
+
+def commandstats(info):
+    """INFO commandstats as {command: calls}."""
+    calls = {}
+    for line in info.splitlines():
+        if line.startswith("cmdstat_"):
+            name, _, fields = line[len("cmdstat_"):].partition(":")
+            calls[name] = int(dict(f.split("=", 1) for f in fields.strip().split(","))["calls"])
+    return calls
 
 
 class FailoverAllowance(unittest.TestCase):
@@ -148,6 +160,11 @@ class InvariantsAcrossAFailover(unittest.TestCase):
         def make_the_master_go():
             time.sleep(LEAD)
             old = group.master
+            replica = group.replicas[0]
+            # What the replica executed until now (FUNCTION LOAD among it:
+            # replicated as itself), to subtract from what it did as master.
+            marks["before"] = commandstats(group.cli(replica.port, "INFO", "commandstats"))
+            marks["replica"] = replica
             marks["start_us"] = time.time_ns() // 1000
             if how == "failover":
                 group.failover()
@@ -165,6 +182,7 @@ class InvariantsAcrossAFailover(unittest.TestCase):
             phase.kill()
         self.assertEqual(status, dict.fromkeys(status, 0), "a worker failed (see stderr)")
         self.assertNotEqual(marks["old"].port, marks["new"].port)
+        self.assertEqual(marks["new"].port, marks["replica"].port)
         start, switch = marks["start_us"], marks["switch_us"]
 
         logs = check_invariants.parse(phase.logs.values())
@@ -231,7 +249,17 @@ class InvariantsAcrossAFailover(unittest.TestCase):
                                  f"{delay / 1e6:.3f} s after the switch")
         # Not vacuous: both masters admitted from the key.
         self.assertTrue(old and new, (len(old), len(new)))
-        self.assertIsNotNone(group.cli(marks["new"].port, "GET", f"inv:{key}").strip() or None)
+        # The promoted replica had the function library (it is replicated):
+        # since the failover began it got FCALL and nothing else, no FUNCTION
+        # LOAD, no EVALSHA after a "Function not found". As a replica it got
+        # the scripts' effects, never an FCALL, so each call the workers made
+        # there is one of its FCALLs.
+        after = commandstats(group.cli(marks["new"].port, "INFO", "commandstats"))
+        since = {k: after.get(k, 0) - marks["before"].get(k, 0)
+                 for k in ("fcall", "function|load", "evalsha", "eval")}
+        on_new = sum(1 for d in by_redis if d.mc_before >= 2)
+        self.assertGreaterEqual(since["fcall"], on_new, since)
+        self.assertEqual(since, dict(since, **{"function|load": 0, "evalsha": 0, "eval": 0}))
         return logs
 
     def test_sentinel_failover_under_load(self):
