@@ -138,7 +138,8 @@ static const opt_case opt_cases[] = {
     {"a URL with a negative database", F_URL, 0, 0, "redis://127.0.0.1/-1", HIRATE_EURL,
      "invalid Redis URL: the database must be a number from 0 up"},
     {"a URL of another scheme", F_URL, 0, 0, "http://127.0.0.1", HIRATE_EURL,
-     "invalid Redis URL: it must start with redis://, rediss://, unix://, redis+cluster:// or rediss+cluster://"},
+     "invalid Redis URL: it must start with redis://, rediss://, unix://, redis+cluster://, "
+     "rediss+cluster://, redis+sentinel:// or rediss+sentinel://"},
     {"no options at all", F_NULL_OPTS, 0, 0, NULL, HIRATE_EINVAL,
      "hirate_limiter_new needs out and opts"},
     {"nowhere to put the limiter", F_NULL_OUT, 0, 0, NULL, HIRATE_EINVAL,
