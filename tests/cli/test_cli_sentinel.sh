@@ -5,10 +5,12 @@
 # from the command line, never printed), --sentinel-user, the errors of a
 # service the sentinels do not know (HIRATE_EREPLY), a wrong sentinel
 # password (HIRATE_EAUTH) and a URL without a service (HIRATE_EURL), and
-# --no-functions as INFO commandstats on the master shows it. The group (a
-# master, a replica, three sentinels with a password of their own) is
-# tests/support/redis_sentinel.py's, started here on free loopback ports and
-# stopped on exit.
+# --no-functions as INFO commandstats on the master shows it; after SENTINEL
+# FAILOVER the next run is on the new master, whose copy of the bucket it
+# spends; rediss+sentinel:// with --tls-ca-file. The groups (a master, a
+# replica, three sentinels with a password of their own; then the same over
+# TLS) are tests/support/redis_sentinel.py's, started here on free loopback
+# ports and stopped on exit.
 #
 #   sh tests/cli/test_cli_sentinel.sh path/to/hirate [source-dir]
 #
@@ -29,9 +31,9 @@ fail=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hirate-cli-sentinel.XXXXXX") || exit 2
 
 cleanup() {
-    # Closing the harness' stdin stops its group and removes its files.
-    exec 3>&-
-    [ -n "$group_pid" ] && wait "$group_pid" 2>/dev/null
+    # Closing a harness' stdin stops its group and removes its files.
+    exec 3>&- 4>&-
+    for pid in $group_pid $tls_pid; do wait "$pid" 2>/dev/null; done
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -86,9 +88,46 @@ expect_err() {
     fi
 }
 
-# field EXPR: a Python expression over the harness' JSON line `g`.
+# start NAME FD ARGS...: a harness whose stdin is fifo $tmp/NAME.in, held
+# open on fd FD; waits for its JSON line in $tmp/NAME.json.
+start() {
+    name=$1 fd=$2
+    shift 2
+    mkfifo "$tmp/$name.in"
+    python3 "$HARNESS" start "$@" <"$tmp/$name.in" >"$tmp/$name.json" 2>"$tmp/$name.err" &
+    last_pid=$!
+    eval "exec $fd>\"\$tmp/\$name.in\""
+    i=0
+    until [ -s "$tmp/$name.json" ] && head -n 1 "$tmp/$name.json" | grep -q '}$'; do
+        i=$((i + 1))
+        if [ $i -gt 1200 ] || ! kill -0 "$last_pid" 2>/dev/null; then
+            echo "FAIL: the $name group did not start"
+            cat "$tmp/$name.err"
+            echo "$pass passed, $((fail + 1)) failed"
+            exit 1
+        fi
+        sleep 0.05
+    done
+}
+
+# ask COMMAND: one command to the plain group's harness; prints its answer,
+# the JSON line it adds.
+ask() {
+    lines=$(wc -l <"$tmp/group.json")
+    printf '%s\n' "$1" >&3
+    i=0
+    until [ "$(wc -l <"$tmp/group.json")" -gt "$lines" ]; do
+        i=$((i + 1))
+        [ $i -gt 1200 ] && break
+        sleep 0.05
+    done
+    tail -n 1 "$tmp/group.json"
+}
+
+# field EXPR [NAME]: a Python expression over harness NAME's (default: the
+# plain group's) JSON line `g`.
 field() {
-    head -n 1 "$tmp/group.json" | python3 -c "import json, sys; g = json.loads(sys.stdin.readline()); print($1)"
+    head -n 1 "$tmp/${2:-group}.json" | python3 -c "import json, sys; g = json.loads(sys.stdin.readline()); print($1)"
 }
 
 # master_cli ARGS...: redis-cli against the master (it has no password).
@@ -103,32 +142,19 @@ cmdstat() {
 }
 
 # json REMAINING RESET: the --json line of an allowed decision whose bucket
-# refills in RESET seconds less the little time since its first call.
+# refills in RESET seconds (a multiple of 10) less the few seconds since its
+# first call.
 json() {
-    printf '\\{"allowed":true,"remaining":%s,"limit":3,"retry_after":0,"reset_after":(%s|%s(\\.[0-9]{1,6})?),"source":"redis"\\}' \
-        "$1" "$2" "$(($2 - 1))"
+    printf '\\{"allowed":true,"remaining":%s,"limit":3,"retry_after":0,"reset_after":(%s|%s[0-9](\\.[0-9]{1,6})?),"source":"redis"\\}' \
+        "$1" "$2" "$(($2 / 10 - 1))"
 }
 
 H=$HIRATE
 
 # ---- the group ------------------------------------------------------------------
 
-mkfifo "$tmp/group.in"
-python3 "$HARNESS" start --replicas 1 --sentinels 3 --sentinel-password "$SPW" \
-    <"$tmp/group.in" >"$tmp/group.json" 2>"$tmp/group.err" &
-group_pid=$!
-exec 3>"$tmp/group.in"
-i=0
-until [ -s "$tmp/group.json" ] && head -n 1 "$tmp/group.json" | grep -q '}$'; do
-    i=$((i + 1))
-    if [ $i -gt 1200 ] || ! kill -0 "$group_pid" 2>/dev/null; then
-        echo "FAIL: the sentinel group did not start"
-        cat "$tmp/group.err"
-        echo "$pass passed, $((fail + 1)) failed"
-        exit 1
-    fi
-    sleep 0.05
-done
+start group 3 --replicas 1 --sentinels 3 --sentinel-password "$SPW"
+group_pid=$last_pid
 
 URL=$(field 'g["url"]')
 SERVICE=$(field 'g["service"]')
@@ -258,9 +284,58 @@ got="fcall=$(cmdstat fcall) evalsha=$(cmdstat evalsha)"
 case $got in "fcall=0 evalsha="[1-9]*) ok ;;
     *) rc=- out=$got err= bad "--no-functions: bench sent no FCALL" "fcall=0 evalsha=N" ;; esac
 
+# ---- a failover: the next run asks the sentinels and finds the new master --------
+
+expect_re "failover: before it, the first of dan's three" 0 "$(json 2 1000)" \
+    "$H" --json allow dan $R
+REPLICA=$(field 'g["replicas"][0]["port"]')
+# The replica has the bucket: replication is done before the failover.
+i=0
+until [ "$(redis-cli -p "$REPLICA" exists rl:dan)" = 1 ] || [ $i -gt 100 ]; do
+    i=$((i + 1)); sleep 0.05; done
+# What the replica executed so far (FUNCTION LOAD among it: it is replicated
+# as itself), against what it does once it is the master.
+was=$(MASTER=$REPLICA; echo "fcall=$(cmdstat fcall) function=$(cmdstat 'function|load') evalsha=$(cmdstat evalsha) eval=$(cmdstat eval)")
+ask failover >/dev/null
+switched=$(ask "wait-switch $MASTER 30" | python3 -c 'import json, sys; print(json.load(sys.stdin).get("port"))')
+if [ "$switched" = "$REPLICA" ]; then ok; else
+    rc=- out=$switched err= bad "failover: the replica ($REPLICA) is the new master" "port $REPLICA"; fi
+expect_re "failover: the next allow spends dan's bucket on the new master" 0 "$(json 1 2000)" \
+    "$H" --json allow dan $R
+MASTER=$REPLICA
+got="fcall=$(cmdstat fcall) function=$(cmdstat 'function|load') evalsha=$(cmdstat evalsha) eval=$(cmdstat eval)"
+want=$(printf '%s\n' "$was" | sed 's/fcall=\([0-9]*\)/fcall=$((\1 + 1))/')
+want=$(eval "echo \"$want\"")
+if [ "$got" = "$want" ]; then ok; else
+    rc=- out=$got err= bad "failover: one FCALL on the new master, no FUNCTION LOAD, EVALSHA or EVAL" "$want (before: $was)"; fi
+
 exec 3>&-
 wait "$group_pid"
 group_pid=
+
+# ---- rediss+sentinel://: TLS to the sentinels and to the master ------------------
+
+unset HIRATE_SENTINEL_PASSWORD
+start tls 4 --replicas 1 --sentinels 3 --tls "$tmp/certs"
+tls_pid=$last_pid
+TURL=$(field 'g["url"]' tls)
+case $TURL in rediss+sentinel://localhost:*,localhost:*/mymaster) ok ;;
+    *) rc=- out=$TURL err= bad "the TLS harness' URL" "rediss+sentinel://localhost:.../mymaster" ;; esac
+T="--url $TURL --tls-ca-file $tmp/certs/ca.crt --capacity 3 --rate 0.001"
+expect "TLS: the first allow" 0 \
+    '{"allowed":true,"remaining":2,"limit":3,"retry_after":0,"reset_after":1000,"source":"redis"}' \
+    "$H" --json allow erin $T
+expect_re "TLS: the second" 0 "$(json 1 2000)" "$H" --json allow erin $T
+expect_re "TLS: the third spends the last" 0 "$(json 0 3000)" "$H" --json allow erin $T
+expect_re "TLS: the fourth is refused" 1 \
+    'refused  remaining=0 limit=3 retry_after=(99[0-9]|1000)\.[0-9]{3,6}s reset_after=(299[0-9]|3000)\.[0-9]{3,6}s source=redis' \
+    "$H" allow erin $T
+run "$H" allow erin --url "$TURL" --capacity 3 --rate 0.001
+if [ "$rc" = 2 ] && [ -z "$out" ] && printf '%s\n' "$err" | grep -Eqx 'hirate: .* \(HIRATE_ETLS\)'; then
+    ok; else bad "TLS: without the CA the certificate fails the check" "exit 2, (HIRATE_ETLS)"; fi
+exec 4>&-
+wait "$tls_pid"
+tls_pid=
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
