@@ -332,4 +332,5 @@ def test_stats():
     lim.allow("b")
     s = lim._stats()
     assert s == dict(connects=0, evalsha=0, eval=0, conns_dropped=0, cache_hits=0, policy=0,
-                     breaker_opens=0, memory_keys=2, local_keys=0, cache_keys=0)
+                     breaker_opens=0, memory_keys=2, local_keys=0, cache_keys=0, fcall=0,
+                     function_loads=0, sentinel_queries=0, master_changes=0)
