@@ -153,3 +153,43 @@ def test_an_acl_without_functions_async(own_redis, caplog):
     assert got == ["redis"] * 20
     assert end == dict(fcall=2, function_loads=1, evalsha=20, eval=1)
     assert [r.levelno for r in caplog.records if r.name == "hirate"] == [logging.WARNING]
+
+
+@pytest.mark.parametrize("kind", ["Limiter", "AsyncLimiter"])
+def test_a_log_handler_that_raises_never_reaches_a_decision(own_redis, kind):
+    # A handler's emit() that raises goes out of Logger.log (logging catches
+    # only what its own handlers report): the binding drops it.
+    class Broken(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def emit(self, record):
+            self.seen.append(record.getMessage())
+            raise RuntimeError("a broken log handler")
+
+    own_redis.command("ACL", "SETUSER", "app", "on", ">app-pw", "~*", "+@all", "-function")
+    url = f"redis://app:app-pw@127.0.0.1:{own_redis.port}"
+    logger = logging.getLogger("hirate")
+    broken = Broken()
+    logger.addHandler(broken)
+    old_level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        if kind == "Limiter":
+            lim = hirate.Limiter(url, capacity=100, rate=1.0, **PATIENT)
+            try:
+                got = [lim.allow("k") for _ in range(3)]
+            finally:
+                lim.close()
+        else:   # the event loop's feed, with the GIL held
+            async def main():
+                async with hirate.AsyncLimiter(url, capacity=100, rate=1.0, **PATIENT) as lim:
+                    return [await lim.allow("k") for _ in range(3)]
+            got = asyncio.run(main())
+    finally:
+        logger.removeHandler(broken)
+        logger.setLevel(old_level)
+    assert [(d.allowed, d.remaining, d.source) for d in got] == [
+        (True, 99, "redis"), (True, 98, "redis"), (True, 97, "redis")]
+    assert len(broken.seen) == 1 and broken.seen[0].startswith("Redis Functions are not usable")

@@ -246,6 +246,34 @@ def test_master_killed_under_load_threads():
 
 # -------------------------------------------------------------------- errors
 
+@pytest.mark.parametrize("url,kw,name,words", [
+    ("redis://127.0.0.1", dict(sentinel_password="pw"), "EOPTION",
+     "sentinel_password is set, but the URL is not redis+sentinel://"),
+    ("redis://127.0.0.1", dict(sentinel_username="u"), "EOPTION",
+     "sentinel_username is set, but the URL is not redis+sentinel://"),
+    ("redis+sentinel://127.0.0.1", {}, "EURL", "names the master after the sentinels"),
+])
+def test_sentinel_options_and_urls_are_checked(url, kw, name, words):
+    for make in (hirate.Limiter, hirate.AsyncLimiter):
+        with pytest.raises(hirate.ConfigError) as info:
+            make(url, capacity=1, rate=1.0, **kw)
+        assert info.value.name == name and words in str(info.value), str(info.value)
+
+
+def test_the_urls_password_and_the_sentinels_never_show():
+    url = "redis+sentinel://app:master-pw@127.0.0.1,127.0.0.2:26380/mymaster/2"
+    for make in (hirate.Limiter, hirate.AsyncLimiter):
+        lim = make(url, capacity=1, rate=1.0, sentinel_username="sent",
+                   sentinel_password=SENTINEL_PW)
+        assert lim.url == "redis+sentinel://app:***@127.0.0.1,127.0.0.2:26380/mymaster/2"
+        assert "master-pw" not in repr(lim) and SENTINEL_PW not in repr(lim)
+        if make is hirate.Limiter:
+            assert lim.is_sentinel
+            lim.close()
+        else:
+            asyncio.run(lim.close())
+
+
 @pytest.fixture(scope="module")
 def guarded():
     """One sentinel with a password of its own, and its master."""
