@@ -89,6 +89,27 @@ def test_exactly_the_capacity_through_sentinel_async(sentinel):
     assert sentinel.cli(port, "EXISTS", "rl:bob", "rl:carol", "rl:dave").strip() == "3"
 
 
+def test_tls_to_the_sentinels_and_the_master(certs):
+    # rediss+sentinel://: the tls_* options hold for the sentinels and the
+    # master alike (TLS-only ports; the certificate names localhost).
+    with SentinelGroup(replicas=0, sentinels=1, tls=certs) as g:
+        assert g.url.startswith("rediss+sentinel://localhost:")
+        tls = dict(tls_ca_file=certs / "ca.crt", **PATIENT)
+        lim = hirate.Limiter(g.url, capacity=3, rate=0.001, **tls)
+        try:
+            assert [(d.allowed, d.source) for d in (lim.allow("k") for _ in range(3))] == [
+                (True, "redis")] * 3
+        finally:
+            lim.close()
+
+        async def main():
+            async with hirate.AsyncLimiter(g.url, capacity=3, rate=0.001, **tls) as a:
+                return await a.allow("k")
+
+        d = asyncio.run(main())
+        assert (d.allowed, d.remaining, d.source) == (False, 0, "redis")   # the same bucket
+
+
 # ----------------------------------------------------------------- failover
 
 class Load:
