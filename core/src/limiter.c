@@ -1232,6 +1232,8 @@ static int op_round(hirate_op *op)
             continue;
         }
         op->b.rcs[j] = no_master(op, op->err, sizeof op->err);
+        if (is_outage(op->b.rcs[j]))   /* the policy decides: its cause is the last error */
+            remember(op->l, op->b.rcs[j], op->err);
         settle_call(&op->b, j, 0, op->err);
         op->b.rcs[j] = CALL_SETTLED;
     }

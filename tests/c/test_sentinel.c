@@ -374,9 +374,21 @@ static void test_errors(void)
                                          .capacity = 5, .on_error = policies[i],
                                          .sentinel_password = SENTINEL_PASSWORD});
         hirate_decision d;
-        for (int call = 0; call < 2; call++) {
+        /* The first call asks node 0; later ones may ask the others (each
+         * is asked in turn after one failed), with the same answer. */
+        CHECK_EQ_I64(allow1(lim, "k", 1, &d), HIRATE_EREPLY);
+        CHECK_EQ_STR(errmsg(lim), want);
+        for (int call = 0; call < 3; call++) {
             CHECK_EQ_I64(allow1(lim, "k", 1, &d), HIRATE_EREPLY);
-            CHECK_EQ_STR(errmsg(lim), want);
+            int named = 0;
+            for (int k = 0; k < G.nsentinels; k++) {
+                char one[200];
+                snprintf(one, sizeof one, "sentinel 127.0.0.1:%d knows no master named 'x'",
+                         G.sentinels[k].port);
+                named += strcmp(errmsg(lim), one) == 0;
+            }
+            CHECK_EQ_I64(named, 1);
+            if (named != 1) fprintf(stderr, "  call %d: %s\n", call + 1, errmsg(lim));
         }
         hirate_limiter_free(lim);
     }
@@ -594,6 +606,19 @@ static void test_sentinels_down(void)
         CHECK_EQ_I64(d.allowed, 1);
         CHECK_EQ_I64(d.remaining, 4 - i);
         CHECK_EQ_I64(d.error, HIRATE_ECONNECT);
+        /* The cause of the policy's decision, as for a plain URL's outage
+         * (during the backoff: "not reconnecting for N ms after: ..."). */
+        const char *msg = errmsg(lim);
+        int named = 0;
+        for (int k = 0; k < G.nsentinels; k++) {
+            char one[200];
+            int n = snprintf(one, sizeof one, "connect to 127.0.0.1:%d: Connection refused",
+                             G.sentinels[k].port);
+            size_t len = strlen(msg);
+            named += len >= (size_t)n && strcmp(msg + len - (size_t)n, one) == 0;
+        }
+        CHECK_EQ_I64(named, 1);
+        if (named != 1) fprintf(stderr, "  call %d: \"%s\"\n", i, msg);
     }
     CHECK_EQ_I64(counters(lim).master_changes, 0);
     printf("test_sentinel: every sentinel down: %s, %s (%s)\n", hirate_source_name(d.source),
