@@ -198,8 +198,8 @@ describe("Redis Functions", function()
 
     it("checks the types of functions and log", function()
         support.raises("bad argument #1 to 'new' (functions must be a boolean, got string)",
-            hirate.new, { capacity = 1, rate = 1, functions = "yes" })
+            function() local _ = hirate.new { capacity = 1, rate = 1, functions = "yes" } end)
         support.raises("bad argument #1 to 'new' (log must be a function(level, message), got "
-            .. "number)", hirate.new, { capacity = 1, rate = 1, log = 1 })
+            .. "number)", function() local _ = hirate.new { capacity = 1, rate = 1, log = 1 } end)
     end)
 end)

@@ -358,14 +358,15 @@ describe("Redis Sentinel from plain Lua", function()
             end
             return t
         end
-        local err = support.error_of(hirate.new, with { url = "redis+sentinel://:"
-            .. MASTER_PW .. "@127.0.0.1:26379" })
+        local err = support.error_of(function()
+            local _ = hirate.new(with { url = "redis+sentinel://:" .. MASTER_PW .. "@127.0.0.1:26379" })
+        end)
         assert.truthy(err:find("bad argument #1 to 'new' (", 1, true), err)
         assert.is_nil(err:find(MASTER_PW, 1, true), err)
         support.raises("bad argument #1 to 'new' (sentinel_password must be a string, got number)",
-            hirate.new, with { url = g.url, sentinel_password = 5 })
+            function() local _ = hirate.new(with { url = g.url, sentinel_password = 5 }) end)
         support.raises("bad argument #1 to 'new' (sentinel_username must be a string, got table)",
-            hirate.new, with { url = g.url, sentinel_username = {} })
+            function() local _ = hirate.new(with { url = g.url, sentinel_username = {} }) end)
     end)
 
     it("runs the op hooks of OpenResty: a leg to a sentinel, then to the master, each "
