@@ -32,10 +32,12 @@ MASTER_PW, SENTINEL_PW = "master-secret", "sentinel-secret"
 N = None   # nginx, shared by the tests of this file
 G = None   # the sentinel group, shared too (the failover test runs last)
 
-# The handlers: one limiter per worker and per URL, prefix, capacity and
-# sentinel password (spw; empty: none), made on first use. /allow answers each call's outcome
-# with the worker's pid and whether that worker's limiter already knew a
-# second master (master_changes 2) before the call.
+# The handlers: one limiter per worker and per service, database, prefix,
+# capacity and sentinel password, made on first use. The passwords come from
+# the environment, never the request (nginx logs a request line beside a
+# message). /allow answers each call's outcome with the worker's pid and
+# whether that worker's limiter already knew a second master (master_changes
+# 2) before the call.
 HANDLERS = r"""
 local hirate = require "hirate"
 local json = require "dkjson"
@@ -43,15 +45,20 @@ local json = require "dkjson"
 local M = {}
 local limiters = {}
 
+local sentinels = os.getenv("HIRATE_TEST_SENTINELS")  -- redis+sentinel://:pw@host:port,...
+local passwords = { ok = os.getenv("HIRATE_TEST_SENTINEL_PW"), bad = "bad-sentinel-pw-4711" }
+
 local function limiter()
     local args = ngx.req.get_uri_args()
     local capacity = tonumber(args.capacity) or 3
-    local id = table.concat({ args.url, args.prefix, capacity, args.spw or "" }, "\n")
+    local url = sentinels .. "/" .. (args.service or "mymaster") .. (args.db and "/" .. args.db or "")
+    local spw = args.spw or "ok"
+    local id = table.concat({ url, args.prefix, capacity, spw }, "\n")
     local lim = limiters[id]
     if not lim then
-        lim = hirate.new { url = args.url, prefix = args.prefix, capacity = capacity,
+        lim = hirate.new { url = url, prefix = args.prefix, capacity = capacity,
             rate = 0.001, deny_cache = false, timeout = tonumber(args.timeout) or 1,
-            connect_timeout = 0.5, sentinel_password = args.spw ~= "" and args.spw or nil }
+            connect_timeout = 0.5, sentinel_password = passwords[spw] }
         limiters[id] = lim
     end
     return lim, args
@@ -95,6 +102,8 @@ def conf(prefix, ports, lua_path, lua_cpath):
         # info: the core's Sentinel lines are INFO.
         f"error_log {prefix}/error.log info;",
         "worker_shutdown_timeout 1s;",
+        "env HIRATE_TEST_SENTINELS;",
+        "env HIRATE_TEST_SENTINEL_PW;",
         "load_module /usr/lib/nginx/modules/ndk_http_module.so;",
         "load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;",
         "events { worker_connections 1024; }",
@@ -138,9 +147,13 @@ def setUpModule():
     lua_cpath = os.path.join(cpath, "?.so") + ";;"
     G = SentinelGroup(replicas=1, sentinels=3, password=MASTER_PW,
                       sentinel_password=SENTINEL_PW)
+    env = dict(os.environ, HIRATE_TEST_SENTINEL_PW=SENTINEL_PW,
+               HIRATE_TEST_SENTINELS=G.url.replace("redis+sentinel://",
+                                                   f"redis+sentinel://:{MASTER_PW}@", 1)
+               .rsplit("/", 1)[0])
     try:
         N = Nginx(lambda prefix, ports: conf(prefix, ports, lua_path, lua_cpath),
-                  dict(os.environ), port_names=("test",))
+                  env, port_names=("test",))
     except BaseException:
         G.stop()
         raise
@@ -156,15 +169,7 @@ def tearDownModule():
         G.stop()
 
 
-def url(db=None):
-    """The group's URL with the master's password (the harness' has none)."""
-    u = G.url.replace("redis+sentinel://", f"redis+sentinel://:{MASTER_PW}@", 1)
-    return u if db is None else f"{u}/{db}"
-
-
 def call(path, timeout=10, **args):
-    args.setdefault("url", url())
-    args.setdefault("spw", SENTINEL_PW)
     r = get(N.ports["test"], f"/{path}?{urllib.parse.urlencode(args)}", timeout=timeout)
     if r.status != 200:
         raise AssertionError(f"{path} {args}: {r.status} {r.body!r}\n{N.error_log()[-3000:]}")
@@ -188,19 +193,19 @@ class SentinelTest(unittest.TestCase):
     def test_b_a_database_is_selected_on_the_master(self):
         # The master's handshake selects db 3; a sentinel's selects nothing
         # (a sentinel has no SELECT: the call would fail if it were sent).
-        r = call("allow", url=url(3), prefix="db:", key="k", times=1)
+        r = call("allow", db=3, prefix="db:", key="k", times=1)
         self.assertEqual("redis", r["out"][0]["source"], r)
         self.assertEqual("1", G.cli(G.master.port, "-n", "3", "EXISTS", "db:k").strip())
 
     def test_c_a_wrong_sentinel_password_is_eauth(self):
-        for spw in ("bad-sentinel-pw-4711", ""):
+        for spw in ("bad", "none"):
             r = call("allow", prefix="w:", key="k", spw=spw)
             self.assertEqual("EAUTH", r["out"][0].get("error"), r)
             self.assertNotIn("bad-sentinel-pw-4711", r["out"][0]["message"])
             self.assertNotIn(MASTER_PW, r["out"][0]["message"])
 
     def test_d_an_unknown_service_is_ereply(self):
-        r = call("allow", url=url().replace("/mymaster", "/nosuch"), prefix="u:", key="k")
+        r = call("allow", service="nosuch", prefix="u:", key="k")
         out = r["out"][0]
         self.assertEqual("EREPLY", out.get("error"), r)
         self.assertRegex(out["message"],
@@ -285,8 +290,8 @@ class SentinelTest(unittest.TestCase):
         moved = workers_saying(f"hirate: sentinel: the master of 'mymaster' moved from "
                                f"127.0.0.1:{old.port} to 127.0.0.1:{new.port}")
         self.assertEqual(sorted(pids), moved, log[-3000:])
-        self.assertNotIn(SENTINEL_PW, log)
-        self.assertNotIn(MASTER_PW, log)
+        for secret in (SENTINEL_PW, MASTER_PW, "bad-sentinel-pw-4711"):
+            self.assertNotIn(secret, log)
 
     @staticmethod
     def _back(seen, switched):
