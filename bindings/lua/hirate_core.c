@@ -716,7 +716,7 @@ static int l_new(lua_State *L)
     t = get_option(L, "tls_verify");
     if (t != LUA_TNIL)
         o.tls_verify = check_boolean(L, -1, 1, "tls_verify");
-    /* Sentinel: the core checks that they go with a redis+sentinel:// URL. */
+    /* Sentinel, for redis+sentinel:// URLs: the core checks them. */
     o.sentinel_username = opt_string(L, "sentinel_username", NULL);
     o.sentinel_password = opt_string(L, "sentinel_password", NULL);
     t = get_option(L, "functions");
@@ -727,6 +727,7 @@ static int l_new(lua_State *L)
         arg_errorf(L, 1, "log must be a function(level, message), got %s",
                    luaL_typename(L, -1));
     int log_at = t == LUA_TFUNCTION ? lua_gettop(L) : 0;
+
 
     /* The queue of log lines, when there is a log function, follows where
      * (at a multiple of 16 bytes, aligned for any of its fields). */

@@ -537,10 +537,10 @@ local function receive_leg(self, sock, op, leg, deadline)
     end
 end
 
--- An op over nodes (a cluster's, a Sentinel service's): round by round, every leg's request sent first (each on
--- a connection of its own node), then every leg's replies read, until the
--- core says every item is decided. One deadline for all of it, from the
--- first send.
+-- An op over nodes (a cluster's, a Sentinel service's): round by round,
+-- every leg's request sent first (each on a connection of its own node),
+-- then every leg's replies read, until the core says every item is decided.
+-- One deadline for all of it, from the first send.
 local function rounds(self, op)
     local deadline
     repeat
