@@ -8,10 +8,10 @@
 #include "memory.h"
 
 int hirate_node_init(hirate_node *n, const hirate_link *seed, const char *host, int port,
-                     int pool_size, int backoff_min_ms, int backoff_max_ms)
+                     int role, int pool_size, int backoff_min_ms, int backoff_max_ms)
 {
     memset(n, 0, sizeof *n);
-    if (hirate_link_clone(&n->link, seed, host, port) < 0)
+    if (hirate_link_clone(&n->link, seed, host, port, role) < 0)
         return HIRATE_ENOMEM;
     hirate_link_start(&n->link);
     hirate_redis_cfg rc = {&n->link, pool_size};
@@ -30,6 +30,8 @@ void hirate_node_destroy(hirate_node *n)
     hirate_link_destroy(&n->link);
 }
 
+static int find_role(hirate_cluster *c, const char *host, int port, int role);
+
 int hirate_cluster_init(hirate_cluster *c, hirate_node *n0, int pool_size, int backoff_min_ms,
                         int backoff_max_ms)
 {
@@ -43,12 +45,15 @@ int hirate_cluster_init(hirate_cluster *c, hirate_node *n0, int pool_size, int b
     c->rng = ((uint64_t)(uintptr_t)c * 0x9e3779b97f4a7c15ull) ^ (uint64_t)hirate_monotonic_us();
     c->rng |= 1;
     c->stale = 1;   /* no map yet */
+    c->sentinel = n0->link.role == HIRATE_LINK_SENTINEL;
+    c->master = c->announced = -1;
     const char *p = n0->link.url.seeds;
     char host[256];
     int port;
-    while (hirate_url_next_seed(&p, host, &port))
-        if (hirate_cluster_find(c, host, port) < 0)
+    while (hirate_url_next_seed(&n0->link.url, &p, host, &port))
+        if (find_role(c, host, port, n0->link.role) < 0)
             return HIRATE_ENOMEM;
+    c->nsentinels = c->sentinel ? c->nnodes : 0;
     return 0;
 }
 
@@ -78,6 +83,11 @@ static int same_node(const hirate_node *n, const char *host, int port)
 
 int hirate_cluster_find(hirate_cluster *c, const char *host, int port)
 {
+    return find_role(c, host, port, c->sentinel ? HIRATE_LINK_MASTER : HIRATE_LINK_REDIS);
+}
+
+static int find_role(hirate_cluster *c, const char *host, int port, int role)
+{
     int count = hirate_cluster_count(c);
     for (int i = 0; i < count; i++)
         if (same_node(c->nodes[i], host, port))
@@ -89,7 +99,7 @@ int hirate_cluster_find(hirate_cluster *c, const char *host, int port)
             id = i;
     if (id < 0 && c->nnodes < HIRATE_IO_NODES_MAX) {
         hirate_node *n = malloc(sizeof *n);
-        if (n && hirate_node_init(n, &c->nodes[0]->link, host, port, c->pool_size,
+        if (n && hirate_node_init(n, &c->nodes[0]->link, host, port, role, c->pool_size,
                                   c->backoff_min_ms, c->backoff_max_ms) == 0) {
             n->id = id = c->nnodes;
             c->nodes[id] = n;
@@ -112,6 +122,8 @@ static int healthy(hirate_node *n)
 
 int hirate_cluster_route(hirate_cluster *c, unsigned slot)
 {
+    if (c->sentinel)
+        return __atomic_load_n(&c->master, __ATOMIC_ACQUIRE);
     int owner = __atomic_load_n(&c->owner[slot], __ATOMIC_RELAXED);
     if (owner)
         return owner - 1;
@@ -135,8 +147,59 @@ void hirate_cluster_stale(hirate_cluster *c)
         __atomic_store_n(&c->stale, 1, __ATOMIC_RELAXED);
 }
 
+void hirate_cluster_master_lost(hirate_cluster *c, int node)
+{
+    int was = node;
+    __atomic_compare_exchange_n(&c->master, &was, -1, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    hirate_cluster_stale(c);
+}
+
+static uint64_t next_random(hirate_cluster *c)
+{
+    uint64_t x = c->rng;   /* xorshift64, under the lock */
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return c->rng = x;
+}
+
+/* The sentinel to ask, under the lock: the one whose turn it is, unless it
+ * fails while another does not. */
+static int sentinel_to_ask(hirate_cluster *c)
+{
+    for (int k = 0; k < c->nsentinels; k++) {
+        int i = (c->turn + k) % c->nsentinels;
+        if (healthy(c->nodes[i]))
+            return c->turn = i;
+    }
+    return c->turn;   /* none is healthy: someone must look */
+}
+
+static int sentinel_refresh_begin(hirate_cluster *c, int64_t now_us)
+{
+    int unknown = __atomic_load_n(&c->master, __ATOMIC_ACQUIRE) < 0;
+    int stale = __atomic_load_n(&c->stale, __ATOMIC_RELAXED);
+    int64_t every = stale ? HIRATE_CLUSTER_REFRESH_MS * 1000 : HIRATE_SENTINEL_POLL_MS * 1000;
+    /* The common case: one load each, and the clock the op read anyway. */
+    if (!unknown && now_us - __atomic_load_n(&c->last_refresh_us, __ATOMIC_RELAXED) < every)
+        return -1;
+    pthread_mutex_lock(&c->lock);
+    int node = -1;
+    /* Without a master every op asks: its calls cannot go anywhere else. */
+    if (unknown || (!c->refreshing && now_us - c->last_refresh_us >= every)) {
+        node = sentinel_to_ask(c);
+        c->refreshing += 1;
+        __atomic_store_n(&c->last_refresh_us, now_us, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&c->refreshes, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return node;
+}
+
 int hirate_cluster_refresh_begin(hirate_cluster *c, int64_t now_us, int prefer)
 {
+    if (c->sentinel)
+        return sentinel_refresh_begin(c, now_us);
     if (!__atomic_load_n(&c->stale, __ATOMIC_RELAXED))
         return -1;   /* the common case: one load */
     pthread_mutex_lock(&c->lock);
@@ -149,16 +212,12 @@ int hirate_cluster_refresh_begin(hirate_cluster *c, int64_t now_us, int prefer)
             for (int i = 0; i < c->nnodes; i++)
                 if (healthy(c->nodes[i]))
                     ok[n++] = i;
-            uint64_t x = c->rng;   /* xorshift64 */
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            c->rng = x;
+            uint64_t x = next_random(c);
             /* With no healthy node, any: someone must look. */
             node = n ? ok[x % (uint64_t)n] : (int)(x % (uint64_t)c->nnodes);
         }
         c->refreshing = 1;
-        c->last_refresh_us = now_us;
+        __atomic_store_n(&c->last_refresh_us, now_us, __ATOMIC_RELAXED);
         __atomic_fetch_add(&c->refreshes, 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&c->lock);
@@ -184,9 +243,80 @@ static int apply_range(void *ctx, unsigned lo, unsigned hi, const char *host, in
     return 0;
 }
 
+/* A sentinel's answer: [host, port] of the master, nil when it knows no
+ * master of that name. */
+static int sentinel_refresh_end(hirate_cluster *c, int from, const hirate_rnode *reply, char *err,
+                                size_t errlen)
+{
+    hirate_node *self = hirate_cluster_node(c, from);
+    hirate_endpoint ep;
+    hirate_link_endpoint(&self->link, &ep);
+    const char *service = self->link.url.service;
+    int rc = 0, id = -1;
+    long port = 0;
+    char *end = NULL;
+    if (!reply) {
+        rc = HIRATE_EIO;
+    } else if (reply->type == '-') {
+        char prefix[400];
+        snprintf(prefix, sizeof prefix, "SENTINEL GET-MASTER-ADDR-BY-NAME to %s: Redis replied: ",
+                 ep.where);
+        rc = hirate__fail_quoting(err, errlen, HIRATE_EREPLY, prefix, reply->str, reply->len);
+    } else if (reply->type == 0) {
+        rc = hirate__fail(err, errlen, HIRATE_EREPLY, "sentinel %s knows no master named '%s'",
+                          ep.where, service);
+    } else if (reply->type != '*' || reply->len != 2 || reply->elem[0]->type != '$' ||
+               reply->elem[1]->type != '$' || !reply->elem[0]->len ||
+               reply->elem[0]->len >= 256 ||
+               (port = strtol(reply->elem[1]->str, &end, 10)) < 1 || port > 65535 || *end) {
+        rc = hirate__fail(err, errlen, HIRATE_EPROTO,
+                          "malformed reply from Redis: sentinel %s did not answer [host, port]",
+                          ep.where);
+    } else if ((id = hirate_cluster_find(c, reply->elem[0]->str, (int)port)) < 0) {
+        rc = hirate__fail(err, errlen, HIRATE_ESERVER, "more than %d masters of '%s'",
+                          HIRATE_IO_NODES_MAX - c->nsentinels, service);
+    }
+    pthread_mutex_lock(&c->lock);
+    c->refreshing -= 1;
+    int before = c->announced;
+    if (rc == 0) {
+        __atomic_store_n(&c->stale, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->master, id, __ATOMIC_RELEASE);
+        c->turn = from;   /* it answered: ask it first next time */
+        /* Decided under the lock, so that two ops that learnt the same news
+         * do not both tell it. */
+        if (id != c->announced) {
+            c->announced = id;
+            __atomic_fetch_add(&c->master_changes, 1, __ATOMIC_RELAXED);
+        } else {
+            before = id;
+        }
+    } else if (c->nsentinels) {
+        c->turn = (from + 1) % c->nsentinels;   /* the next one, next time */
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (rc == 0 && before != id) {
+        hirate_endpoint now;
+        hirate_link_endpoint(&c->nodes[id]->link, &now);
+        if (before < 0) {
+            hirate_link_log(&self->link, HIRATE_LOG_INFO, "sentinel: the master of '%s' is %s",
+                            service, now.where);
+        } else {
+            hirate_endpoint old;
+            hirate_link_endpoint(&c->nodes[before]->link, &old);
+            hirate_link_log(&self->link, HIRATE_LOG_INFO,
+                            "sentinel: the master of '%s' moved from %s to %s", service,
+                            old.where, now.where);
+        }
+    }
+    return rc;
+}
+
 int hirate_cluster_refresh_end(hirate_cluster *c, int from, const hirate_rnode *reply, char *err,
                                size_t errlen)
 {
+    if (c->sentinel)
+        return sentinel_refresh_end(c, from, reply, err, errlen);
     int rc = 0;
     uint16_t *owner = reply ? calloc(HIRATE_SLOTS, sizeof *owner) : NULL;
     if (reply && owner) {

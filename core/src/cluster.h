@@ -15,6 +15,20 @@
  * is closed (chosen at random among them, so that a node that hangs is not
  * asked again and again). A slot with no known master goes to the first
  * healthy node, whose MOVED then teaches the map.
+ *
+ * A Sentinel URL uses the same table: its sentinels first (node 0 is the
+ * first), then each master they name. "The map" is then the one address of
+ * the service's master, asked with SENTINEL GET-MASTER-ADDR-BY-NAME of the
+ * sentinels in turn (the one that answered last first, skipping those that
+ * fail while another is healthy):
+ *   - while no master is known (the start, or the known one was lost: it
+ *     failed, answered READONLY, or ROLE said it is a replica), every op
+ *     that needs one asks, and its calls wait a round for the answer;
+ *   - while one is known but stale (its node failed), one op at a time
+ *     asks, at most once per HIRATE_CLUSTER_REFRESH_MS;
+ *   - while all is well, one op asks every HIRATE_SENTINEL_POLL_MS, so that
+ *     a switch is seen even before the old master is demoted.
+ * A new address is logged, and counted in master_changes.
  */
 #ifndef HIRATE_CLUSTER_H
 #define HIRATE_CLUSTER_H
@@ -46,16 +60,22 @@ typedef struct hirate_node {
 
 typedef struct hirate_cluster {
     pthread_mutex_t lock;       /* adding nodes; the refresh's state */
+    int sentinel;               /* 1: a Sentinel service's table, not a cluster's */
+    int nsentinels;             /* nodes [0, nsentinels) are the sentinels */
+    int master;                 /* the service's master node, -1 unknown (atomic) */
+    int turn;                   /* the sentinel to ask next */
+    int announced;              /* the master last logged, -1 none */
     hirate_node *nodes[HIRATE_IO_NODES_MAX];   /* [0] is the limiter's own */
     int nnodes;                 /* published with a release store */
     uint16_t owner[HIRATE_SLOTS];/* a slot's master: node number + 1; 0 unknown (atomic) */
     int have_map;               /* a CLUSTER SLOTS reply was applied */
     int stale;                  /* the map is known to be out of date (atomic) */
-    int refreshing;             /* an op carries a refresh */
-    int64_t last_refresh_us;
+    int refreshing;             /* ops that carry a refresh */
+    int64_t last_refresh_us;    /* (atomic) */
     uint64_t rng;
     int pool_size, backoff_min_ms, backoff_max_ms;
     uint64_t refreshes, moved, asked;   /* counters (atomic) */
+    uint64_t master_changes;
 } hirate_cluster;
 
 /* A cluster whose node 0 is n0 (the first seed, already made), with the
@@ -64,9 +84,10 @@ int hirate_cluster_init(hirate_cluster *c, hirate_node *n0, int pool_size, int b
                         int backoff_max_ms);
 void hirate_cluster_destroy(hirate_cluster *c);
 
-/* Makes a node: a copy of the seed's link to host:port, a breaker, a pool. */
+/* Makes a node: a copy of the seed's link to host:port in role, a breaker,
+ * a pool. */
 int hirate_node_init(hirate_node *n, const hirate_link *seed, const char *host, int port,
-                     int pool_size, int backoff_min_ms, int backoff_max_ms);
+                     int role, int pool_size, int backoff_min_ms, int backoff_max_ms);
 void hirate_node_destroy(hirate_node *n);
 
 /* Node number id, or NULL. Lock-free. */
@@ -76,8 +97,12 @@ int hirate_cluster_count(hirate_cluster *c);
  * full or memory ran out. */
 int hirate_cluster_find(hirate_cluster *c, const char *host, int port);
 
-/* The node that serves slot now. */
+/* The node that serves slot now (for a Sentinel service: its master, or -1
+ * while none is known). */
 int hirate_cluster_route(hirate_cluster *c, unsigned slot);
+/* A Sentinel service's master node failed, answered READONLY, or is no
+ * longer the master: forget it, so that the next op asks the sentinels. */
+void hirate_cluster_master_lost(hirate_cluster *c, int node);
 /* A MOVED: slot is served by node from now on, and the map is out of date. */
 void hirate_cluster_moved(hirate_cluster *c, unsigned slot, int node);
 void hirate_cluster_stale(hirate_cluster *c);
@@ -88,8 +113,9 @@ void hirate_cluster_stale(hirate_cluster *c);
 int hirate_cluster_refresh_begin(hirate_cluster *c, int64_t now_us, int prefer);
 /* The refresh's reply from node `from` (NULL: it failed; then, while no map
  * is known at all, another node may be asked at once). 0, HIRATE_EREPLY for
- * an error reply (a node not in cluster mode), or HIRATE_EPROTO when the
- * reply is not a map; err says which. */
+ * an error reply (a node not in cluster mode; a sentinel that knows no such
+ * master or is no sentinel at all), or HIRATE_EPROTO when the reply is not a
+ * map (an address); err says which. */
 int hirate_cluster_refresh_end(hirate_cluster *c, int from, const hirate_rnode *reply, char *err,
                                size_t errlen);
 

@@ -8,12 +8,6 @@
 #  define HIRATE_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
 #  define HIRATE_PRINTF(f, a)
-/* Writes prefix and then text, Redis' own words, into buf: whole when they
- * fit, else cut after the last whole word that fits and ended with "...";
- * bytes that are not printable ASCII show as '?'. Returns code. */
-int hirate__fail_quoting(char *buf, size_t len, int code, const char *prefix, const char *text,
-                         size_t textlen);
-
 #endif
 
 /* Writes the message into buf (when buf is not NULL) and returns code, so

@@ -1,9 +1,13 @@
 /*
  * Opening a connection, without I/O: the bytes a new connection sends (AUTH
  * and SELECT as the URL asks, then a PING that proves the server speaks
- * Redis), and what its replies, or its failure, mean:
+ * Redis; to a sentinel, the sentinels' AUTH and PING; to a master that a
+ * sentinel named, ROLE in PING's place), and what its replies, or its
+ * failure, mean:
  *
  *   +OK / +PONG                       ready
+ *   ROLE other than master            HIRATE_ESERVER (a master a sentinel named
+ *                                     has been demoted: a failover is under way)
  *   an error to AUTH                  HIRATE_EAUTH (a wrong user or password)
  *   NOAUTH                            HIRATE_EAUTH (the server needs a password)
  *   an error to SELECT                HIRATE_EREPLY (no such database)
@@ -31,8 +35,13 @@
 #include "proto.h"
 #include "reply.h"
 
+/* ROLE lists a master's replicas: room for a few hundred. No other reply
+ * of a handshake is an array. */
+#define ROLE_REPLY_BYTES (64u << 10)
+#define ROLE_REPLY_ELEMS 1024
+
 enum { MAIN, PROBE, DONE };
-enum { AUTH, SELECT, PING };
+enum { AUTH, SELECT, PING, ROLE };
 
 struct hirate_handshake {
     hirate_link *k;
@@ -52,7 +61,34 @@ struct hirate_handshake {
     char where[300];
 };
 
+static hirate_rreader *new_reader(const hirate_link *k)
+{
+    if (k->role == HIRATE_LINK_MASTER)
+        return hirate_rreader_new(ROLE_REPLY_BYTES, ROLE_REPLY_ELEMS, HIRATE_IO_REPLY_MAX);
+    return hirate_rreader_new(HIRATE_IO_REPLY_MAX, 0, HIRATE_IO_REPLY_MAX);
+}
+
 static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+static const char role[] = "*1\r\n$4\r\nROLE\r\n";
+
+/* AUTH's arguments: the URL's, or a sentinel's own. */
+static int auth_argv(const hirate_link *k, const char *argv[3], size_t lens[3])
+{
+    if (k->role != HIRATE_LINK_SENTINEL)
+        return hirate_url_auth_argv(&k->url, argv, lens);
+    if (!k->sentinel_password)
+        return 0;
+    int n = 0;
+    argv[n] = "AUTH";
+    lens[n++] = 4;
+    if (k->sentinel_user) {
+        argv[n] = k->sentinel_user;
+        lens[n++] = strlen(k->sentinel_user);
+    }
+    argv[n] = k->sentinel_password;
+    lens[n++] = strlen(k->sentinel_password);
+    return n;
+}
 
 static int build_request(hirate_handshake *hs)
 {
@@ -65,20 +101,24 @@ static int build_request(hirate_handshake *hs)
         char *p = write ? hs->req : NULL;
         len = 0;
         hs->want = 0;
-        if ((argc = hirate_url_auth_argv(u, argv, lens)) > 0) {
+        if ((argc = auth_argv(hs->k, argv, lens)) > 0) {
             len += hirate_proto_encode_argv(p ? p + len : NULL, p ? (size_t)-1 : 0, argc, argv,
                                             lens);
             hs->kinds[hs->want++] = AUTH;
         }
-        if ((argc = hirate_url_select_argv(u, db, argv, lens)) > 0) {
+        if (hs->k->role != HIRATE_LINK_SENTINEL &&
+            (argc = hirate_url_select_argv(u, db, argv, lens)) > 0) {
             len += hirate_proto_encode_argv(p ? p + len : NULL, p ? (size_t)-1 : 0, argc, argv,
                                             lens);
             hs->kinds[hs->want++] = SELECT;
         }
+        /* A master a sentinel named proves it still is one (ROLE is as
+         * much a proof that the server speaks Redis as PING). */
+        int master = hs->k->role == HIRATE_LINK_MASTER;
         if (p)
-            memcpy(p + len, ping, sizeof ping - 1);
+            memcpy(p + len, master ? role : ping, sizeof ping - 1);
         len += sizeof ping - 1;
-        hs->kinds[hs->want++] = PING;
+        hs->kinds[hs->want++] = master ? ROLE : PING;
         if (!write && !(hs->req = malloc(len)))
             return HIRATE_ENOMEM;
     }
@@ -96,7 +136,7 @@ int hirate__handshake_new(hirate_link *k, hirate_handshake **out)
     hirate_link_endpoint(k, &ep);
     snprintf(hs->where, sizeof hs->where, "%s", ep.where);
     if (build_request(hs) < 0 ||
-        !(hs->rd = hirate_rreader_new(HIRATE_IO_REPLY_MAX, 0, HIRATE_IO_REPLY_MAX))) {
+        !(hs->rd = new_reader(k))) {
         hirate_handshake_free(hs);
         return HIRATE_ENOMEM;
     }
@@ -178,6 +218,28 @@ static int not_resp(hirate_handshake *hs, const char *buf, size_t len)
     return alien_answer(hs);
 }
 
+/* ROLE's reply: [role, ...]; only "master" may take calls. */
+static int judge_role(hirate_handshake *hs, const hirate_rnode *r)
+{
+    if (r->type != '*' || r->len < 1 || r->elem[0]->type != '$') {
+        hirate__fail(hs->err, sizeof hs->err, 0, "malformed reply from Redis: ROLE from %s",
+                     hs->where);
+        return finish(hs, HIRATE_EPROTO);
+    }
+    const hirate_rnode *name = r->elem[0];
+    if (name->len == 6 && memcmp(name->str, "master", 6) == 0)
+        return 0;
+    char what[32];
+    size_t n = name->len < sizeof what - 1 ? name->len : sizeof what - 1;
+    for (size_t i = 0; i < n; i++)
+        what[i] = name->str[i] > ' ' && name->str[i] < 0x7f ? name->str[i] : '?';
+    what[n] = '\0';
+    /* A failover under way: an outage, until the sentinels name another. */
+    hirate__fail(hs->err, sizeof hs->err, 0, "%s is not the master of '%s' (ROLE: %s)",
+                 hs->where, hs->k->url.service, what);
+    return finish(hs, HIRATE_ESERVER);
+}
+
 /* What reply number hs->next means. */
 static int judge(hirate_handshake *hs, const hirate_rnode *r)
 {
@@ -186,7 +248,10 @@ static int judge(hirate_handshake *hs, const hirate_rnode *r)
         return mismatch(hs);   /* any RESP reply: Redis is there, on the other transport */
     if (r->type == '-') {
         int cls = hirate_proto_error_class(r->str, r->len);
-        const char *what = kind == AUTH ? "AUTH" : kind == SELECT ? "SELECT" : "PING";
+        const char *what = kind == AUTH     ? "AUTH"
+                           : kind == SELECT ? "SELECT"
+                           : kind == ROLE   ? "ROLE"
+                                            : "PING";
         char prefix[400];
         if (cls == HIRATE_EREFUSED) {
             hirate__fail(prefix, sizeof prefix, 0, "Redis at %s refused the connection: ", hs->where);
@@ -199,11 +264,16 @@ static int judge(hirate_handshake *hs, const hirate_rnode *r)
             cls = HIRATE_EREPLY;
             hirate__fail(prefix, sizeof prefix, 0, "SELECT %d refused: ", hs->k->url.db);
         } else {
-            return 0;   /* PING refused by an ACL, say: still, Redis answered */
+            /* PING or ROLE refused by an ACL, say: still, Redis answered.
+             * A user kept to the limiter's commands may not run ROLE; the
+             * sentinels' word and READONLY then guard against a replica. */
+            return 0;
         }
         hirate__fail_quoting(hs->err, sizeof hs->err, cls, prefix, r->str, r->len);
         return finish(hs, cls);
     }
+    if (kind == ROLE)
+        return judge_role(hs, r);
     if (kind != PING && !(r->type == '+' && r->len == 2 && memcmp(r->str, "OK", 2) == 0)) {
         hirate__fail(hs->err, sizeof hs->err, 0, "malformed reply from Redis: %s gave no +OK",
                  kind == AUTH ? "AUTH" : "SELECT");
@@ -288,7 +358,7 @@ int hirate_handshake_fail(hirate_handshake *hs, int code, const char *why)
         hs->want = 1;
         hs->kinds[0] = PING;
         hirate_rreader_free(hs->rd);
-        if (!(hs->rd = hirate_rreader_new(HIRATE_IO_REPLY_MAX, 0, HIRATE_IO_REPLY_MAX)))
+        if (!(hs->rd = new_reader(hs->k)))
             return finish(hs, hs->rc);
         return HIRATE_IO_PROBE;
     }

@@ -41,7 +41,7 @@ struct hirate_limiter {
                                    window and the last one (atomic) */
     int64_t offset_window;      /* when this window began (atomic) */
     uint64_t cache_hits, policy;/* counters (atomic) */
-    uint64_t op_evalsha, op_eval;/* calls sent by ops (atomic) */
+    uint64_t op_evalsha, op_eval, op_fcall, op_loads;/* sent by ops (atomic) */
     pthread_mutex_t errlock;
     char errmsg[HIRATE_ERRMSG_SIZE];
 };
@@ -70,6 +70,7 @@ void hirate_options_init(hirate_options *o)
     o->deny_cache = 1;
     o->deny_cache_keys = 65536;
     o->tls_verify = 1;
+    o->functions = 1;
 }
 
 static const char *const on_error_names[] = {"local", "open", "closed"};
@@ -238,7 +239,7 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
         hirate_link_start(&l->node0.link);
         rcfg.link = &l->node0.link;
         ok = (l->node0.redis = hirate_redis_new(&rcfg)) != NULL;
-        if (ok && l->node0.link.url.cluster) {
+        if (ok && (l->node0.link.url.cluster || l->node0.link.url.sentinel)) {
             ok = (l->cluster = malloc(sizeof *l->cluster)) != NULL &&
                  hirate_cluster_init(l->cluster, &l->node0, o->pool_size, o->backoff_min_ms,
                                      o->backoff_max_ms) == 0;
@@ -789,6 +790,8 @@ void hirate_counters_get(hirate_limiter *l, hirate_counters *out)
             out->connects += __atomic_load_n(&nd->link.connects, __ATOMIC_RELAXED);
             out->evalsha += rs.evalsha;
             out->eval += rs.eval;
+            out->fcall += rs.fcall;
+            out->function_loads += rs.function_loads;
             out->conns_dropped += rs.dropped;
             pthread_mutex_lock(&nd->breaker.lock);
             out->breaker_opens += nd->breaker.opens;
@@ -796,11 +799,15 @@ void hirate_counters_get(hirate_limiter *l, hirate_counters *out)
         }
         out->evalsha += __atomic_load_n(&l->op_evalsha, __ATOMIC_RELAXED);
         out->eval += __atomic_load_n(&l->op_eval, __ATOMIC_RELAXED);
+        out->fcall += __atomic_load_n(&l->op_fcall, __ATOMIC_RELAXED);
+        out->function_loads += __atomic_load_n(&l->op_loads, __ATOMIC_RELAXED);
         if (l->cluster) {
+            uint64_t asked = __atomic_load_n(&l->cluster->refreshes, __ATOMIC_RELAXED);
             out->nodes = (size_t)hirate_cluster_count(l->cluster);
-            out->map_refreshes = __atomic_load_n(&l->cluster->refreshes, __ATOMIC_RELAXED);
+            *(l->cluster->sentinel ? &out->sentinel_queries : &out->map_refreshes) = asked;
             out->moved = __atomic_load_n(&l->cluster->moved, __ATOMIC_RELAXED);
             out->asked = __atomic_load_n(&l->cluster->asked, __ATOMIC_RELAXED);
+            out->master_changes = __atomic_load_n(&l->cluster->master_changes, __ATOMIC_RELAXED);
         }
         if (l->memory)
             out->local_keys = hirate_memory_count(l->memory);
@@ -827,6 +834,18 @@ const char *hirate_script_sha1(void)
     return hirate__script_sha1;
 }
 
+const char *hirate_function_library(size_t *len)
+{
+    if (len)
+        *len = hirate__library_len;
+    return hirate__library;
+}
+
+const char *hirate_function_name(void)
+{
+    return hirate__function_name;
+}
+
 const char *hirate_version(void)
 {
     return HIRATE_VERSION_STRING;
@@ -843,20 +862,28 @@ const char *hirate_version(void)
  *             error);
  *   MOVED     to the slot's new master, which the map learns;
  *   ASK       to the node named, after ASKING, leaving the map alone;
- * each call follows at most HIRATE_CLUSTER_REDIRECTS_MAX redirections. A
- * leg's end tells its node's breaker what its calls met, so one dead shard
- * opens its own breaker only. A cluster's map refresh rides in a leg of the
- * round (after its calls) or in a leg of its own.
+ *   "Function not found"  to the same node, after FUNCTION LOAD;
+ *   NOFUNC    (Redis Functions refused) to the same node, by EVALSHA;
+ *   READONLY  from a Sentinel service's master: to the master the
+ *             sentinels name now;
+ * each call follows at most HIRATE_CLUSTER_REDIRECTS_MAX redirections (and
+ * waits as many rounds for a master). A leg's end tells its node's breaker
+ * what its calls met, so one dead shard opens its own breaker only. A
+ * cluster's map refresh rides in a leg of the round (after its calls) or in
+ * a leg of its own; a Sentinel service's question always has its own, to a
+ * sentinel.
  */
 
 enum { OP_DECIDE, OP_RESET };
 enum { LEG_BUSY, LEG_DONE, LEG_FAILED };
 
 /* A call's state for its next send. */
-#define SEND_EVAL 1         /* as EVAL: the node lacked the script */
+#define SEND_EVAL 1         /* with the code (EVAL, or after FUNCTION LOAD):
+                               the node lacked it */
 #define SEND_ASKING 2       /* after ASKING: the node is importing its slot */
 #define SEND_KEEP_NODE 4    /* to node[j] (NOSCRIPT, ASK), not to its slot's master */
-#define SENT_EVAL 8         /* it was sent as EVAL: NOSCRIPT now is an error */
+#define SENT_EVAL 8         /* it was sent with the code: NOSCRIPT now is an
+                               error (unless the load was refused) */
 #define GROUPED 16          /* (while a round is made: in a leg already) */
 
 typedef struct leg {
@@ -865,7 +892,12 @@ typedef struct leg {
     size_t first, count;    /* its calls: op->order[first .. first + count) */
     size_t next;            /* the next of them whose reply is due */
     int ok_due;             /* ASKING's +OK comes before that reply */
-    int map;                /* CLUSTER SLOTS follows the calls */
+    int fcall;              /* its calls go by FCALL, not EVALSHA */
+    int load;               /* FUNCTION LOAD goes first; its reply is due */
+    int loaded;             /* and the library is there */
+    int reset;              /* it carries the reset's DEL */
+    int map;                /* CLUSTER SLOTS follows the calls (or, to a
+                               sentinel, GET-MASTER-ADDR-BY-NAME) */
     hirate_rreader *rr;     /* which reads the map's reply */
     int state;
     int drop;
@@ -890,8 +922,22 @@ struct hirate_op {
     char full[HIRATE_PREFIX_MAX + HIRATE_KEY_MAX];
     size_t fulllen;
     int reset_node, reset_flags, reset_redirects, reset_pending;
+    int route_rc;           /* why the sentinels named no master, or 0 */
+    char route_err[HIRATE_ERRMSG_SIZE];
     char err[HIRATE_ERRMSG_SIZE];
 };
+
+/* The limiter's Redis Cluster, or NULL (a single Redis, or Sentinel). */
+static hirate_cluster *slots_of(const hirate_limiter *l)
+{
+    return l->cluster && !l->cluster->sentinel ? l->cluster : NULL;
+}
+
+/* The limiter's Sentinel service (its node table), or NULL. */
+static hirate_cluster *sentinel_of(const hirate_limiter *l)
+{
+    return l->cluster && l->cluster->sentinel ? l->cluster : NULL;
+}
 
 static hirate_call *op_call(hirate_op *op, size_t j)
 {
@@ -912,6 +958,11 @@ static void leg_clear(leg *g)
 
 static void legs_clear(hirate_op *op)
 {
+    /* A refresh never answered (the op was dropped, or a request could not
+     * be made) is given back, or no other op would ever ask again. */
+    for (size_t i = 0; i < op->nlegs; i++)
+        if (op->legs[i].map)
+            hirate_cluster_refresh_end(op->l->cluster, op->legs[i].node, NULL, NULL, 0);
     for (size_t i = 0; i < op->nlegs; i++)
         leg_clear(&op->legs[i]);
     op->nlegs = 0;
@@ -938,21 +989,45 @@ static leg *leg_add(hirate_op *op, int node)
 static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
 static const char slots_cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
 
-/* A leg's bytes: each call (after ASKING when asked; the first that needs
- * it as EVAL), then CLUSTER SLOTS when it carries the refresh. */
+/* The map's request: CLUSTER SLOTS, or a sentinel's question. Its length;
+ * written only when it fits. */
+static size_t encode_map(const hirate_limiter *l, char *buf, size_t cap)
+{
+    if (!sentinel_of(l)) {
+        if (cap >= sizeof slots_cmd - 1)
+            memcpy(buf, slots_cmd, sizeof slots_cmd - 1);
+        return sizeof slots_cmd - 1;
+    }
+    const char *service = l->node0.link.url.service;
+    const char *argv[3] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", service};
+    size_t lens[3] = {8, 23, strlen(service)};
+    return hirate_proto_encode_argv(buf, cap, 3, argv, lens);
+}
+
+/* A leg's bytes: FUNCTION LOAD when a call needs the code and the node takes
+ * functions; each call (after ASKING when asked; by FCALL, or by EVALSHA
+ * with the first that needs the code as EVAL); then the map's request when
+ * it carries the refresh. */
 static int leg_encode(hirate_op *op, leg *g)
 {
-    size_t cap = sizeof slots_cmd;
-    for (size_t i = 0; i < g->count; i++)
-        cap += hirate_proto_call_bound(op_call(op, op->order[g->first + i]), 1) +
-               sizeof asking_cmd;
-    if (op->kind == OP_RESET)
+    hirate_limiter *l = op->l;
+    hirate_node *nd = node_of(l, g->node);
+    g->fcall = __atomic_load_n(&nd->link.functions, __ATOMIC_RELAXED);
+    size_t cap = encode_map(l, NULL, 0);
+    for (size_t i = 0; i < g->count; i++) {
+        size_t j = op->order[g->first + i];
+        g->load |= g->fcall && (op->flags[j] & SEND_EVAL);
+        cap += hirate_proto_call_bound(op_call(op, j), HIRATE_FORM_EVAL) + sizeof asking_cmd;
+    }
+    if (g->load)
+        cap += hirate_proto_encode_load(NULL, 0);
+    if (g->reset)
         cap += sizeof asking_cmd + op->fulllen + 32;
     if (!(g->req = malloc(cap)))
         return HIRATE_ENOMEM;
     size_t len = 0;
     int eval_sent = 0;
-    if (op->kind == OP_RESET) {
+    if (g->reset) {
         const char *argv[2] = {"DEL", op->full};
         size_t lens[2] = {3, op->fulllen};
         if (op->reset_flags & SEND_ASKING) {
@@ -961,6 +1036,11 @@ static int leg_encode(hirate_op *op, leg *g)
         }
         len += hirate_proto_encode_argv(g->req + len, cap - len, 2, argv, lens);
     }
+    if (g->load) {
+        /* First, and not between ASKING and its call. */
+        len += hirate_proto_encode_load(g->req + len, cap - len);
+        __atomic_fetch_add(&l->op_loads, 1, __ATOMIC_RELAXED);
+    }
     for (size_t i = 0; i < g->count; i++) {
         size_t j = op->order[g->first + i];
         if (op->flags[j] & SEND_ASKING) {
@@ -968,19 +1048,26 @@ static int leg_encode(hirate_op *op, leg *g)
             len += sizeof asking_cmd - 1;
         }
         /* One EVAL loads the script for the calls after it. */
-        int eval = (op->flags[j] & SEND_EVAL) && !eval_sent;
-        eval_sent |= eval;
+        int form = g->fcall ? HIRATE_FORM_FCALL
+                   : (op->flags[j] & SEND_EVAL) && !eval_sent ? HIRATE_FORM_EVAL
+                                                              : HIRATE_FORM_EVALSHA;
+        eval_sent |= form == HIRATE_FORM_EVAL;
         if (op->flags[j] & SEND_EVAL)
             op->flags[j] |= SENT_EVAL;
-        __atomic_fetch_add(eval ? &op->l->op_eval : &op->l->op_evalsha, 1, __ATOMIC_RELAXED);
-        len += hirate_proto_encode_call(g->req + len, cap - len, op_call(op, op->order[g->first + i]),
-                                        eval);
+        __atomic_fetch_add(form == HIRATE_FORM_FCALL  ? &l->op_fcall
+                           : form == HIRATE_FORM_EVAL ? &l->op_eval
+                                                      : &l->op_evalsha,
+                           1, __ATOMIC_RELAXED);
+        len += hirate_proto_encode_call(g->req + len, cap - len, op_call(op, j), form);
     }
     if (g->map) {
-        memcpy(g->req + len, slots_cmd, sizeof slots_cmd - 1);
-        len += sizeof slots_cmd - 1;
-        if (!(g->rr = hirate_rreader_new(HIRATE_CLUSTER_MAP_BYTES, HIRATE_CLUSTER_MAP_ELEMS,
-                                         HIRATE_CLUSTER_MAP_STR)))
+        len += encode_map(l, g->req + len, cap - len);
+        int sentinel = sentinel_of(l) != NULL;
+        /* A sentinel's answer is one short address. */
+        if (!(g->rr = sentinel ? hirate_rreader_new(HIRATE_IO_REPLY_MAX, 2, 256)
+                               : hirate_rreader_new(HIRATE_CLUSTER_MAP_BYTES,
+                                                    HIRATE_CLUSTER_MAP_ELEMS,
+                                                    HIRATE_CLUSTER_MAP_STR)))
             return HIRATE_ENOMEM;
     }
     g->reqlen = len;
@@ -991,7 +1078,7 @@ static int leg_encode(hirate_op *op, leg *g)
 static int call_node(hirate_op *op, size_t j)
 {
     if (!op->l->cluster)
-        return 0;
+        return 0;   /* a single Redis */
     if (op->flags[j] & SEND_KEEP_NODE)
         return op->node[j];
     return hirate_cluster_route(op->l->cluster, call_slot(op_call(op, j)));
@@ -999,6 +1086,65 @@ static int call_node(hirate_op *op, size_t j)
 
 static void op_finish(hirate_op *op);
 static void leg_settle(hirate_op *op, leg *g);
+
+/* The refresh this op's round carries, if one is due: a leg to the node
+ * asked (the one of a call's leg when it is that node). */
+static void add_refresh(hirate_op *op)
+{
+    hirate_cluster *c = op->l->cluster;
+    int node = hirate_cluster_refresh_begin(c, hirate_monotonic_us(),
+                                            op->nlegs ? op->legs[0].node : -1);
+    if (node < 0)
+        return;
+    leg *g = NULL;
+    for (size_t i = 0; i < op->nlegs && !g; i++)
+        if (op->legs[i].node == node)
+            g = &op->legs[i];
+    /* A leg of its own when no call goes there: even when every call met
+     * an open breaker, or the map would never learn of the replica that
+     * took over. */
+    if (!g)
+        g = leg_add(op, node);
+    if (g)
+        g->map = 1;
+    else
+        hirate_cluster_refresh_end(c, node, NULL, NULL, 0);
+}
+
+static int round_asks(const hirate_op *op)
+{
+    for (size_t i = 0; i < op->nlegs; i++)
+        if (op->legs[i].map)
+            return 1;
+    return 0;
+}
+
+/* Why a call that waited for a master cannot wait longer: what the
+ * sentinels said, or that they said nothing in time. */
+static int no_master(hirate_op *op, char *err, size_t errlen)
+{
+    if (op->route_rc)
+        return hirate__fail(err, errlen, op->route_rc, "%s", op->route_err);
+    return hirate__fail(err, errlen, HIRATE_ESERVER, "no sentinel named the master of '%s'",
+                        op->l->node0.link.url.service);
+}
+
+/* May a call (or the reset) that has waited this many rounds for a master
+ * wait one more? Not when the sentinels answered with a misconfiguration. */
+static int can_wait(const hirate_op *op, int waited)
+{
+    return waited < HIRATE_CLUSTER_REDIRECTS_MAX && !(op->route_rc && !is_outage(op->route_rc));
+}
+
+/* A call (or the reset) with no master to go to waits for the sentinels'
+ * answer in this round, unless there is none coming, or it may not wait. */
+static int may_wait(hirate_op *op, int *waited)
+{
+    if (!round_asks(op) || !can_wait(op, *waited))
+        return 0;
+    ++*waited;
+    return 1;
+}
 
 /* Makes the next round's legs from the pending calls: 1 when there is one
  * to send, 0 when none is left (every call settled, perhaps by a breaker). */
@@ -1015,8 +1161,28 @@ static int op_round(hirate_op *op)
     if (op->kind == OP_RESET) {
         if (l->cluster && !(op->reset_flags & SEND_KEEP_NODE))
             op->reset_node = hirate_cluster_route(l->cluster, hirate_keyslot(op->full, op->fulllen));
-        leg *g = leg_add(op, op->reset_node);
-        if (!g || leg_encode(op, g) < 0) {
+        leg *g = NULL;
+        if (op->reset_node >= 0 && (g = leg_add(op, op->reset_node)))
+            g->reset = 1;
+        else if (op->reset_node < 0 && can_wait(op, op->reset_redirects))
+            add_refresh(op);   /* no master known yet: ask for one */
+        if (op->reset_node < 0 && !may_wait(op, &op->reset_redirects)) {
+            op->rc = no_master(op, op->err, sizeof op->err);
+            remember(l, op->rc, op->err);
+            op->reset_pending = 0;
+            legs_clear(op);
+            return 0;
+        }
+        for (size_t i = 0; i < op->nlegs; i++) {
+            if (leg_encode(op, &op->legs[i]) < 0) {
+                op->rc = hirate__fail(op->err, sizeof op->err, HIRATE_ENOMEM,
+                                      "out of memory for a request");
+                op->reset_pending = 0;
+                legs_clear(op);
+                return 0;
+            }
+        }
+        if (!op->nlegs) {
             op->rc = hirate__fail(op->err, sizeof op->err, HIRATE_ENOMEM,
                                   "out of memory for a request");
             op->reset_pending = 0;
@@ -1026,11 +1192,15 @@ static int op_round(hirate_op *op)
     }
     /* Group the pending calls by node, in order within each. */
     size_t k = 0;
-    for (size_t j = 0; j < op->b.m; j++)
-        if (op->b.rcs[j] == CALL_PENDING)
-            op->node[j] = call_node(op, j);
+    int unrouted = 0;
     for (size_t j = 0; j < op->b.m; j++) {
-        if (op->b.rcs[j] != CALL_PENDING || (op->flags[j] & GROUPED))
+        if (op->b.rcs[j] == CALL_PENDING) {
+            op->node[j] = call_node(op, j);
+            unrouted |= op->node[j] < 0;
+        }
+    }
+    for (size_t j = 0; j < op->b.m; j++) {
+        if (op->b.rcs[j] != CALL_PENDING || op->node[j] < 0 || (op->flags[j] & GROUPED))
             continue;
         int node = op->node[j];
         size_t first = k;
@@ -1062,24 +1232,25 @@ static int op_round(hirate_op *op)
     }
     for (size_t j = 0; j < op->b.m; j++)
         op->flags[j] &= ~GROUPED;
-    if (l->cluster) {
-        int node = hirate_cluster_refresh_begin(l->cluster, hirate_monotonic_us(),
-                                                op->nlegs ? op->legs[0].node : -1);
-        if (node >= 0) {
-            leg *g = NULL;
-            for (size_t i = 0; i < op->nlegs && !g; i++)
-                if (op->legs[i].node == node)
-                    g = &op->legs[i];
-            /* A leg of its own when no call goes there: even when every
-             * call met an open breaker, or the map would never learn of
-             * the replica that took over. */
-            if (!g)
-                g = leg_add(op, node);
-            if (g)
-                g->map = 1;
-            else
-                hirate_cluster_refresh_end(l->cluster, node, NULL, NULL, 0);
+    /* Without a master, the question is for the calls that may still wait
+     * for its answer: with none, it is not asked. */
+    int waiting = !unrouted;
+    for (size_t j = 0; !waiting && j < op->b.m; j++)
+        waiting = op->b.rcs[j] == CALL_PENDING && op->node[j] < 0 && can_wait(op, op->redirects[j]);
+    if (l->cluster && waiting)
+        add_refresh(op);
+    /* Calls with no master to go to wait for the answer in this round. */
+    for (size_t j = 0; unrouted && j < op->b.m; j++) {
+        int waited = op->redirects[j];
+        if (op->b.rcs[j] != CALL_PENDING || op->node[j] >= 0)
+            continue;
+        if (may_wait(op, &waited)) {
+            op->redirects[j] = (unsigned char)waited;
+            continue;
         }
+        op->b.rcs[j] = no_master(op, op->err, sizeof op->err);
+        settle_call(&op->b, j, 0, op->err);
+        op->b.rcs[j] = CALL_SETTLED;
     }
     for (size_t i = 0; i < op->nlegs; i++) {
         if (leg_encode(op, &op->legs[i]) < 0) {
@@ -1283,7 +1454,7 @@ static int feed_reset(hirate_op *op, leg *g, const hirate_reply *rep)
     op->reset_pending = 0;
     if (rep->top.type == ':')
         return op->rc = 0;
-    if (rep->top.type == '-' && op->l->cluster) {
+    if (rep->top.type == '-' && slots_of(op->l)) {
         int cls = hirate_proto_error_class(rep->top.str, rep->top.len);
         if (cls == HIRATE_PROTO_MOVED || cls == HIRATE_PROTO_ASK) {
             if ((op->rc = follow(op, g, (size_t)-1, rep)) == 0) {
@@ -1295,6 +1466,16 @@ static int feed_reset(hirate_op *op, leg *g, const hirate_reply *rep)
             remember(op->l, op->rc, op->err);
             return op->rc;
         }
+    }
+    if (rep->top.type == '-' && sentinel_of(op->l) &&
+        hirate_proto_error_readonly(rep->top.str, rep->top.len) &&
+        op->reset_redirects++ < HIRATE_CLUSTER_REDIRECTS_MAX) {
+        /* A demoted master: to the one the sentinels name now. */
+        hirate_cluster_master_lost(op->l->cluster, g->node);
+        g->drop = 1;
+        op->reset_pending = 1;
+        op->reset_flags = 0;
+        return 0;
     }
     op->reset_flags = 0;
     if (rep->top.type == '-')
@@ -1308,6 +1489,14 @@ static int feed_reset(hirate_op *op, leg *g, const hirate_reply *rep)
     return op->rc;
 }
 
+/* Call j goes again to the node of leg g, with its flags: it did not run. */
+static void again_here(hirate_op *op, const leg *g, size_t j, int set, int clear)
+{
+    op->b.rcs[j] = CALL_PENDING;
+    op->flags[j] = (unsigned char)((op->flags[j] & ~clear) | set | SEND_KEEP_NODE);
+    op->node[j] = g->node;
+}
+
 /* Call j's reply: settled, or pending again for the next round. */
 static void feed_call(hirate_op *op, leg *g, size_t j, const hirate_reply *rep)
 {
@@ -1317,7 +1506,7 @@ static void feed_call(hirate_op *op, leg *g, size_t j, const hirate_reply *rep)
     op->flags[j] &= ~SEND_ASKING;   /* one ASKING, one call */
     if (ask)
         op->flags[j] &= ~SEND_KEEP_NODE;
-    if (rep->top.type == '-' && l->cluster) {
+    if (rep->top.type == '-' && slots_of(l)) {
         int cls = hirate_proto_error_class(rep->top.str, rep->top.len);
         if (cls == HIRATE_PROTO_MOVED || cls == HIRATE_PROTO_ASK) {
             *rc = follow(op, g, j, rep);
@@ -1330,15 +1519,36 @@ static void feed_call(hirate_op *op, leg *g, size_t j, const hirate_reply *rep)
         if (cls == HIRATE_ESERVER)   /* CLUSTERDOWN, TRYAGAIN: the map may be behind */
             hirate_cluster_stale(l->cluster);
     }
-    *rc = hirate_proto_outcome(rep, op_call(op, j), l->cfg.capacity,
-                               (op->flags[j] & SENT_EVAL) != 0, &op->b.ds[j], &op->b.states[j],
-                               &g->drop, op->err, sizeof op->err);
-    if (*rc == HIRATE_PROTO_NOSCRIPT) {
-        /* The node does not know the script (a restart, SCRIPT FLUSH, a
-         * promoted replica): the call did not run. EVAL it there. */
+    if (rep->top.type == '-' && sentinel_of(l) &&
+        hirate_proto_error_readonly(rep->top.str, rep->top.len) &&
+        op->redirects[j] < HIRATE_CLUSTER_REDIRECTS_MAX) {
+        /* A master demoted by a failover refused the write before the
+         * script ran: to the master the sentinels name now. */
+        hirate_cluster_master_lost(l->cluster, g->node);
+        g->drop = 1;
+        op->redirects[j]++;
         *rc = CALL_PENDING;
-        op->flags[j] |= SEND_EVAL | SEND_KEEP_NODE;
-        op->node[j] = g->node;
+        op->flags[j] &= ~(SEND_KEEP_NODE | SEND_EVAL | SENT_EVAL);
+        return;
+    }
+    /* The code went with it, unless the library was refused. */
+    int with_code = (op->flags[j] & SENT_EVAL) && (!g->fcall || g->loaded);
+    *rc = hirate_proto_outcome(rep, op_call(op, j), l->cfg.capacity, with_code, &op->b.ds[j],
+                               &op->b.states[j], &g->drop, op->err, sizeof op->err);
+    if (*rc == HIRATE_PROTO_NOSCRIPT && g->fcall && (op->flags[j] & SENT_EVAL))
+        *rc = HIRATE_PROTO_NOFUNC;   /* its FUNCTION LOAD was refused */
+    if (*rc == HIRATE_PROTO_NOFUNC && g->fcall) {
+        /* FCALL or FUNCTION refused (an older Redis, an ACL, a proxy): the
+         * call did not run. By EVALSHA from now on. */
+        hirate_link_no_functions(&node_of(l, g->node)->link, rep->top.str, rep->top.len);
+        again_here(op, g, j, 0, SEND_EVAL | SENT_EVAL);
+    } else if (*rc == HIRATE_PROTO_NOFUNC) {
+        *rc = hirate_proto_error_reply(rep, &g->drop, op->err, sizeof op->err);
+        batch_note(&op->b, op->b.index[j], op->err);
+    } else if (*rc == HIRATE_PROTO_NOSCRIPT) {
+        /* The node does not know the script (a restart, SCRIPT FLUSH, a
+         * promoted replica): the call did not run. With the code, there. */
+        again_here(op, g, j, SEND_EVAL, 0);
     } else if (*rc < 0) {
         batch_note(&op->b, op->b.index[j], op->err);   /* its own words */
     }
@@ -1354,18 +1564,26 @@ static int feed_map(hirate_op *op, leg *g, const char *buf, size_t len, size_t *
                                                              : hirate_rreader_next(g->rr, &map, &why);
     if (got == 0)
         return 0;
+    int rc;
+    char err[HIRATE_ERRMSG_SIZE];
     if (got < 0 || hirate_rreader_pending(g->rr)) {
         /* Not RESP, too long, or bytes after it: the stream is lost. */
         g->drop = 1;
         hirate_cluster_refresh_end(op->l->cluster, g->node, NULL, NULL, 0);
+        rc = hirate__fail(err, sizeof err, HIRATE_EPROTO, "malformed reply from Redis: %s",
+                          why ? why : "bytes after the reply");
     } else {
-        /* An error reply (a node not in cluster mode, or one that cannot
-         * say now) teaches nothing: another node is asked later, and the
-         * calls' own replies say the rest. */
-        char err[HIRATE_ERRMSG_SIZE];
-        if (hirate_cluster_refresh_end(op->l->cluster, g->node, map, err, sizeof err) ==
-            HIRATE_EPROTO)
+        /* A cluster's error reply (a node not in cluster mode, or one that
+         * cannot say now) teaches nothing: another node is asked later, and
+         * the calls' own replies say the rest. A sentinel's is what the
+         * calls waiting for a master get. */
+        rc = hirate_cluster_refresh_end(op->l->cluster, g->node, map, err, sizeof err);
+        if (rc == HIRATE_EPROTO)
             g->drop = 1;
+    }
+    if (rc < 0 && sentinel_of(op->l)) {
+        op->route_rc = rc;
+        snprintf(op->route_err, sizeof op->route_err, "%s", err);
     }
     hirate_rnode_free(map);
     g->map = 0;
@@ -1378,8 +1596,8 @@ int hirate_op_leg_feed(hirate_op *op, size_t i, const char *buf, size_t len, siz
     leg *g = leg_at(op, i);
     if (!g || g->state != LEG_BUSY)
         return HIRATE_IO_DONE;
-    size_t calls = op->kind == OP_RESET ? 1 : g->count;
-    while (g->next < calls) {
+    size_t calls = g->reset ? 1 : g->count;
+    while (g->next < calls || g->load) {
         hirate_reply rep;
         long r = hirate_proto_parse(buf + *used, len - *used, &rep);
         if (r == 0 && len - *used <= HIRATE_PROTO_MAX_REPLY)
@@ -1394,9 +1612,19 @@ int hirate_op_leg_feed(hirate_op *op, size_t i, const char *buf, size_t len, siz
             return HIRATE_IO_DONE;
         }
         *used += (size_t)r;
-        size_t j = op->kind == OP_RESET ? 0 : op->order[g->first + g->next];
-        int asked = op->kind == OP_RESET ? (op->reset_flags & SEND_ASKING)
-                                         : (op->flags[j] & SEND_ASKING);
+        if (g->load) {
+            /* FUNCTION LOAD's reply comes first. A refusal turns Redis
+             * Functions off for the node; the calls' own replies ("Function
+             * not found") then send them again by EVALSHA. */
+            g->load = 0;
+            g->loaded = !hirate_proto_load_refused(&rep);
+            if (!g->loaded)
+                hirate_link_no_functions(&node_of(op->l, g->node)->link, rep.top.str,
+                                         rep.top.len);
+            continue;
+        }
+        size_t j = g->reset ? 0 : op->order[g->first + g->next];
+        int asked = g->reset ? (op->reset_flags & SEND_ASKING) : (op->flags[j] & SEND_ASKING);
         if (asked && !g->ok_due) {
             g->ok_due = 1;   /* this was ASKING's reply */
             if (rep.top.type != '+') {
@@ -1408,7 +1636,7 @@ int hirate_op_leg_feed(hirate_op *op, size_t i, const char *buf, size_t len, siz
             continue;
         }
         g->ok_due = 0;
-        if (op->kind == OP_RESET) {
+        if (g->reset) {
             op->reset_flags &= ~SEND_ASKING;
             feed_reset(op, g, &rep);
         } else {
@@ -1437,7 +1665,7 @@ int hirate_op_leg_feed(hirate_op *op, size_t i, const char *buf, size_t len, siz
  * times: the node now fails, and the next guess is another one. */
 static int unrouted(hirate_op *op, const leg *g, size_t j)
 {
-    hirate_cluster *c = op->l->cluster;
+    hirate_cluster *c = slots_of(op->l);
     if (!c || (op->flags[j] & SEND_KEEP_NODE) || op->redirects[j] >= HIRATE_CLUSTER_REDIRECTS_MAX)
         return 0;
     unsigned slot = call_slot(op_call(op, j));
@@ -1473,14 +1701,22 @@ void hirate_op_leg_fail(hirate_op *op, size_t i, int code, const char *why)
     leg *g = leg_at(op, i);
     if (!g || g->state != LEG_BUSY)
         return;
-    if (why && *why)
+    hirate_cluster *sentinel = sentinel_of(op->l);
+    if (sentinel && g->map) {
+        /* A sentinel's question failed: for the calls waiting on it, and
+         * for nobody else. The next round asks the next sentinel. */
+        op->route_rc = code;
+        hirate__fail(op->route_err, sizeof op->route_err, code, "%s",
+                     why && *why ? why : hirate_strerror(code));
+    } else if (why && *why) {
         hirate__fail(op->err, sizeof op->err, code, "%s", why);
-    else if (!op->err[0] || code != HIRATE_EPROTO)
+    } else if (!op->err[0] || code != HIRATE_EPROTO) {
         hirate__fail(op->err, sizeof op->err, code, "%s", hirate_strerror(code));
+    }
     g->drop = 1;
     op->drop = 1;
     g->state = LEG_FAILED;
-    if (op->kind == OP_RESET) {
+    if (g->reset) {
         op->reset_pending = 0;
         op->rc = code;
         if (code != HIRATE_ECLOSED)
@@ -1492,7 +1728,9 @@ void hirate_op_leg_fail(hirate_op *op, size_t i, int code, const char *why)
     if (g->map)
         hirate_cluster_refresh_end(op->l->cluster, g->node, NULL, NULL, 0);
     g->map = 0;
-    if (op->l->cluster && code != HIRATE_ECLOSED)
+    if (sentinel && code != HIRATE_ECLOSED && g->node >= sentinel->nsentinels)
+        hirate_cluster_master_lost(sentinel, g->node);   /* ask where it is now */
+    else if (op->l->cluster && code != HIRATE_ECLOSED)
         hirate_cluster_stale(op->l->cluster);   /* a failover? ask another node */
     leg_settle(op, g);
 }
@@ -1658,7 +1896,12 @@ int hirate_endpoint_get(hirate_limiter *l, hirate_endpoint *out)
 
 int hirate_is_cluster(hirate_limiter *l)
 {
-    return l && l->cluster != NULL;
+    return l && l->cluster && !l->cluster->sentinel;
+}
+
+int hirate_is_sentinel(hirate_limiter *l)
+{
+    return l && l->cluster && l->cluster->sentinel;
 }
 
 int hirate_node_handshake_start(hirate_limiter *l, int node, hirate_handshake **out, char *err,

@@ -1,5 +1,6 @@
 /* The link to one Redis server: settings, endpoint, reconnect backoff. */
 #include <errno.h>
+#include <stdarg.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,16 @@ static int check_readable(const char *path, const char *name, int dir, char *err
     return hirate__fail(err, errlen, HIRATE_ETLS, "%s %s: %s", name, path, strerror(errno));
 }
 
+/* The sentinels' credentials, wiped before they are freed. */
+static void free_secrets(hirate_link *k)
+{
+    if (k->sentinel_password)
+        memset(k->sentinel_password, 0, strlen(k->sentinel_password));
+    free(k->sentinel_password);
+    free(k->sentinel_user);
+    k->sentinel_password = k->sentinel_user = NULL;
+}
+
 int hirate_link_init(hirate_link *k, const hirate_options *o, char *err, size_t errlen)
 {
     int rc;
@@ -52,6 +63,26 @@ int hirate_link_init(hirate_link *k, const hirate_options *o, char *err, size_t 
         return rc;
     k->connect_timeout_ms = o->connect_timeout_ms;
     k->timeout_ms = o->timeout_ms;
+    k->role = k->url.sentinel ? HIRATE_LINK_SENTINEL : HIRATE_LINK_REDIS;
+    k->functions = o->functions;
+    k->log = o->log;
+    k->log_arg = o->log_arg;
+    if (o->functions != 0 && o->functions != 1)
+        return hirate__fail(err, errlen, HIRATE_EOPTION, "functions must be 0 or 1, got %d",
+                            o->functions);
+    if (!k->url.sentinel && (o->sentinel_username || o->sentinel_password))
+        return hirate__fail(err, errlen, HIRATE_EOPTION,
+                            "%s is set, but the URL is not redis+sentinel:// (or "
+                            "rediss+sentinel://)",
+                            o->sentinel_username ? "sentinel_username" : "sentinel_password");
+    if (o->sentinel_username && !o->sentinel_password)
+        return hirate__fail(err, errlen, HIRATE_EOPTION,
+                            "sentinel_username needs sentinel_password");
+    if ((rc = copy_option(&k->sentinel_user, o->sentinel_username, "sentinel_username", err,
+                          errlen)) < 0 ||
+        (rc = copy_option(&k->sentinel_password, o->sentinel_password, "sentinel_password", err,
+                          errlen)) < 0)
+        goto fail;
     if (o->tls_verify != 0 && o->tls_verify != 1)
         return hirate__fail(err, errlen, HIRATE_EOPTION, "tls_verify must be 0 or 1, got %d",
                             o->tls_verify);
@@ -97,17 +128,23 @@ fail:
 #define HIRATE_FREE_(f) free(k->f); k->f = NULL;
     TLS_STRINGS(HIRATE_FREE_)
 #undef HIRATE_FREE_
+    free_secrets(k);
     memset(&k->url, 0, sizeof k->url);
     return rc;
 }
 
-int hirate_link_clone(hirate_link *k, const hirate_link *seed, const char *host, int port)
+int hirate_link_clone(hirate_link *k, const hirate_link *seed, const char *host, int port,
+                      int role)
 {
     memset(k, 0, sizeof *k);
     k->url = seed->url;
     snprintf(k->url.host, sizeof k->url.host, "%s", host);
     k->url.port = port;
     k->url.seeds[0] = '\0';
+    k->role = role;
+    k->functions = seed->functions;
+    k->log = seed->log;
+    k->log_arg = seed->log_arg;
     k->connect_timeout_ms = seed->connect_timeout_ms;
     k->timeout_ms = seed->timeout_ms;
     k->tls_verify = seed->tls_verify;
@@ -118,6 +155,8 @@ int hirate_link_clone(hirate_link *k, const hirate_link *seed, const char *host,
 #define HIRATE_COPY_(f) \
     if (seed->f && !(k->f = strdup(seed->f))) ok = 0;
     TLS_STRINGS(HIRATE_COPY_)
+    HIRATE_COPY_(sentinel_user)
+    HIRATE_COPY_(sentinel_password)
 #undef HIRATE_COPY_
     if (ok && k->url.tls && !k->server_name_given) {
         free(k->tls_server_name);
@@ -145,6 +184,7 @@ void hirate_link_destroy(hirate_link *k)
 #define HIRATE_FREE_(f) free(k->f);
     TLS_STRINGS(HIRATE_FREE_)
 #undef HIRATE_FREE_
+    free_secrets(k);
     if (k->started)
         pthread_mutex_destroy(&k->lock);
     /* The password lived in url: do not leave it in freed memory. */
@@ -250,4 +290,32 @@ void hirate_link_fork_release(hirate_link *k, int child)
         k->backoff_ms = 0;
     }
     pthread_mutex_unlock(&k->lock);
+}
+
+void hirate_link_log(const hirate_link *k, int level, const char *fmt, ...)
+{
+    if (!k->log)
+        return;
+    char msg[HIRATE_ERRMSG_SIZE * 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    k->log(k->log_arg, level, msg);
+}
+
+void hirate_link_no_functions(hirate_link *k, const char *msg, size_t len)
+{
+    int was = 1;
+    /* Once: the first caller to turn them off says so. */
+    if (!__atomic_compare_exchange_n(&k->functions, &was, 0, 0, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+        return;
+    hirate_endpoint ep;
+    hirate_link_endpoint(k, &ep);
+    char quoted[HIRATE_ERRMSG_SIZE];
+    hirate__fail_quoting(quoted, sizeof quoted, 0, "Redis replied: ", msg, len);
+    hirate_link_log(k, HIRATE_LOG_WARNING,
+                    "Redis Functions are not usable on %s (%s): deciding with EVALSHA there",
+                    ep.where, quoted);
 }

@@ -18,8 +18,22 @@
 #include "tls.h"
 #include "url.h"
 
+/* What a link's server is to the limiter, which decides its handshake. */
+enum {
+    HIRATE_LINK_REDIS = 0,  /* a Redis to decide on: AUTH and SELECT of the URL, PING */
+    HIRATE_LINK_SENTINEL,   /* a sentinel: the sentinels' AUTH, PING */
+    HIRATE_LINK_MASTER      /* the master a sentinel named: as REDIS, but ROLE for
+                               PING, and a replica is refused */
+};
+
 typedef struct hirate_link {
-    hirate_url url;
+    hirate_url url;         /* the credentials and db are the data nodes' */
+    int role;               /* a HIRATE_LINK_* */
+    char *sentinel_user, *sentinel_password;   /* a Sentinel URL's sentinels' */
+    int functions;          /* 1: FCALL; 0: EVALSHA (the option, or the server
+                               refused Redis Functions) (atomic) */
+    hirate_log_fn log;      /* the limiter's log, and its argument */
+    void *log_arg;
     int connect_timeout_ms, timeout_ms;
     int tls_verify;
     char *tls_ca_file, *tls_ca_dir, *tls_cert_file, *tls_key_file, *tls_server_name;
@@ -42,10 +56,17 @@ typedef struct hirate_link {
  * rediss:// is HIRATE_EOPTION), and makes the TLS context (a file that
  * cannot be read is HIRATE_ETLS naming it). */
 int hirate_link_init(hirate_link *k, const hirate_options *o, char *err, size_t errlen);
-/* A cluster node's link: seed's settings (credentials, timeouts, TLS, its
- * TLS context) to host:port. The name checked is the option's, else host.
- * 0, or HIRATE_ENOMEM. */
-int hirate_link_clone(hirate_link *k, const hirate_link *seed, const char *host, int port);
+/* Another node's link: seed's settings (credentials, timeouts, TLS, its TLS
+ * context, the log) to host:port, in role. The name checked is the
+ * option's, else host. 0, or HIRATE_ENOMEM. */
+int hirate_link_clone(hirate_link *k, const hirate_link *seed, const char *host, int port,
+                      int role);
+/* The server refused Redis Functions (rc and msg its reply's class and
+ * words): EVALSHA from now on, said once in the log. */
+void hirate_link_no_functions(hirate_link *k, const char *msg, size_t len);
+/* A line for the log, when there is one. */
+void hirate_link_log(const hirate_link *k, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Readies the backoff, once the link is where it will stay. */
 void hirate_link_start(hirate_link *k);
 void hirate_link_destroy(hirate_link *k);

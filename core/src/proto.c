@@ -237,24 +237,30 @@ static char *put_int_bulk(char *p, int64_t v)
     return put_bulk(p, s, (size_t)(tmp + sizeof tmp - s));
 }
 
-size_t hirate_proto_call_bound(const hirate_call *c, int eval)
+size_t hirate_proto_call_bound(const hirate_call *c, int form)
 {
     return HIRATE_PROTO_CALL_OVERHEAD + c->prefixlen + c->keylen + c->argslen +
-           (eval ? hirate__script_len : 0);
+           (form == HIRATE_FORM_EVAL ? hirate__script_len : 0);
 }
 
-size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int eval)
+size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int form)
 {
-    static const char evalsha[] = "$7\r\nEVALSHA\r\n";
-    static const char evalcmd[] = "$4\r\nEVAL\r\n";
+    /* The command, and how it names the script (the function's name is 23
+     * bytes: "hirate_" and 16 hex digits). */
+    static const char *const cmds[] = {"$7\r\nEVALSHA\r\n", "$4\r\nEVAL\r\n", "$5\r\nFCALL\r\n"};
+    static const size_t cmdlens[] = {13, 10, 11};
     static const char one_key[] = "$1\r\n1\r\n";
-    const char *body = eval ? hirate__script : hirate__script_sha1;
-    size_t bodylen = eval ? hirate__script_len : 40;
+    const char *body = form == HIRATE_FORM_EVAL    ? hirate__script
+                       : form == HIRATE_FORM_FCALL ? hirate__function_name
+                                                   : hirate__script_sha1;
+    size_t bodylen = form == HIRATE_FORM_EVAL    ? hirate__script_len
+                     : form == HIRATE_FORM_FCALL ? sizeof hirate__function_name - 1
+                                                 : 40;
     int has_time = c->now_us >= 0;
 
     /* Within the bound, skip counting digits: it is the common case. */
-    if (cap < hirate_proto_call_bound(c, eval)) {
-        size_t need = 4 + (eval ? sizeof evalcmd : sizeof evalsha) - 1 + bulk_size(bodylen) +
+    if (cap < hirate_proto_call_bound(c, form)) {
+        size_t need = 4 + cmdlens[form] + bulk_size(bodylen) +
                       sizeof one_key - 1 + bulk_size(c->prefixlen + c->keylen) + c->argslen +
                       int_bulk_size(c->cost) + 7 + (has_time ? int_bulk_size(c->now_us) : 0);
         if (need > cap)
@@ -264,13 +270,8 @@ size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int
     char *p = buf;
     memcpy(p, has_time ? "*9\r\n" : "*8\r\n", 4);
     p += 4;
-    if (eval) {
-        memcpy(p, evalcmd, sizeof evalcmd - 1);
-        p += sizeof evalcmd - 1;
-    } else {
-        memcpy(p, evalsha, sizeof evalsha - 1);
-        p += sizeof evalsha - 1;
-    }
+    memcpy(p, cmds[form], cmdlens[form]);
+    p += cmdlens[form];
     p = put_bulk(p, body, bodylen);
     memcpy(p, one_key, sizeof one_key - 1);
     p += sizeof one_key - 1;
@@ -291,24 +292,37 @@ size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int
     return (size_t)(p - buf);
 }
 
-size_t hirate_proto_batch_bound(const hirate_call *calls, size_t n, const int *rcs, int select,
-                                int eval_first)
+size_t hirate_proto_encode_load(char *buf, size_t cap)
 {
-    size_t total = 0, m = 0;
+    const char *argv[3] = {"FUNCTION", "LOAD", hirate__library};
+    size_t lens[3] = {8, 4, hirate__library_len};
+    return hirate_proto_encode_argv(buf, cap, 3, argv, lens);
+}
+
+/* The form of a batch's m-th call. */
+static int batch_form(int fcall, int load, size_t m)
+{
+    return fcall ? HIRATE_FORM_FCALL : load && m == 0 ? HIRATE_FORM_EVAL : HIRATE_FORM_EVALSHA;
+}
+
+size_t hirate_proto_batch_bound(const hirate_call *calls, size_t n, const int *rcs, int select,
+                                int fcall, int load)
+{
+    size_t total = fcall && load ? hirate_proto_encode_load(NULL, 0) : 0, m = 0;
     for (size_t i = 0; i < n; i++)
         if (!select || rcs[i] == select)
-            total += hirate_proto_call_bound(&calls[i], eval_first && m++ == 0);
+            total += hirate_proto_call_bound(&calls[i], batch_form(fcall, load, m++));
     return total;
 }
 
 size_t hirate_proto_encode_batch(char *buf, size_t cap, const hirate_call *calls, size_t n,
-                                 const int *rcs, int select, int eval_first)
+                                 const int *rcs, int select, int fcall, int load)
 {
-    size_t len = 0, m = 0;
+    size_t len = fcall && load ? hirate_proto_encode_load(buf, cap) : 0, m = 0;
     for (size_t i = 0; i < n; i++)
         if (!select || rcs[i] == select)
             len += hirate_proto_encode_call(buf + len, cap - len, &calls[i],
-                                            eval_first && m++ == 0);
+                                            batch_form(fcall, load, m++));
     return len;
 }
 
@@ -366,14 +380,44 @@ static int contains(const char *msg, size_t len, const char *word)
     return 0;
 }
 
+/* Does [msg, msg+len) contain word, in any case? */
+static int contains_ci(const char *msg, size_t len, const char *word)
+{
+    size_t n = strlen(word);
+    for (size_t i = 0; i + n <= len; i++) {
+        size_t k = 0;
+        while (k < n && (msg[i + k] | 0x20) == word[k])
+            k++;
+        if (k == n)
+            return 1;
+    }
+    return 0;
+}
+
+/* The server will not run FCALL or FUNCTION: it does not know them (Redis
+ * before 7, or a proxy that does not pass them: "unknown command 'FCALL'",
+ * "unsupported command"), or the ACL forbids them ("NOPERM ... 'fcall'",
+ * "... 'function|load'"). */
+static int no_functions(const char *msg, size_t len)
+{
+    int unknown = first_word_is(msg, len, "ERR") && (contains(msg, len, "unknown command") ||
+                                                     contains(msg, len, "unsupported command"));
+    int denied = first_word_is(msg, len, "NOPERM");
+    return (unknown || denied) && (contains_ci(msg, len, "fcall") ||
+                                   contains_ci(msg, len, "function"));
+}
+
 int hirate_proto_error_class(const char *msg, size_t len)
 {
     static const char *const unavailable[] = {
         "OOM", "BUSY", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
         "MISCONF", "NOREPLICAS",
     };
-    if (first_word_is(msg, len, "NOSCRIPT"))
+    if (first_word_is(msg, len, "NOSCRIPT") ||
+        (len == 22 && memcmp(msg, "ERR Function not found", 22) == 0))
         return HIRATE_PROTO_NOSCRIPT;
+    if (no_functions(msg, len))
+        return HIRATE_PROTO_NOFUNC;
     if (first_word_is(msg, len, "MOVED"))
         return HIRATE_PROTO_MOVED;
     if (first_word_is(msg, len, "ASK"))
@@ -400,6 +444,11 @@ int hirate_proto_error_drops_connection(const char *msg, size_t len)
 {
     return first_word_is(msg, len, "READONLY") || first_word_is(msg, len, "LOADING") ||
            first_word_is(msg, len, "MASTERDOWN");
+}
+
+int hirate_proto_error_readonly(const char *msg, size_t len)
+{
+    return first_word_is(msg, len, "READONLY");
 }
 
 int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t capacity,
@@ -489,11 +538,22 @@ int hirate_proto_outcome(const hirate_reply *rep, const hirate_call *c, int64_t 
     int rc = hirate_proto_decision(rep, c, capacity, d, state, &why);
     if (rc == HIRATE_PROTO_NOSCRIPT && after_eval)
         rc = HIRATE_EREPLY;   /* NOSCRIPT after EVAL: no second fallback */
-    if ((rc < 0 || rc > HIRATE_PROTO_NOSCRIPT) && rep->top.type == '-') {
+    if (rc != HIRATE_PROTO_NOSCRIPT && rc != HIRATE_PROTO_NOFUNC && rc != 0 &&
+        rep->top.type == '-') {
         rc = hirate_proto_error_reply(rep, drop, err, errlen);
     } else if (rc == HIRATE_EPROTO) {
         rc = hirate__fail(err, errlen, HIRATE_EPROTO, "malformed reply from Redis: %s", why);
         *drop = 1;
     }
     return rc;
+}
+
+int hirate_proto_load_refused(const hirate_reply *rep)
+{
+    if (rep->top.type != '-')
+        return 0;
+    /* "ERR Library 'hirate_...' already exists": the name is the script's
+     * own SHA1's, so the code is the same. */
+    return !(first_word_is(rep->top.str, rep->top.len, "ERR") &&
+             contains(rep->top.str, rep->top.len, "already exists"));
 }

@@ -56,21 +56,28 @@ typedef struct hirate_call {
     int64_t now_us;         /* < 0: Redis' clock (every production call) */
 } hirate_call;
 
-/* A quick upper bound of the length of a call. */
-size_t hirate_proto_call_bound(const hirate_call *c, int eval);
+/* How a call names the script: by its SHA1, whole, or as a function. */
+enum { HIRATE_FORM_EVALSHA = 0, HIRATE_FORM_EVAL = 1, HIRATE_FORM_FCALL = 2 };
 
-/* Encodes EVALSHA (eval == 0) or EVAL (eval == 1) of the script. Returns the
- * length the call takes; writes it only when that is at most cap. */
-size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int eval);
+/* A quick upper bound of the length of a call in form. */
+size_t hirate_proto_call_bound(const hirate_call *c, int form);
+
+/* Encodes the call as EVALSHA, EVAL or FCALL (a HIRATE_FORM_*). Returns the
+ * length it takes; writes it only when that is at most cap. */
+size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int form);
+
+/* FUNCTION LOAD of the library: its length; written only when it fits. */
+size_t hirate_proto_encode_load(char *buf, size_t cap);
 
 /* A batch: the calls whose rcs[i] is `select` (all of them when select is
- * 0), the first as EVAL when eval_first. batch_bound is a quick upper bound
- * of its length; encode_batch writes it into buf (cap at least the bound)
- * and returns the exact length. */
+ * 0), by FCALL when fcall, else by EVALSHA; with load, the code goes first
+ * (FUNCTION LOAD before them, or the first as EVAL). batch_bound is a quick
+ * upper bound of its length; encode_batch writes it into buf (cap at least
+ * the bound) and returns the exact length. */
 size_t hirate_proto_batch_bound(const hirate_call *calls, size_t n, const int *rcs, int select,
-                                int eval_first);
+                                int fcall, int load);
 size_t hirate_proto_encode_batch(char *buf, size_t cap, const hirate_call *calls, size_t n,
-                                 const int *rcs, int select, int eval_first);
+                                 const int *rcs, int select, int fcall, int load);
 
 /* Encodes capacity and rate as the two bulk strings of hirate_call.args; the
  * rate in the fewest digits that read back as the same double. */
@@ -85,9 +92,13 @@ size_t hirate_proto_encode_argv(char *buf, size_t cap, int argc, const char *con
  * OOM, BUSY, READONLY, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, MISCONF,
  * NOREPLICAS), HIRATE_EAUTH (WRONGPASS, NOAUTH), HIRATE_ENOPERM (NOPERM, or a
  * script's command the ACL refuses), HIRATE_EREFUSED (max number of clients,
- * DENIED), or HIRATE_EREPLY; HIRATE_PROTO_NOSCRIPT for
- * NOSCRIPT, the one reply after which a call is sent again (as EVAL). */
+ * DENIED), or HIRATE_EREPLY; HIRATE_PROTO_NOSCRIPT for NOSCRIPT or "Function
+ * not found", after which a call is sent again with the code (EVAL, or
+ * FUNCTION LOAD first); HIRATE_PROTO_NOFUNC when the server will not run
+ * FCALL or FUNCTION (an older Redis, an ACL, a proxy), after which it is sent
+ * again by EVALSHA. In each of these the call did not run. */
 #define HIRATE_PROTO_NOSCRIPT 1
+#define HIRATE_PROTO_NOFUNC 4
 /* MOVED and ASK (a cluster's redirections; the call did not run). Only the
  * cluster's op reads them as such; to everything else (hirate_proto_outcome,
  * hirate_proto_error_reply) they are HIRATE_EREPLY, a URL that should have
@@ -99,6 +110,8 @@ int hirate_proto_error_class(const char *msg, size_t len);
 /* True when the error says this server is the wrong one to talk to now
  * (READONLY, LOADING, MASTERDOWN): drop the connection, reconnect later. */
 int hirate_proto_error_drops_connection(const char *msg, size_t len);
+/* READONLY: the server is a replica now (a master demoted by a failover). */
+int hirate_proto_error_readonly(const char *msg, size_t len);
 
 /* Checks the script's reply and fills *d (source HIRATE_SOURCE_REDIS) and
  * *state, the bucket as Redis stores it after the decision, from which every
@@ -113,9 +126,15 @@ int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t c
  * "Redis replied: <its words>" in err; sets *drop as hirate_proto_outcome. */
 int hirate_proto_error_reply(const hirate_reply *rep, int *drop, char *err, size_t errlen);
 
+/* FUNCTION LOAD's reply: 0 when the library is there now (loaded, or
+ * "already exists": another client loaded it first), 1 when the server
+ * refused it (then Redis Functions are not for this server). */
+int hirate_proto_load_refused(const hirate_reply *rep);
+
 /* What one reply to call c means: 0 with *d and *state filled,
- * HIRATE_PROTO_NOSCRIPT (unless after_eval: the call was already sent as
- * EVAL, so it is HIRATE_EREPLY), or an error code with its message in err.
+ * HIRATE_PROTO_NOSCRIPT (unless after_eval: the code was already sent with
+ * it, so it is HIRATE_EREPLY), HIRATE_PROTO_NOFUNC, or an error code with its
+ * message in err.
  * Sets *drop when the connection must not be used again (a malformed reply,
  * READONLY, LOADING, MASTERDOWN). */
 int hirate_proto_outcome(const hirate_reply *rep, const hirate_call *c, int64_t capacity,

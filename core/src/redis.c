@@ -21,8 +21,10 @@
  *    the earliest deadline of the calls it carries; a queued call whose time
  *    runs out leaves the queue with "all connections stayed busy" (nothing
  *    was sent), and a call with less than RIDE_LEFT_MIN left is not taken;
- *  - no call sent twice: NOSCRIPT replies, and only those, go again as EVAL
- *    in the same way as one thread's batch (round_trip());
+ *  - no call sent twice unless it provably did not run: after NOSCRIPT (or
+ *    "Function not found") with the code first, after a refusal of Redis
+ *    Functions by EVALSHA, in the same way as one thread's batch
+ *    (round_trip());
  *  - a failure of the round trip (a timeout, a broken or out-of-step stream)
  *    closes that connection only, and every call it carried gets the failure:
  *    it may have run. The queued calls then try to open connections (the
@@ -599,15 +601,17 @@ static inline __attribute__((always_inline)) void release(hirate_redis *r, conn 
 }
 
 /* One pipeline: the calls whose rcs[i] is `select` (all of them when select
- * is 0), the first as EVAL when eval_first, answered in order. Each answered
- * call gets its rc; an I/O error, which leaves the stream's state unknown, is
- * every unanswered call's rc and the return value. */
+ * is 0), by FCALL when fcall (else EVALSHA), with the code first when load
+ * (FUNCTION LOAD before them, or the first as EVAL), answered in order. Each
+ * answered call gets its rc; an I/O error, which leaves the stream's state
+ * unknown, is every unanswered call's rc and the return value. */
 static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int select,
-                    int eval_first, int64_t capacity, hirate_decision *ds, hirate_bucket *states,
-                    int *rcs, int *healthy, int64_t deadline, char *err, size_t errlen)
+                    int fcall, int load, int64_t capacity, hirate_decision *ds,
+                    hirate_bucket *states, int *rcs, int *healthy, int64_t deadline, char *err,
+                    size_t errlen)
 {
     char stackbuf[2048];
-    size_t total = hirate_proto_batch_bound(calls, n, rcs, select, eval_first);
+    size_t total = hirate_proto_batch_bound(calls, n, rcs, select, fcall, load);
     char *buf = total <= sizeof stackbuf ? stackbuf : malloc(total);
     if (!buf) {
         int rc = hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory for %zu calls", n);
@@ -616,7 +620,7 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
                 rcs[i] = rc;
         return 0;   /* nothing was sent: the connection is fine */
     }
-    size_t len = hirate_proto_encode_batch(buf, total, calls, n, rcs, select, eval_first);
+    size_t len = hirate_proto_encode_batch(buf, total, calls, n, rcs, select, fcall, load);
     /* Which calls this round trip carries (all, or those whose rc is
      * select), so that a failure of its stream reaches them and no other.
      * Without memory for the map, every call takes the failure. */
@@ -634,21 +638,37 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
     if (buf != stackbuf)
         free(buf);
 
-    int sent_eval = 0, drop = 0;
+    int sent_eval = 0, drop = 0, loaded = load;
+    hirate_reply rep;
+    if (fcall && load) {
+        STAT_INC(r, function_loads);
+        if (io == 0)
+            io = conn_read(r, c, deadline, &rep, err, errlen);
+        if (io == 0 && hirate_proto_load_refused(&rep)) {
+            hirate_link_no_functions(r->link, rep.top.str, rep.top.len);
+            loaded = 0;   /* "Function not found" now means: go by EVALSHA */
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         if (select && rcs[i] != select)
             continue;
-        if (eval_first && !sent_eval++)
+        if (fcall)
+            STAT_INC(r, fcall);
+        else if (load && !sent_eval++)
             STAT_INC(r, eval);
         else
             STAT_INC(r, evalsha);
-        hirate_reply rep;
         if (io == 0)
             io = conn_read(r, c, deadline, &rep, err, errlen);
         rcs[i] = io < 0 ? io
-                        : hirate_proto_outcome(&rep, &calls[i], capacity,
-                                               select == HIRATE_PROTO_NOSCRIPT, &ds[i],
+                        : hirate_proto_outcome(&rep, &calls[i], capacity, loaded, &ds[i],
                                                &states[i], &drop, err, errlen);
+        if (rcs[i] == HIRATE_PROTO_NOFUNC && fcall)
+            hirate_link_no_functions(r->link, rep.top.str, rep.top.len);
+        else if (rcs[i] == HIRATE_PROTO_NOFUNC)
+            rcs[i] = hirate_proto_error_reply(&rep, &drop, err, errlen);
+        else if (rcs[i] == HIRATE_PROTO_NOSCRIPT && fcall && !loaded && load)
+            rcs[i] = HIRATE_PROTO_NOFUNC;   /* the library was refused: EVALSHA it */
     }
     if (io == 0 && (io = end_roundtrip(c, err, errlen)) < 0)
         for (size_t i = 0; i < n; i++)
@@ -661,30 +681,50 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
     return io;
 }
 
-/* The calls of one thread on a connection: a pipeline, and the NOSCRIPT ones
- * again as EVAL. deadline 0: each pipeline's own timeout from its sending. */
+/* The calls of one thread on a connection: a pipeline, then again those that
+ * provably did not run, as long as one of them is left: after NOSCRIPT with
+ * the code first (FUNCTION LOAD, or EVAL), after NOFUNC by EVALSHA. Each
+ * step is taken at most once, so there are at most four pipelines, and only
+ * on a server that has just started or lost the code. deadline 0: each
+ * pipeline's own timeout from its sending. */
 static inline __attribute__((always_inline)) int
 round_trip(hirate_redis *r, conn *c, const hirate_call *calls, size_t n,
                       int64_t capacity, hirate_decision *ds, hirate_bucket *states, int *rcs,
                       int *healthy, int64_t deadline, char *err, size_t errlen)
 {
-    int rc = pipeline(r, c, calls, n, 0, 0, capacity, ds, states, rcs, healthy, deadline, err,
-                      errlen);
-    /* NOSCRIPT: the server does not know the script (restart, SCRIPT
-     * FLUSH, failover), so those calls provably did not run. Send them
-     * again, the first as EVAL; it caches the script for the rest. */
-    int again = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        again |= rcs[i] == HIRATE_PROTO_NOSCRIPT;
-    if (again)
-        rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOSCRIPT, 1, capacity, ds, states, rcs,
-                      healthy, deadline, err, errlen);
+    int fcall = __atomic_load_n(&r->link->functions, __ATOMIC_RELAXED);
+    int rc = pipeline(r, c, calls, n, 0, fcall, 0, capacity, ds, states, rcs, healthy, deadline,
+                      err, errlen);
+    for (int pass = 0; rc == 0 && pass < 3; pass++) {
+        int noscript = 0, nofunc = 0;
+        for (size_t i = 0; i < n; i++) {
+            noscript |= rcs[i] == HIRATE_PROTO_NOSCRIPT;
+            nofunc |= rcs[i] == HIRATE_PROTO_NOFUNC;
+        }
+        if (nofunc) {
+            /* EVALSHA for every call that did not run, NOSCRIPT ones too. */
+            for (size_t i = 0; i < n; i++)
+                if (rcs[i] == HIRATE_PROTO_NOSCRIPT)
+                    rcs[i] = HIRATE_PROTO_NOFUNC;
+            fcall = 0;
+            rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOFUNC, 0, 0, capacity, ds, states, rcs,
+                          healthy, deadline, err, errlen);
+        } else if (noscript) {
+            rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOSCRIPT, fcall, 1, capacity, ds, states,
+                          rcs, healthy, deadline, err, errlen);
+        } else {
+            break;
+        }
+    }
     /* A round trip that broke gave its failure to the calls it had not
-     * answered; the calls answered keep their answers, and those that met
-     * NOSCRIPT, never sent again, get the failure too. */
-    for (size_t i = 0; rc < 0 && i < n; i++)
-        if (rcs[i] == HIRATE_PROTO_NOSCRIPT)
-            rcs[i] = rc;
+     * answered; the calls answered keep their answers, and those that were
+     * to go again, never sent, get the failure too. */
+    for (size_t i = 0; i < n; i++) {
+        if (rcs[i] == HIRATE_PROTO_NOSCRIPT || rcs[i] == HIRATE_PROTO_NOFUNC)
+            rcs[i] = rc < 0 ? rc
+                            : hirate__fail(err, errlen, HIRATE_EREPLY,
+                                           "Redis kept refusing the script");
+    }
     return rc;
 }
 
@@ -899,6 +939,8 @@ void hirate_redis_stats_get(hirate_redis *r, hirate_redis_stats *out)
 {
     out->evalsha = __atomic_load_n(&r->stats.evalsha, __ATOMIC_RELAXED);
     out->eval = __atomic_load_n(&r->stats.eval, __ATOMIC_RELAXED);
+    out->fcall = __atomic_load_n(&r->stats.fcall, __ATOMIC_RELAXED);
+    out->function_loads = __atomic_load_n(&r->stats.function_loads, __ATOMIC_RELAXED);
     out->dropped = __atomic_load_n(&r->stats.dropped, __ATOMIC_RELAXED);
 }
 

@@ -6,7 +6,9 @@
  * with no allocation per call.
  *
  * Rules it keeps: a connection that met any error is closed, never reused; a
- * call is sent twice only after NOSCRIPT (as EVAL); a timeout is an unknown
+ * call is sent twice only when it provably did not run (NOSCRIPT or
+ * "Function not found": the code goes first; Redis Functions refused: by
+ * EVALSHA); a timeout is an unknown
  * outcome and is never retried; new connections after a failure wait out
  * the link's backoff; each place in the pool keeps its TLS session for the
  * next connection in that place, never shared; after fork() the child
@@ -65,7 +67,7 @@ void hirate_redis_unlease(hirate_redis *r, hirate_redis_conn *c, int healthy);
 
 /* The pool's counters (connection attempts are the link's). */
 typedef struct hirate_redis_stats {
-    uint64_t evalsha, eval, dropped;
+    uint64_t evalsha, eval, fcall, function_loads, dropped;
 } hirate_redis_stats;
 
 void hirate_redis_stats_get(hirate_redis *r, hirate_redis_stats *out);

@@ -4,6 +4,9 @@
  * unix://[[user]:password@]/path[?db=N]
  * redis+cluster://[[user]:password@]host[:port][,host[:port]...][/0]
  * rediss+cluster://...                         a Redis Cluster's seeds, TLS
+ * redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]
+ * rediss+sentinel://...                        sentinels (default port 26379)
+ *                                              and the master's name, TLS
  *
  * Messages name the part that is wrong and never quote the user or password.
  */
@@ -88,7 +91,8 @@ static int parse_userinfo(const char **p, const char *end, hirate_url *u, char *
 
 /* One "host[:port]" of a seed list at p (host may be [v6]): its end, or NULL
  * when it is malformed. */
-static const char *seed_end(const char *p, const char *end, char host[256], int *port)
+static const char *seed_end(const char *p, const char *end, int default_port, char host[256],
+                            int *port)
 {
     const char *h = p, *he, *q;
     if (p < end && *p == '[') {
@@ -104,7 +108,7 @@ static const char *seed_end(const char *p, const char *end, char host[256], int 
         return NULL;
     memcpy(host, h, (size_t)(he - h));
     host[he - h] = '\0';
-    *port = 6379;
+    *port = default_port;
     if (q < end && *q == ':') {
         const char *ps = ++q;
         while (q < end && *q != ',' && *q != '/' && *q != '?') q++;
@@ -124,14 +128,16 @@ static const char *parse_seeds(const char *p, const char *end, hirate_url *u, ch
     for (;;) {
         char host[256];
         int port;
-        const char *q = seed_end(p, end, host, &port);
+        const char *q = seed_end(p, end, u->port, host, &port);
         if (!q) {
             hirate__fail(err, errlen, HIRATE_EURL,
-                         "invalid Redis URL: seed %d must be host[:port] (port 1 to 65535)", n + 1);
+                         "invalid Redis URL: %s %d must be host[:port] (port 1 to 65535)",
+                         u->sentinel ? "sentinel" : "seed", n + 1);
             return NULL;
         }
         if (++n > 16) {
-            hirate__fail(err, errlen, HIRATE_EURL, "invalid Redis URL: more than 16 seeds");
+            hirate__fail(err, errlen, HIRATE_EURL, "invalid Redis URL: more than 16 %s",
+                         u->sentinel ? "sentinels" : "seeds");
             return NULL;
         }
         p = q;
@@ -140,7 +146,8 @@ static const char *parse_seeds(const char *p, const char *end, hirate_url *u, ch
         p++;
     }
     if ((size_t)(p - start) >= sizeof u->seeds) {
-        hirate__fail(err, errlen, HIRATE_EURL, "invalid Redis URL: the seed list is too long");
+        hirate__fail(err, errlen, HIRATE_EURL, "invalid Redis URL: the %s list is too long",
+                     u->sentinel ? "sentinel" : "seed");
         return NULL;
     }
     memcpy(u->seeds, start, (size_t)(p - start));
@@ -148,16 +155,46 @@ static const char *parse_seeds(const char *p, const char *end, hirate_url *u, ch
     return p;
 }
 
-int hirate_url_next_seed(const char **p, char host[256], int *port)
+int hirate_url_next_seed(const hirate_url *u, const char **p, char host[256], int *port)
 {
     if (!*p || !**p)
         return 0;
     const char *end = *p + strlen(*p);
-    const char *q = seed_end(*p, end, host, port);
+    const char *q = seed_end(*p, end, u->sentinel ? 26379 : 6379, host, port);
     if (!q)
         return 0;
     *p = *q == ',' ? q + 1 : q;
     return 1;
+}
+
+/* A Sentinel URL's "/service": the master's name, as the sentinels know it.
+ * The end of it, or NULL with the message in err. */
+static const char *parse_service(const char *q, const char *end, hirate_url *u, char *err,
+                                 size_t errlen)
+{
+    if (q == end || *q != '/' || q + 1 == end || q[1] == '/' || q[1] == '?') {
+        hirate__fail(err, errlen, HIRATE_EURL,
+                     "invalid Redis URL: a Sentinel URL names the master after the sentinels, "
+                     "as in redis+sentinel://host:26379/mymaster");
+        return NULL;
+    }
+    const char *s = ++q;
+    while (q < end && *q != '/' && *q != '?') q++;
+    if (decode(s, (size_t)(q - s), u->service, sizeof u->service) < 0) {
+        hirate__fail(err, errlen, HIRATE_EURL,
+                     "invalid Redis URL: the master's name is malformed or longer than %zu bytes",
+                     sizeof u->service - 1);
+        return NULL;
+    }
+    for (const char *c = u->service; *c; c++) {
+        if ((unsigned char)*c <= ' ' || *c == 0x7f) {
+            hirate__fail(err, errlen, HIRATE_EURL,
+                         "invalid Redis URL: the master's name has a space or a control "
+                         "character");
+            return NULL;
+        }
+    }
+    return q;
 }
 
 static int parse_tcp(const char *p, const char *end, hirate_url *u, char *err, size_t errlen)
@@ -189,13 +226,15 @@ static int parse_tcp(const char *p, const char *end, hirate_url *u, char *err, s
                                 "invalid Redis URL: the port must be a number from 1 to 65535");
     }
     if (q < end && *q == ',') {
-        if (!u->cluster)
+        if (!u->cluster && !u->sentinel)
             return hirate__fail(err, errlen, HIRATE_EURL,
                                 "invalid Redis URL: several hosts need redis+cluster:// "
                                 "(or rediss+cluster://)");
         if ((q = parse_seeds(q + 1, end, u, err, errlen)) == NULL)
             return HIRATE_EURL;
     }
+    if (u->sentinel && (q = parse_service(q, end, u, err, errlen)) == NULL)
+        return HIRATE_EURL;
     if (q < end && *q == '/') {
         const char *ds = ++q;
         while (q < end && *q != '?') q++;
@@ -256,10 +295,19 @@ int hirate_url_parse(const char *url, hirate_url *u, char *err, size_t errlen)
     } else if (strncmp(url, "rediss+cluster://", 17) == 0) {
         p = url + 17;
         u->cluster = u->tls = 1;
+    } else if (strncmp(url, "redis+sentinel://", 17) == 0) {
+        p = url + 17;
+        u->sentinel = 1;
+        u->port = 26379;
+    } else if (strncmp(url, "rediss+sentinel://", 18) == 0) {
+        p = url + 18;
+        u->sentinel = u->tls = 1;
+        u->port = 26379;
     } else {
         return hirate__fail(err, errlen, HIRATE_EURL,
                             "invalid Redis URL: it must start with redis://, rediss://, unix://, "
-                            "redis+cluster:// or rediss+cluster://");
+                            "redis+cluster://, rediss+cluster://, redis+sentinel:// or "
+                            "rediss+sentinel://");
     }
     int rc = parse_userinfo(&p, end, u, err, errlen);
     if (rc < 0)

@@ -46,6 +46,7 @@ static hirate_limiter *make(const char *prefix, int64_t capacity, int on_error, 
 {
     hirate_options o;
     hirate_options_init(&o);
+    o.functions = 0;   /* the EVALSHA path; test_sentinel.c has FCALL's */
     o.url = S.url;
     o.capacity = capacity;
     o.rate = capacity > 1000000 ? 1e6 : NO_REFILL;

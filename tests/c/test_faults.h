@@ -48,6 +48,7 @@ static inline hirate_limiter *fault_limiter(fcfg c)
     hirate_limiter *lim = NULL;
     char why[HIRATE_ERRMSG_SIZE] = "";
     hirate_options_init(&o);
+    o.functions = 0;   /* the EVALSHA path; test_sentinel.c has FCALL's */
     o.url = c.url;
     o.capacity = c.capacity ? c.capacity : 10;
     o.rate = FAULT_RATE;

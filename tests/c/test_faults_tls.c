@@ -50,6 +50,7 @@ static hirate_limiter *tls_limiter(const char *url, int policy, int deny_cache)
     hirate_limiter *lim = NULL;
     char why[HIRATE_ERRMSG_SIZE] = "";
     hirate_options_init(&o);
+    o.functions = 0;   /* the EVALSHA path; test_sentinel.c has FCALL's */
     o.url = url;
     o.capacity = 10;
     o.rate = FAULT_RATE;

@@ -25,6 +25,7 @@ static hirate_limiter *make(const char *url, const char *prefix, int64_t capacit
 {
     hirate_options o;
     hirate_options_init(&o);
+    o.functions = 0;   /* the EVALSHA path; test_sentinel.c has FCALL's */
     o.url = url;
     o.prefix = prefix;
     o.capacity = capacity;

@@ -476,6 +476,79 @@ static void evalsha_calls_are_exact_resp(void)
     }
 }
 
+/* FCALL names the function where EVALSHA names the SHA1: the same parts. */
+static void fcall_calls_are_exact_resp(void)
+{
+    const char *name = hirate_function_name();
+    char want[32];
+    snprintf(want, sizeof want, "hirate_%.16s", hirate_script_sha1());
+    CHECK_EQ_STR(name, want);
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        const call_case *cc = &calls[i];
+        char tmpl[512], expect[512];
+        /* The EVALSHA case with FCALL and a 23-byte name in its place. */
+        static const char head[] = "$7\r\nEVALSHA\r\n$40\r\n";
+        const char *at = strstr(cc->expect, head);
+        CHECK(at != NULL);
+        size_t pre = (size_t)(at - cc->expect), post = cc->len - pre - (sizeof head - 1);
+        memcpy(tmpl, cc->expect, pre);
+        static const char fcall[] = "$5\r\nFCALL\r\n$23\r\n";
+        size_t flen = sizeof fcall - 1;
+        memcpy(tmpl + pre, fcall, flen);
+        memcpy(tmpl + pre + flen, cc->expect + pre + sizeof head - 1, post);
+        size_t len = splice(expect, tmpl, pre + flen + post, name, 23);
+        hirate_call c = call_for(cc->key, cc->keylen, cc->cost, cc->spend, cc->now);
+        check_call_bytes(&c, HIRATE_FORM_FCALL, expect, len);
+    }
+}
+
+/* FUNCTION LOAD of a library that is the script itself inside a function,
+ * registered under the name FCALL uses. */
+static void function_load_carries_the_script_whole(void)
+{
+    size_t liblen, slen;
+    const char *lib = hirate_function_library(&liblen);
+    const char *script = hirate_script_source(&slen);
+    char head[128];
+    int h = snprintf(head, sizeof head, "#!lua name=%s\nlocal function bucket(KEYS, ARGV)\n",
+                     hirate_function_name());
+    char tail[128];
+    int t = snprintf(tail, sizeof tail, "\nend\nredis.register_function('%s', bucket)\n",
+                     hirate_function_name());
+    CHECK_EQ_I64(liblen, (size_t)h + slen + (size_t)t);
+    CHECK(memcmp(lib, head, (size_t)h) == 0);
+    CHECK(memcmp(lib + h, script, slen) == 0);
+    CHECK(memcmp(lib + h + slen, tail, (size_t)t) == 0);
+    size_t need = hirate_proto_encode_load(NULL, 0);
+    char *buf = malloc(need);
+    CHECK_EQ_I64(hirate_proto_encode_load(buf, need), need);
+    char start[64];
+    int n = snprintf(start, sizeof start, "*3\r\n$8\r\nFUNCTION\r\n$4\r\nLOAD\r\n$%zu\r\n",
+                     liblen);
+    CHECK_EQ_I64(need, (size_t)n + liblen + 2);
+    CHECK(memcmp(buf, start, (size_t)n) == 0 && memcmp(buf + n, lib, liblen) == 0);
+    free(buf);
+}
+
+/* What FUNCTION LOAD's reply means: there (loaded, or loaded by another
+ * client first), or refused. */
+static void a_refused_load_is_told_apart(void)
+{
+    static const struct { const char *bytes; int refused; } cases[] = {
+        {"$23\r\nhirate_0123456789abcdef\r\n", 0},
+        {"-ERR Library 'hirate_0123456789abcdef' already exists\r\n", 0},
+        {"-NOPERM this user has no permissions to run the 'function|load' command\r\n", 1},
+        {"-ERR unknown command 'FUNCTION', with args beginning with: 'LOAD' \r\n", 1},
+        {"-ERR Error compiling function: user_function:1: syntax error\r\n", 1},
+        {"-OOM command not allowed when used memory > 'maxmemory'.\r\n", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hirate_reply rep;
+        CHECK(hirate_proto_parse(cases[i].bytes, strlen(cases[i].bytes), &rep) > 0);
+        CHECK_EQ_I64(hirate_proto_load_refused(&rep), cases[i].refused);
+    }
+}
+
 static void a_key_of_512_bytes_has_a_3_digit_length(void)
 {
     char key[512], expect[1024];
@@ -703,6 +776,17 @@ typedef struct class_case {
 
 static const class_case classes[] = {
     {B("NOSCRIPT No matching script. Please use EVAL."), HIRATE_PROTO_NOSCRIPT, 0},
+    /* Redis Functions: the library is missing, or FCALL/FUNCTION will not run */
+    {B("ERR Function not found"), HIRATE_PROTO_NOSCRIPT, 0},
+    {B("ERR Function not found here"), HIRATE_EREPLY, 0},
+    {B("ERR unknown command 'FCALL', with args beginning with: 'hirate_x' '1' "),
+     HIRATE_PROTO_NOFUNC, 0},
+    {B("ERR unknown command `FCALL`, with args beginning with: `hirate_x`, `1`, "),
+     HIRATE_PROTO_NOFUNC, 0},
+    {B("ERR unsupported command 'fcall'"), HIRATE_PROTO_NOFUNC, 0},
+    {B("NOPERM this user has no permissions to run the 'fcall' command"), HIRATE_PROTO_NOFUNC, 0},
+    {B("NOPERM this user has no permissions to run the 'function|load' command"),
+     HIRATE_PROTO_NOFUNC, 0},
     {B("OOM command not allowed when used memory > 'maxmemory'."), HIRATE_ESERVER, 0},
     {B("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."),
      HIRATE_ESERVER, 0},
@@ -1148,6 +1232,9 @@ int main(void)
     the_largest_bulk_is_accepted();
 
     evalsha_calls_are_exact_resp();
+    fcall_calls_are_exact_resp();
+    function_load_carries_the_script_whole();
+    a_refused_load_is_told_apart();
     a_key_of_512_bytes_has_a_3_digit_length();
     eval_sends_the_script_itself();
     an_empty_prefix_sends_the_key_alone();

@@ -172,7 +172,7 @@ static void test_cluster_urls_list_their_seeds(void)
         char host[256], got[300];
         int port;
         size_t k = 0;
-        while (hirate_url_next_seed(&p, host, &port)) {
+        while (hirate_url_next_seed(&u, &p, host, &port)) {
             snprintf(got, sizeof got, "%s:%d", host, port);
             CHECK(cases[i].rest[k] != NULL);
             if (cases[i].rest[k])
@@ -183,6 +183,67 @@ static void test_cluster_urls_list_their_seeds(void)
     hirate_url u;
     CHECK_EQ_I64(hirate_url_parse("redis://h:1", &u, NULL, 0), 0);
     CHECK_EQ_I64(u.cluster, 0);
+}
+
+static void expect_rejected(const char *rule, const char *url, const char *mention);
+
+/* A Sentinel URL: the first sentinel in host and port (default 26379), the
+ * others in seeds, the master's name, credentials and database. */
+static void test_sentinel_urls_name_sentinels_and_a_service(void)
+{
+    static const struct {
+        const char *url;
+        int tls;
+        const char *first;
+        int port;
+        const char *user, *password, *service;
+        int db;
+        const char *rest[3];
+    } cases[] = {
+        {"redis+sentinel://s1/mymaster", 0, "s1", 26379, "", "", "mymaster", 0, {NULL}},
+        {"redis+sentinel://u:p%40w@s1:5000,s2,[::1]:5002/my%2Dmaster/3", 0, "s1", 5000, "u",
+         "p@w", "my-master", 3, {"s2:26379", "::1:5002", NULL}},
+        {"rediss+sentinel://:pw@a:1,b:2/m", 1, "a", 1, "", "pw", "m", 0, {"b:2", NULL}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hirate_url u;
+        char err[HIRATE_ERRMSG_SIZE] = "";
+        CHECK_EQ_I64(hirate_url_parse(cases[i].url, &u, err, sizeof err), 0);
+        CHECK_EQ_I64(u.sentinel, 1);
+        CHECK_EQ_I64(u.cluster, 0);
+        CHECK_EQ_I64(u.tls, cases[i].tls);
+        CHECK_EQ_STR(u.host, cases[i].first);
+        CHECK_EQ_I64(u.port, cases[i].port);
+        CHECK_EQ_STR(u.user, cases[i].user);
+        CHECK_EQ_STR(u.password, cases[i].password);
+        CHECK_EQ_STR(u.service, cases[i].service);
+        CHECK_EQ_I64(u.db, cases[i].db);
+        const char *p = u.seeds;
+        char host[256], got[300];
+        int port;
+        size_t k = 0;
+        while (hirate_url_next_seed(&u, &p, host, &port)) {
+            snprintf(got, sizeof got, "%s:%d", host, port);
+            CHECK(cases[i].rest[k] != NULL);
+            if (cases[i].rest[k])
+                CHECK_EQ_STR(got, cases[i].rest[k++]);
+        }
+        CHECK(cases[i].rest[k] == NULL);
+    }
+    static const char *const missing[] = {
+        "redis+sentinel://s1", "redis+sentinel://s1/", "redis+sentinel://s1,s2//0",
+        "redis+sentinel://s1?x",
+    };
+    for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++)
+        expect_rejected("a Sentinel URL without the master's name", missing[i],
+                        "a Sentinel URL names the master after the sentinels, as in "
+                        "redis+sentinel://host:26379/mymaster");
+    expect_rejected("a space in the master's name", "redis+sentinel://s1/my%20master",
+                    "the master's name has a space or a control character");
+    expect_rejected("a bad database after the master", "redis+sentinel://s1/m/x",
+                    "the database must be a number from 0 up");
+    expect_rejected("a bad sentinel", "redis+sentinel://s1,s2:0/m",
+                    "sentinel 2 must be host[:port] (port 1 to 65535)");
 }
 
 static void test_accepts_each_form_with_exact_fields(void)
@@ -298,6 +359,7 @@ int main(void)
 {
     test_rediss_is_redis_over_tls();
     test_cluster_urls_list_their_seeds();
+    test_sentinel_urls_name_sentinels_and_a_service();
     test_accepts_each_form_with_exact_fields();
     test_rejects_malformed_urls_with_eurl();
     test_lengths_stop_exactly_at_the_field_size();

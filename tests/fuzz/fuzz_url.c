@@ -25,7 +25,7 @@
 /* Everything url.c can say; the numbers are those of its limits. */
 static const char *const messages[] = {
     "invalid Redis URL: it is empty",
-    "invalid Redis URL: it must start with redis://, rediss://, unix://, redis+cluster:// or rediss+cluster://",
+    "invalid Redis URL: it must start with redis://, rediss://, unix://, redis+cluster://, rediss+cluster://, redis+sentinel:// or rediss+sentinel://",
     "invalid Redis URL: the user name is malformed or too long",
     "invalid Redis URL: the password is malformed or too long",
     "invalid Redis URL: a user name needs a password (user:password@)",
@@ -40,10 +40,16 @@ static const char *const messages[] = {
     "invalid Redis URL: the only query is ?db=N with N a number from 0 up",
     "invalid Redis URL: several hosts need redis+cluster:// (or rediss+cluster://)",
     "invalid Redis URL: more than 16 seeds",
+    "invalid Redis URL: more than 16 sentinels",
     "invalid Redis URL: the seed list is too long",
+    "invalid Redis URL: the sentinel list is too long",
+    "invalid Redis URL: a Sentinel URL names the master after the sentinels, as in redis+sentinel://host:26379/mymaster",
+    "invalid Redis URL: the master's name is malformed or longer than 127 bytes",
+    "invalid Redis URL: the master's name has a space or a control character",
     /* A '*' at the end: the rest is a number the message names. */
     "invalid Redis URL: a cluster has only database 0, got /*",
     "invalid Redis URL: seed * must be host[:port] (port 1 to 65535)",
+    "invalid Redis URL: sentinel * must be host[:port] (port 1 to 65535)",
 };
 
 /* m is messages[i], where a '*' stands for a decimal number. */
@@ -93,10 +99,11 @@ static size_t put_encoded(char *out, size_t o, const char *s, const char *keep)
 static void unparse(const hirate_url *u, char *out)
 {
     size_t o = 0;
-    const char *scheme = u->is_unix   ? "unix://"
-                         : u->cluster ? (u->tls ? "rediss+cluster://" : "redis+cluster://")
-                         : u->tls     ? "rediss://"
-                                      : "redis://";
+    const char *scheme = u->is_unix    ? "unix://"
+                         : u->cluster  ? (u->tls ? "rediss+cluster://" : "redis+cluster://")
+                         : u->sentinel ? (u->tls ? "rediss+sentinel://" : "redis+sentinel://")
+                         : u->tls      ? "rediss://"
+                                       : "redis://";
     o = strlen(scheme);
     memcpy(out, scheme, o);
     if (u->password[0]) {
@@ -112,11 +119,16 @@ static void unparse(const hirate_url *u, char *out)
         /* The host is kept as it was given, in brackets when it holds a
          * byte that would end a bare host (':' of IPv6, and '/', '?', '@',
          * ',', which a bracketed host may hold) or starts with one; a
-         * cluster's other seeds follow as they were written. */
+         * cluster's other seeds (or the other sentinels) follow as they were
+         * written, then a Sentinel URL's master. */
         int bracket = strpbrk(u->host, ":/?@,") != NULL || u->host[0] == '[';
         o += (size_t)sprintf(out + o, bracket ? "[%s]:%d" : "%s:%d", u->host, u->port);
         if (u->seeds[0])
             o += (size_t)sprintf(out + o, ",%s", u->seeds);
+        if (u->sentinel) {
+            out[o++] = '/';
+            o = put_encoded(out, o, u->service, "");
+        }
         o += (size_t)sprintf(out + o, "/%d", u->db);
     }
     out[o] = '\0';
@@ -220,7 +232,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(strcmp(ep.host, u.host) == 0 && strcmp(ep.path, u.path) == 0);
         FUZZ_CHECK(ep.tls == u.tls);
         /* The handshake: AUTH when there is a password, SELECT when a
-         * database other than 0, then PING; each answered +OK, +PONG. */
+         * database other than 0, then PING; each answered +OK, +PONG. Node
+         * 0 of a Sentinel URL is a sentinel: no AUTH (it has no credentials
+         * of its own here), no SELECT. */
         hirate_handshake *hs;
         char msg[HIRATE_ERRMSG_SIZE];
         FUZZ_CHECK_EQ(hirate_handshake_start(lim, &hs, msg, sizeof msg), 0);
@@ -228,7 +242,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         hirate_handshake_request(hs, &n);
         FUZZ_CHECK(n > 0);
         static const char oks[] = "+OK\r\n+OK\r\n";
-        size_t nok = 5 * (size_t)((u.password[0] != 0) + (u.db != 0));
+        size_t nok = u.sentinel ? 0 : 5 * (size_t)((u.password[0] != 0) + (u.db != 0));
         int state = nok ? hirate_handshake_feed(hs, oks, nok, &used) : HIRATE_IO_MORE;
         FUZZ_CHECK_EQ(state, HIRATE_IO_MORE);
         FUZZ_CHECK_EQ(hirate_handshake_feed(hs, "+PONG\r\n", 7, &used), HIRATE_IO_DONE);
