@@ -37,8 +37,9 @@ describe("Redis Functions", function()
         if srv then srv:close() end
     end)
     before_each(function()
-        -- Every case starts from a server that has neither the library nor
-        -- the script, with its command counts at 0.
+        -- Every case starts from a server that has no bucket, neither the
+        -- library nor the script, and its command counts at 0.
+        srv:cli("FLUSHALL")
         srv:cli("FUNCTION", "FLUSH")
         srv:cli("SCRIPT", "FLUSH")
         srv:cli("CONFIG", "RESETSTAT")
