@@ -6,6 +6,7 @@
 local hirate = require "hirate"
 local json = require "dkjson"
 local support = require "helpers.support"
+local redis_server = require "helpers.redis_server"
 
 ---------------------------------------------------------------------------
 -- The group: the harness' command line, its commands on our pipe to its
@@ -53,11 +54,15 @@ function Group:lines(count, seconds)
     end
 end
 
-local function start_group()
+-- tls_dir: make_certs.sh's directory, for a group that speaks TLS only.
+local function start_group(tls_dir)
     local self = setmetatable({ out = os.tmpname(), err = os.tmpname(), answers = 1 }, Group)
     local cmd = { support.python, quote(support.root .. "/tests/support/redis_sentinel.py"),
         "start", "--replicas", "1", "--sentinels", "3", "--password", MASTER_PW,
         "--sentinel-password", SENTINEL_PW }
+    if tls_dir then
+        cmd[#cmd + 1] = "--tls " .. quote(tls_dir)
+    end
     self.pipe = assert(io.popen(table.concat(cmd, " ") .. " >" .. quote(self.out) .. " 2>"
         .. quote(self.err), "w"))
     local lines = self:lines(1, 90)
@@ -75,7 +80,7 @@ local function start_group()
         self.sentinels[i] = s.port
     end
     -- The harness' URL names no password: the master's goes in it here.
-    self.url = info.url:gsub("^(redis%+sentinel://)", "%1:" .. MASTER_PW .. "@")
+    self.url = info.url:gsub("^(rediss?%+sentinel://)", "%1:" .. MASTER_PW .. "@")
     return self
 end
 
@@ -518,6 +523,37 @@ describe("Redis Sentinel from plain Lua, the master killed", function()
         assert.same({ before.function_loads, before.evalsha, before.eval },
             { s.function_loads, s.evalsha, s.eval })
         assert.same({ found(old), moved(old, switch.port) }, lines)
+        lim:close()
+    end)
+end)
+
+describe("Redis Sentinel over TLS from plain Lua", function()
+    local g, ca
+    setup(function()
+        local certs = redis_server.certs()
+        ca = certs .. "/ca.crt"
+        g = start_group(certs)
+    end)
+    teardown(function()
+        if g then g:close() end
+    end)
+
+    it("gives every key exactly its capacity (rediss+sentinel://), the sentinels and the "
+        .. "master each checked against the CA", function()
+        assert.truthy(g.url:match("^rediss%+sentinel://:[^@]+@localhost:%d+,"), g.url)
+        local lines = {}
+        local lim = new(g, { prefix = "t:", tls_ca_file = ca }, lines)
+        local keys = {}
+        for i = 1, 20 do
+            keys[i] = "s" .. i
+        end
+        assert.equal(80, exact(lim, keys))
+        assert.same({ found(g.master) }, lines)
+        lim:close()
+        -- Without the test CA, the system's trust store refuses them.
+        lim = new(g, { prefix = "t:", on_error = "open" })
+        local r = support.pack(lim:allow("s1"))
+        assert.same({ 3, nil, "ETLS" }, { r.n, r[1], r[3] }, tostring(r[2]))
         lim:close()
     end)
 end)

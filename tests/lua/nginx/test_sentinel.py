@@ -1,10 +1,11 @@
 """hirate.resty through Redis Sentinel, inside real nginx (Debian's, with
 lua-nginx-module, 2 workers): every key exact and decided by Redis on the
 master, the sentinels' own password and the master's each on its own
-connections, and SENTINEL FAILOVER under load, after which every worker is
+connections, the same over TLS (rediss+sentinel://), and SENTINEL FAILOVER
+under load, after which every worker is
 back on Redis on the new master within 2 s of the switch and says so in
-nginx's error log. The group is tests/support/redis_sentinel.py's (a master,
-a replica, three sentinels); the handlers are written into nginx's prefix by
+nginx's error log. The groups are tests/support/redis_sentinel.py's (a
+master, a replica, three sentinels; one of them TLS only); the handlers are written into nginx's prefix by
 this file.
 
     HIRATE_LUAJIT_CPATH=<dir with hirate/core.so built for LuaJIT> \\
@@ -14,7 +15,9 @@ this file.
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -22,15 +25,17 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import ROOT, Nginx, get  # noqa: E402
+from harness import ROOT, Nginx, get, make_certs  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 from redis_sentinel import SentinelGroup  # noqa: E402
 
 CAPACITY = 3
 MASTER_PW, SENTINEL_PW = "master-secret", "sentinel-secret"
-N = None   # nginx, shared by the tests of this file
-G = None   # the sentinel group, shared too (the failover test runs last)
+N = None      # nginx, shared by the tests of this file
+G = None      # the sentinel group, shared too (the failover test runs last)
+TLS = None    # a group that speaks TLS only (rediss+sentinel://)
+CERTS = None  # tests/support/make_certs.sh's material; nginx trusts its CA
 
 # The handlers: one limiter per worker and per service, database, prefix,
 # capacity and sentinel password, made on first use. The passwords come from
@@ -45,20 +50,28 @@ local json = require "dkjson"
 local M = {}
 local limiters = {}
 
-local sentinels = os.getenv("HIRATE_TEST_SENTINELS")  -- redis+sentinel://:pw@host:port,...
+-- redis+sentinel://:pw@host:port,... and rediss+sentinel://... (by address:
+-- a cosocket resolves no name without a resolver)
+local groups = { plain = os.getenv("HIRATE_TEST_SENTINELS"),
+    tls = os.getenv("HIRATE_TEST_TLS_SENTINELS") }
 local passwords = { ok = os.getenv("HIRATE_TEST_SENTINEL_PW"), bad = "bad-sentinel-pw-4711" }
 
 local function limiter()
     local args = ngx.req.get_uri_args()
     local capacity = tonumber(args.capacity) or 3
-    local url = sentinels .. "/" .. (args.service or "mymaster") .. (args.db and "/" .. args.db or "")
+    local group = args.group or "plain"
+    local url = groups[group] .. "/" .. (args.service or "mymaster")
+        .. (args.db and "/" .. args.db or "")
     local spw = args.spw or "ok"
     local id = table.concat({ url, args.prefix, capacity, spw }, "\n")
     local lim = limiters[id]
     if not lim then
         lim = hirate.new { url = url, prefix = args.prefix, capacity = capacity,
             rate = 0.001, deny_cache = false, timeout = tonumber(args.timeout) or 1,
-            connect_timeout = 0.5, sentinel_password = passwords[spw] }
+            connect_timeout = 0.5, sentinel_password = passwords[spw],
+            -- the certificates are for localhost; the sentinels name the
+            -- master by address
+            tls_server_name = group == "tls" and "localhost" or nil }
         limiters[id] = lim
     end
     return lim, args
@@ -93,7 +106,7 @@ return M
 """
 
 
-def conf(prefix, ports, lua_path, lua_cpath):
+def conf(prefix, ports, lua_path, lua_cpath, ca_file):
     main = [
         "daemon off;",
         "master_process on;",
@@ -104,6 +117,7 @@ def conf(prefix, ports, lua_path, lua_cpath):
         "worker_shutdown_timeout 1s;",
         "env HIRATE_TEST_SENTINELS;",
         "env HIRATE_TEST_SENTINEL_PW;",
+        "env HIRATE_TEST_TLS_SENTINELS;",
         "load_module /usr/lib/nginx/modules/ndk_http_module.so;",
         "load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;",
         "events { worker_connections 1024; }",
@@ -126,6 +140,7 @@ http {{
     uwsgi_temp_path {prefix}/tmp/uwsgi;
     scgi_temp_path {prefix}/tmp/scgi;
     lua_socket_log_errors off;
+    lua_ssl_trusted_certificate {ca_file};
     lua_package_path "{lua_path};{prefix}/lua/?.lua;;";
     lua_package_cpath "{lua_cpath}";
     server {{
@@ -136,8 +151,15 @@ http {{
 """
 
 
+def with_password(group_url):
+    """The sentinels of a group's URL, by address, with the master's password
+    (the harness' URL has none), without the service."""
+    u = re.sub(r"^(rediss?\+sentinel://)", rf"\1:{MASTER_PW}@", group_url)
+    return u.replace("localhost", "127.0.0.1").rsplit("/", 1)[0]
+
+
 def setUpModule():
-    global N, G
+    global N, G, TLS, CERTS
     cpath = os.environ.get("HIRATE_LUAJIT_CPATH")
     if not cpath or not os.path.exists(os.path.join(cpath, "hirate", "core.so")):
         raise RuntimeError("set HIRATE_LUAJIT_CPATH to the directory holding hirate/core.so "
@@ -145,17 +167,21 @@ def setUpModule():
     lua_dir = os.environ.get("HIRATE_LUA_DIR", str(ROOT / "bindings" / "lua"))
     lua_path = ";".join([os.path.join(lua_dir, "?.lua"), "/usr/share/lua/5.1/?.lua"])
     lua_cpath = os.path.join(cpath, "?.so") + ";;"
-    G = SentinelGroup(replicas=1, sentinels=3, password=MASTER_PW,
-                      sentinel_password=SENTINEL_PW)
-    env = dict(os.environ, HIRATE_TEST_SENTINEL_PW=SENTINEL_PW,
-               HIRATE_TEST_SENTINELS=G.url.replace("redis+sentinel://",
-                                                   f"redis+sentinel://:{MASTER_PW}@", 1)
-               .rsplit("/", 1)[0])
+    CERTS = tempfile.mkdtemp(prefix="hirate-certs-")
+    make_certs(CERTS)
     try:
-        N = Nginx(lambda prefix, ports: conf(prefix, ports, lua_path, lua_cpath),
+        G = SentinelGroup(replicas=1, sentinels=3, password=MASTER_PW,
+                          sentinel_password=SENTINEL_PW)
+        TLS = SentinelGroup(replicas=1, sentinels=3, password=MASTER_PW,
+                            sentinel_password=SENTINEL_PW, tls=CERTS)
+        env = dict(os.environ, HIRATE_TEST_SENTINEL_PW=SENTINEL_PW,
+                   HIRATE_TEST_SENTINELS=with_password(G.url),
+                   HIRATE_TEST_TLS_SENTINELS=with_password(TLS.url))
+        ca_file = os.path.join(CERTS, "ca.crt")
+        N = Nginx(lambda prefix, ports: conf(prefix, ports, lua_path, lua_cpath, ca_file),
                   env, port_names=("test",))
     except BaseException:
-        G.stop()
+        tearDownModule()
         raise
 
 
@@ -165,8 +191,11 @@ def tearDownModule():
         if keep:
             print(f"nginx prefix kept: {N.dir}", file=sys.stderr)
         N.close(keep=keep)
-    if G:
-        G.stop()
+    for g in (G, TLS):
+        if g:
+            g.stop()
+    if CERTS:
+        shutil.rmtree(CERTS, ignore_errors=True)
 
 
 def call(path, timeout=10, **args):
@@ -292,6 +321,17 @@ class SentinelTest(unittest.TestCase):
         self.assertEqual(sorted(pids), moved, log[-3000:])
         for secret in (SENTINEL_PW, MASTER_PW, "bad-sentinel-pw-4711"):
             self.assertNotIn(secret, log)
+
+    def test_e_every_key_exact_over_tls(self):
+        # rediss+sentinel://: TLS to the sentinels and to the master, each
+        # on its own pool, the names checked against nginx's trusted CA.
+        self.assertTrue(TLS.url.startswith("rediss+sentinel://localhost:"), TLS.url)
+        for k in [f"t{i}" for i in range(20)]:
+            r = call("allow", group="tls", prefix="tls:", key=k, times=CAPACITY + 1)
+            self.assertEqual([{"allowed": i < CAPACITY, "remaining": max(CAPACITY - 1 - i, 0),
+                               "source": "redis", "moved": False}
+                              for i in range(CAPACITY + 1)], r["out"], k)
+        self.assertEqual("1", TLS.cli(TLS.master.port, "EXISTS", "tls:t0").strip())
 
     @staticmethod
     def _back(seen, switched):
