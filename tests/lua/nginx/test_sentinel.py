@@ -2,11 +2,11 @@
 lua-nginx-module, 2 workers): every key exact and decided by Redis on the
 master, the sentinels' own password and the master's each on its own
 connections, the same over TLS (rediss+sentinel://), and SENTINEL FAILOVER
-under load, after which every worker is
-back on Redis on the new master within 2 s of the switch and says so in
-nginx's error log. The groups are tests/support/redis_sentinel.py's (a
-master, a replica, three sentinels; one of them TLS only); the handlers are written into nginx's prefix by
-this file.
+under load, after which every worker is back on Redis on the new master
+within 2 s of the switch and says so in nginx's error log. The groups are
+tests/support/redis_sentinel.py's (a master, a replica, three sentinels; one
+of them TLS only); the handlers are written into nginx's prefix by this
+file.
 
     HIRATE_LUAJIT_CPATH=<dir with hirate/core.so built for LuaJIT> \\
         python3 tests/lua/nginx/test_sentinel.py [-v]
