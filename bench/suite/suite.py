@@ -951,13 +951,19 @@ def cpu_of(info_cpu):
 
 
 def evalsha_stats(info_stats):
-    """(calls, usec, rejected, failed) of EVALSHA in an INFO commandstats text."""
-    f = info_fields(info_stats).get("cmdstat_evalsha")
-    if not f:
-        return 0, 0, 0, 0
-    kv = dict(x.split("=") for x in f.split(","))
-    return (int(kv["calls"]), int(kv["usec"]), int(kv.get("rejected_calls", 0)),
-            int(kv.get("failed_calls", 0)))
+    """(calls, usec, rejected, failed) of the script's calls in an INFO
+    commandstats text: EVALSHA's (the peers', hirate's with functions off)
+    and FCALL's (hirate's by default) together."""
+    fields = info_fields(info_stats)
+    total = [0, 0, 0, 0]
+    for name in ("cmdstat_evalsha", "cmdstat_fcall"):
+        f = fields.get(name)
+        if not f:
+            continue
+        kv = dict(x.split("=") for x in f.split(","))
+        for i, k in enumerate(("calls", "usec", "rejected_calls", "failed_calls")):
+            total[i] += int(kv.get(k, 0))
+    return tuple(total)
 
 
 class ClusterTarget:
