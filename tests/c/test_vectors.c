@@ -8,6 +8,10 @@
  *     test_vectors [path/to/token_bucket.json]
  *
  * Without an argument the file is $HIRATE_SOURCE_DIR/tests/vectors/token_bucket.json.
+ * The Redis half runs twice more than the memory one: with Redis Functions
+ * (FCALL, the default where the server has them: no EVALSHA may be sent) and
+ * with functions = 0 (EVALSHA: no FCALL may be sent), so that both paths
+ * give every value of every vector.
  * With HIRATE_TEST_TLS=1 the server is reached over TLS (rediss://, the
  * harness' test CA), so that the script's answers are the same through it.
  * A redis-server that cannot start is a failure, not a skip.
@@ -33,7 +37,8 @@ typedef struct backend {
     const char *url;    /* NULL: the memory backend */
     int source;         /* the source every decision must carry */
     int deny_cache;     /* 1: refusals may come from the deny cache instead */
-    const char *prefix; /* key prefix before the case id: "vec:" or "vc:" */
+    const char *prefix; /* key prefix before the case id: "vec:", "ve:" or "vc:" */
+    int no_functions;   /* 1: functions = 0, EVALSHA always */
 } backend;
 
 /* The CA of the TLS server, when the run is over TLS (HIRATE_TEST_TLS). */
@@ -41,6 +46,9 @@ static const char *g_tls_ca;
 
 /* Refusals the deny cache answered, in place of Redis, with equal values. */
 static int g_cache_hits;
+
+/* The script calls of one run_all, summed over its limiters' counters. */
+static uint64_t g_fcall, g_evalsha, g_eval;
 
 /* Where we are, so that each failure names it. */
 typedef struct where {
@@ -332,6 +340,7 @@ static void run_case(const backend *b, const cJSON *c)
     o.connect_timeout_ms = 5000;   /* a slow CI machine must not turn into a fallback */
     o.timeout_ms = 5000;
     o.deny_cache = b->deny_cache;
+    if (b->no_functions) o.functions = 0;
     if (b->url) o.tls_ca_file = g_tls_ca;
 
     char why[HIRATE_ERRMSG_SIZE] = "";
@@ -365,6 +374,11 @@ static void run_case(const backend *b, const cJSON *c)
         run_step(&w, lim, step);
         w.step++;
     }
+    hirate_counters cnt;
+    hirate_counters_get(lim, &cnt);
+    g_fcall += cnt.fcall;
+    g_evalsha += cnt.evalsha;
+    g_eval += cnt.eval;
     hirate_limiter_free(lim);
 }
 
@@ -373,10 +387,13 @@ static void run_all(const backend *b, const cJSON *cases)
     const cJSON *c;
     int before = check_failed_;
     g_steps_run = 0;
+    g_fcall = g_evalsha = g_eval = 0;
     cJSON_ArrayForEach(c, cases)
         run_case(b, c);
-    printf("%s: %d cases, %d steps, %d failures\n", b->name, cJSON_GetArraySize(cases),
-           g_steps_run, check_failed_ - before);
+    printf("%s: %d cases, %d steps, %d failures (%llu FCALL, %llu EVALSHA, %llu EVAL)\n",
+           b->name, cJSON_GetArraySize(cases), g_steps_run, check_failed_ - before,
+           (unsigned long long)g_fcall, (unsigned long long)g_evalsha,
+           (unsigned long long)g_eval);
     if (g_steps_run > 0) check_passed_++;
     else {
         check_failed_++;
@@ -384,7 +401,7 @@ static void run_all(const backend *b, const cJSON *cases)
     }
 }
 
-/* What the vectors left in Redis: keys only under the "vec:" and "vc:" prefixes the
+/* What the vectors left in Redis: keys only under the "vec:", "ve:" and "vc:" prefixes the
  * runner chose, and each with a TTL (the script's only write is SET ... PX). */
 static void check_redis_keys(rh_server *s)
 {
@@ -400,7 +417,8 @@ static void check_redis_keys(rh_server *s)
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *k = r->element[i];
         if (k->type != REDIS_REPLY_STRING || k->len < 4 ||
-            (memcmp(k->str, "vec:", 4) != 0 && memcmp(k->str, "vc:", 3) != 0)) {
+            (memcmp(k->str, "vec:", 4) != 0 && memcmp(k->str, "ve:", 3) != 0 &&
+             memcmp(k->str, "vc:", 3) != 0)) {
             check_failed_++;
             fprintf(stderr, "FAIL [redis] key without the limiter's prefix: %.*s\n",
                     k->type == REDIS_REPLY_STRING ? (int)k->len : 0, k->str ? k->str : "");
@@ -454,7 +472,7 @@ int main(int argc, char **argv)
         return check_summary("test_vectors");
     }
 
-    static const backend memory = {"memory", NULL, HIRATE_SOURCE_LOCAL, 0, "vec:"};
+    static const backend memory = {"memory", NULL, HIRATE_SOURCE_LOCAL, 0, "vec:", 0};
     run_all(&memory, cases);
 
     rh_server s;
@@ -467,10 +485,22 @@ int main(int argc, char **argv)
         rh_watchdog(&s, "test_vectors", 120);
         /* The script itself, then the same with the deny cache, which must
          * give every value Redis gives while answering refusals itself. */
-        const backend redis = {s.tls ? "rediss" : "redis", s.url, HIRATE_SOURCE_REDIS, 0, "vec:"};
+        const backend redis = {s.tls ? "rediss" : "redis", s.url, HIRATE_SOURCE_REDIS, 0,
+                               "vec:", 0};
+        const backend evalsha = {s.tls ? "rediss+evalsha" : "redis+evalsha", s.url,
+                                 HIRATE_SOURCE_REDIS, 0, "ve:", 1};
         const backend cached = {s.tls ? "rediss+cache" : "redis+cache", s.url,
-                                HIRATE_SOURCE_REDIS, 1, "vc:"};
+                                HIRATE_SOURCE_REDIS, 1, "vc:", 0};
+        /* Redis 7 has Functions: the script goes by FCALL alone. */
         run_all(&redis, cases);
+        CHECK(g_fcall > 0);
+        CHECK_EQ_I64(g_evalsha, 0);
+        CHECK_EQ_I64(g_eval, 0);
+        /* functions = 0: by EVALSHA alone (EVAL once per limiter at most,
+         * after the server's NOSCRIPT). */
+        run_all(&evalsha, cases);
+        CHECK(g_evalsha > 0);
+        CHECK_EQ_I64(g_fcall, 0);
         CHECK_EQ_I64(g_cache_hits, 0);
         run_all(&cached, cases);
         CHECK(g_cache_hits > 20);

@@ -45,7 +45,7 @@ struct proxy {
     int lfd, wake[2];
     int port, upstream;
     char url[64];
-    pthread_mutex_t lock;  /* guards mode, delay_ms, stop and stats */
+    pthread_mutex_t lock;  /* guards mode, delay_ms, stop, stats and upstream after the start */
     int mode, delay_ms, stop;
     proxy_stats stats;
     pair pairs[PROXY_MAX_PAIRS];   /* the thread's own */
@@ -147,7 +147,10 @@ static void accept_one(proxy *p)
     pair *slot = NULL;
     for (int i = 0; i < PROXY_MAX_PAIRS && !slot; i++)
         if (p->pairs[i].cfd < 0) slot = &p->pairs[i];
-    int sfd = slot ? connect_loopback(p->upstream) : -1;
+    pthread_mutex_lock(&p->lock);
+    int upstream = p->upstream;
+    pthread_mutex_unlock(&p->lock);
+    int sfd = slot ? connect_loopback(upstream) : -1;
     if (sfd < 0) {   /* no room, or the server is down: the client sees a close */
         close(cfd);
         return;
@@ -331,6 +334,13 @@ void proxy_set(proxy *p, int mode, int delay_ms)
     pthread_mutex_lock(&p->lock);
     p->mode = mode;
     p->delay_ms = delay_ms;
+    pthread_mutex_unlock(&p->lock);
+}
+
+void proxy_set_upstream(proxy *p, int upstream_port)
+{
+    pthread_mutex_lock(&p->lock);
+    p->upstream = upstream_port;
     pthread_mutex_unlock(&p->lock);
 }
 

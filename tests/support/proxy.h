@@ -44,6 +44,10 @@ const char *proxy_url(const proxy *p);
 /* Sets the mode (and, for PROXY_DELAY and PROXY_TRICKLE, the delay) for bytes
  * arriving from now on. */
 void proxy_set(proxy *p, int mode, int delay_ms);
+/* Connections accepted from now on go to 127.0.0.1:<upstream_port> (a DNS
+ * name or a load balancer that now points at another server); open ones stay
+ * where they are. */
+void proxy_set_upstream(proxy *p, int upstream_port);
 void proxy_get_stats(proxy *p, proxy_stats *out);
 /* Closes every connection, stops the thread and frees the proxy. NULL is ignored. */
 void proxy_stop(proxy *p);

@@ -52,6 +52,9 @@ reads commands on stdin, one a line, answering each with one JSON line
                                (Python's time.monotonic(), C's clock_gettime)
     master                     the current master {"port","pid"}
     kill PORT                  SIGKILL of any node (a sentinel too): {"port","pid"}
+    settle [TIMEOUT]           waits as the start does (every sentinel sees the master,
+                               its live replicas with their links up, the other
+                               sentinels): {}
     cli PORT ARG...            redis-cli against a node: {"out": its stdout}
     stop                       {} and stops the group (so does end of input, or SIGTERM)
 """
@@ -507,6 +510,9 @@ def _serve(g, infile, out):
                 say({**new.to_json(), "seconds": seen})
             elif cmd == "master":
                 say(g.master.to_json())
+            elif cmd == "settle":
+                g.wait_settled(float(args[0]) if args else 30)
+                say({})
             elif cmd == "cli":
                 say({"out": g.cli(int(args[0]), *args[1:])})
             else:
