@@ -121,10 +121,21 @@ static server_stats read_stats(env *e)
     redisReply *r = redisCommand(e->admin, "INFO commandstats");
     if (!r || r->type != REDIS_REPLY_STRING)
         fail("INFO commandstats failed");
-    s.calls = info_field(r->str, "cmdstat_evalsha:", "calls=");
-    s.usec_per_call = info_field(r->str, "cmdstat_evalsha:", "usec_per_call=");
-    s.failed = info_field(r->str, "cmdstat_evalsha:", "failed_calls=");
-    s.rejected = info_field(r->str, "cmdstat_evalsha:", "rejected_calls=");
+    /* The script's calls: EVALSHA's (redis-benchmark's, hirate's with
+     * functions off) and FCALL's (hirate's by default) together. */
+    static const char *const cmds[] = {"cmdstat_evalsha:", "cmdstat_fcall:"};
+    double usec = 0;
+    s.calls = s.failed = s.rejected = 0;
+    for (int i = 0; i < 2; i++) {
+        double calls = info_field(r->str, cmds[i], "calls=");
+        if (calls <= 0)
+            continue;
+        s.calls += calls;
+        usec += calls * info_field(r->str, cmds[i], "usec_per_call=");
+        s.failed += info_field(r->str, cmds[i], "failed_calls=");
+        s.rejected += info_field(r->str, cmds[i], "rejected_calls=");
+    }
+    s.usec_per_call = s.calls > 0 ? usec / s.calls : -1;
     freeReplyObject(r);
     r = redisCommand(e->admin, "INFO cpu");
     if (!r || r->type != REDIS_REPLY_STRING)

@@ -4,6 +4,7 @@
  *   valgrind --tool=callgrind --collect-atstart=no --toggle-collect=bench_measured \
  *       bench_calls --mode MODE [--n N] [--warmup W] [--keys K] [--url redis://HOST:PORT]
  *       bench_calls --mode hirate --url rediss://HOST:PORT --tls-ca-file ca.crt    (TLS)
+ *       bench_calls --mode hirate --functions 0 ...     (by EVALSHA, not FCALL)
  *
  * MODE is one of
  *   hirate   hirate_allow against Redis
@@ -104,6 +105,7 @@ int main(int argc, char **argv)
                                                                    ? 2.0 * (double)nkeys : 200);
     const char *url = bench_opt(argc, argv, "--url", NULL);
     const char *ca = bench_opt(argc, argv, "--tls-ca-file", NULL);
+    int functions = (int)bench_opt_num(argc, argv, "--functions", 1);
     int tls = url && strncmp(url, "rediss://", 9) == 0;
     ctx x;
     memset(&x, 0, sizeof x);
@@ -149,6 +151,7 @@ int main(int argc, char **argv)
         o.timeout_ms = 5000;   /* valgrind is slow; a timeout would spoil the count */
         o.connect_timeout_ms = 5000;   /* and so is a TLS handshake under it */
         o.tls_ca_file = ca;
+        o.functions = functions;
         char err[HIRATE_ERRMSG_SIZE];
         if (hirate_limiter_new(&x.lim, &o, err, sizeof err) < 0)
             fail(err);

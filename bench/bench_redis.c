@@ -121,20 +121,23 @@ static void shortest(char *buf, size_t len, double v)
     }
 }
 
-/* usec_per_call of cmdstat_evalsha, or -1. */
+/* The script's server time per call: cmdstat_evalsha's and cmdstat_fcall's
+ * (hirate's default) together, or -1. */
 static double evalsha_usec_per_call(redisContext *c)
 {
-    double v = -1;
+    double calls = 0, usec = 0;
     redisReply *r = redisCommand(c, "INFO commandstats");
-    if (r && r->type == REDIS_REPLY_STRING) {
-        const char *p = strstr(r->str, "cmdstat_evalsha:");
-        p = p ? strstr(p, "usec_per_call=") : NULL;
-        if (p)
-            v = strtod(p + strlen("usec_per_call="), NULL);
+    for (int i = 0; r && r->type == REDIS_REPLY_STRING && i < 2; i++) {
+        const char *p = strstr(r->str, i ? "cmdstat_fcall:" : "cmdstat_evalsha:");
+        const char *n = p ? strstr(p, "calls=") : NULL, *u = p ? strstr(p, "usec=") : NULL;
+        if (n && u) {
+            calls += strtod(n + strlen("calls="), NULL);
+            usec += strtod(u + strlen("usec="), NULL);
+        }
     }
     if (r)
         freeReplyObject(r);
-    return v;
+    return calls > 0 ? usec / calls : -1;
 }
 
 /* Median round trip of PING on a fresh plain hiredis connection. */

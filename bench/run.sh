@@ -8,6 +8,10 @@
 #   QUICK=1 bench/run.sh build-bench  # or: make bench QUICK=1
 #   bench/run.sh build-bench cluster  # only the Redis Cluster comparison (part 3's
 #                                     # cluster phase), about 3 minutes
+#   bench/run.sh build-bench functions  # only FCALL against EVALSHA against EVAL
+#                                       # (part 3's functions phase), about 1.5 minutes
+#   bench/run.sh build-bench failover   # only the Sentinel failover times (part 3's
+#                                       # failover phase), about 2 minutes
 #
 # 1. hirate alone, the C benchmarks of BUILD_DIR/bench: it starts its own
 #    redis-server on a free loopback port (and stops it), runs bench_memory,
@@ -28,11 +32,17 @@
 #    next to the same clients over TCP; then hirate, redis-py (RedisCluster)
 #    and go-redis (ClusterClient) on a Redis Cluster of 3 masters and 3
 #    replicas of its own (tests/support/redis_cluster.py) and on the one
-#    redis-server, next to redis-benchmark --cluster; then the bindings' own
-#    benchmarks (bench/python, bench/lua, bench/nginx).
+#    redis-server, next to redis-benchmark --cluster; then FCALL against
+#    EVALSHA against EVAL of the same decision on the one redis-server
+#    (BUILD_DIR/bench/bench_functions, raw and through hirate); then the time
+#    from a master's death (kill -9) and from SENTINEL FAILOVER to the first
+#    decision on the new master, for hirate, redis-py's Sentinel and
+#    go-redis' FailoverClient side by side, on Sentinel groups of their own
+#    (tests/support/redis_sentinel.py); then the bindings' own benchmarks
+#    (bench/python, bench/lua, bench/nginx).
 # 4. bench/suite/report.py: the page and the charts, from one results file.
 #
-# Progress goes to stderr. About 22 minutes in full on 2 cores; QUICK=1
+# Progress goes to stderr. About 25 minutes in full on 2 cores; QUICK=1
 # (one short round of everything but the bindings' own benchmarks, under two
 # minutes) checks that the suite works and writes to bench/out/quick/
 # instead, so that the committed page keeps the figures of the last full
@@ -42,10 +52,10 @@
 # Knobs (environment): QUICK (unset); BENCH_OUT (docs/benchmarks.md, in
 # quick mode bench/out/quick/benchmarks.md), BENCH_JSON (next to it,
 # benchmarks.json), BENCH_IMG (docs/img, in quick mode bench/out/quick/img);
-# BENCH_PARTS (c,peers: which of parts 1 and 2-3 to run; "cluster", as the
-# second argument cluster does, runs only the cluster phase and writes its
-# results into the existing results file and its section into the page, the
-# other sections kept as they are). Part 1:
+# BENCH_PARTS (c,peers: which of parts 1 and 2-3 to run; "cluster",
+# "functions" or "failover", as the second argument of that name does, runs
+# only that phase and writes its results into the existing results file and
+# its section into the page, the other sections kept as they are). Part 1:
 # BENCH_SECONDS (1) and BENCH_RUNS (5) for each memory configuration,
 # BENCH_STORE_KEYS (1000000) for its bytes per key, BENCH_ROUNDS (8) and
 # BENCH_ROUND_SECONDS (1) for the Redis comparison, BENCH_OUTAGE_SECONDS
@@ -66,9 +76,9 @@
 # them their contenders are reported missing.
 set -euo pipefail
 
-usage() { echo "usage: [QUICK=1] $0 BUILD_DIR [cluster]" >&2; exit 2; }
-[ $# -eq 1 ] || { [ $# -eq 2 ] && [ "$2" = cluster ]; } || usage
-[ $# -eq 2 ] && BENCH_PARTS=cluster
+usage() { echo "usage: [QUICK=1] $0 BUILD_DIR [cluster|functions|failover]" >&2; exit 2; }
+[ $# -eq 1 ] || { [ $# -eq 2 ] && case $2 in cluster|functions|failover) true ;; *) false ;; esac; } || usage
+[ $# -eq 2 ] && BENCH_PARTS=$2
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "$1" 2>/dev/null && pwd) || { echo "$0: no build directory $1" >&2; exit 2; }
 BIN="$BUILD/bench"
@@ -88,9 +98,9 @@ JSON=${BENCH_JSON:-$(dirname "$OUT")/benchmarks.json}
 PARTS=${BENCH_PARTS:-c,peers}
 case ",$PARTS," in *,c,*) RUN_C=1 ;; *) RUN_C=0 ;; esac
 case ",$PARTS," in *,peers,*) RUN_PEERS=1 ;; *) RUN_PEERS=0 ;; esac
-# The cluster phase alone (it runs with the peers too): merged into $JSON.
-CLUSTER_ONLY=0
-[ "$PARTS" = cluster ] && CLUSTER_ONLY=1
+# One phase alone (each runs with the peers too): merged into $JSON.
+PHASE_ONLY=0
+case $PARTS in cluster|functions|failover) PHASE_ONLY=1 ;; esac
 SECONDS_EACH=${BENCH_SECONDS:-$(q 0.2 1)}
 RUNS=${BENCH_RUNS:-$(q 1 5)}
 STORE_KEYS=${BENCH_STORE_KEYS:-$(q 100000 1000000)}
@@ -106,17 +116,18 @@ PEER_ROUNDS=${BENCH_PEER_ROUNDS:-$(q 1 5)}
 PEER_SECONDS=${BENCH_PEER_SECONDS:-$(q 0.2 1)}
 PEER_WARMUP=${BENCH_PEER_WARMUP:-$(q 0.1 0.3)}
 COMMAND="bench/run.sh $1"
-[ $CLUSTER_ONLY = 1 ] && COMMAND="bench/run.sh $1 cluster"
+[ $PHASE_ONLY = 1 ] && COMMAND="bench/run.sh $1 $PARTS"
 for v in BENCH_SECONDS BENCH_RUNS BENCH_STORE_KEYS BENCH_ROUNDS BENCH_ROUND_SECONDS \
          BENCH_OUTAGE_SECONDS BENCH_DENY_SECONDS BENCH_BATCH_ROUNDS BENCH_BATCH_SECONDS \
          BENCH_CALLS BENCH_MEM_CALLS BENCH_PEER_ROUNDS BENCH_PEER_SECONDS BENCH_PEER_WARMUP \
          BENCH_ONLY BENCH_PARTS BENCH_PIECES; do
-    [ $CLUSTER_ONLY = 1 ] && [ $v = BENCH_PARTS ] && continue
+    [ $PHASE_ONLY = 1 ] && [ $v = BENCH_PARTS ] && continue
     [ -n "${!v:-}" ] && COMMAND="$v=${!v} $COMMAND"
 done
 [ -n "$QUICK" ] && COMMAND="QUICK=1 $COMMAND"
 
-for b in bench_memory bench_redis bench_calls bench_outage bench_denycache bench_batch peer_c; do
+for b in bench_memory bench_redis bench_calls bench_outage bench_denycache bench_batch peer_c \
+         bench_functions failover_c; do
     [ -x "$BIN/$b" ] || { echo "$0: $BIN/$b is not built (configure with -DHIRATE_BUILD_BENCH=ON and build first)" >&2; exit 1; }
 done
 command -v redis-server >/dev/null || { echo "$0: redis-server not found (apt-get install redis-server)" >&2; exit 1; }
@@ -624,11 +635,11 @@ if [ $RUN_PEERS = 1 ]; then
     [ -n "${BENCH_PIECES:-}" ] && [ "$BENCH_PIECES" != 0 ] && suite_args+=(--pieces)
     [ -n "${BENCH_ONLY:-}" ] && suite_args+=(--only "$BENCH_ONLY")
     BENCH_ELAPSED=$SECONDS "$PYTHON" "$ROOT/bench/suite/suite.py" "${suite_args[@]}"
-elif [ $CLUSTER_ONLY = 1 ]; then
+elif [ $PHASE_ONLY = 1 ]; then
     step "setup: the contenders under $BUILD/suite (bench/suite/install.py)"
     "$PYTHON" "$ROOT/bench/suite/install.py" --dir "$BUILD/suite"
     suite_args=(--build "$BUILD" --setup "$BUILD/suite/setup.json" --out "$JSON" --merge
-                --phases cluster --rounds "$PEER_ROUNDS" --seconds "$PEER_SECONDS"
+                --phases "$PARTS" --rounds "$PEER_ROUNDS" --seconds "$PEER_SECONDS"
                 --warmup "$PEER_WARMUP")
     [ -n "$QUICK" ] && suite_args+=(--quick)
     BENCH_ELAPSED=$SECONDS "$PYTHON" "$ROOT/bench/suite/suite.py" "${suite_args[@]}"
@@ -690,12 +701,12 @@ rel() { case $1 in "$ROOT"/*) echo "${1#"$ROOT"/}" ;; *) echo "$1" ;; esac; }
     if [ $HAVE_VALGRIND = 1 ]; then printf 'v.valgrind\t%s\n' "${valgrind_v#valgrind-}"; fi
 } >"$WORK/facts.tsv"
 mkdir -p "$(dirname "$OUT")" "$IMG"
-if [ $CLUSTER_ONLY = 1 ]; then
-    # The page again from the merged results: only the cluster's section
+if [ $PHASE_ONLY = 1 ]; then
+    # The page again from the merged results: only that phase's section
     # changes; the charts of the other sections stay as they were drawn.
-    step "writing the Redis Cluster section of $OUT"
+    step "writing the $PARTS section of $OUT"
     "$REPORT_PY" "$ROOT/bench/suite/report.py" --results "$JSON" --out "$OUT" --img "$IMG" \
-        --cluster-facts "$WORK/facts.tsv" --keep-charts
+        --phase-facts "$PARTS=$WORK/facts.tsv" --keep-charts
 else
     step "writing $OUT and the charts in $IMG"
     "$REPORT_PY" "$ROOT/bench/suite/report.py" --results "$JSON" --out "$OUT" --img "$IMG" \

@@ -7,6 +7,9 @@
 #                            busted, nginx, valgrind
 #   tools/deps.sh fuzz       test + clang, libFuzzer and its sanitizer runtimes
 #   tools/deps.sh bench      python + valgrind, nginx with lua-nginx-module, LuaJIT, Lua 5.4, wrk
+#                            (redis-sentinel comes with test; the Python packages, redis-py
+#                            among them, go into the bench venv: bench/suite/requirements.txt,
+#                            installed by bench/suite/install.py)
 set -eu
 
 build="gcc make cmake pkg-config libhiredis-dev libssl-dev openssl"

@@ -11,7 +11,8 @@ the bench build, and says what it found:
   node/      npm ci of bench/peers/node/package-lock.json (ioredis,
              rate-limiter-flexible)
   go/        go mod download of bench/peers/go into go/mod (GOMODCACHE), the
-             build cache in go/cache, the harness built as go/peer_go
+             build cache in go/cache, the harness built as go/peer_go and the
+             failover client (bench/peers/go/failover) as go/failover_go
   lua/       hirate's Lua module for Lua 5.4 and LuaJIT (the OpenResty
              contenders and bench/lua use it)
 
@@ -169,12 +170,14 @@ def setup_go(d):
                GOFLAGS="-modcacherw")
     src = ROOT / "bench" / "peers" / "go"
     binary = gd / "peer_go"
+    failover = gd / "failover_go"   # the Sentinel failover client (bench/peers/go/failover)
     goversion = run([go, "env", "GOVERSION"], env=env).strip()
     want = digest([src], goversion)
-    if not stamp_ok(gd / "build.stamp", want) or not binary.exists():
+    if not stamp_ok(gd / "build.stamp", want) or not binary.exists() or not failover.exists():
         step("go: go mod download, go build (module cache %s)" % (gd / "mod"))
         run([go, "mod", "download"], cwd=src, env=env)
         run([go, "build", "-o", str(binary), "."], cwd=src, env=env)
+        run([go, "build", "-o", str(failover), "./failover"], cwd=src, env=env)
         (gd / "build.stamp").write_text(want)
     versions = {"Go": goversion.removeprefix("go")}
     mod = (src / "go.mod").read_text()
@@ -182,7 +185,7 @@ def setup_go(d):
                        ("github.com/go-redis/redis_rate/v10", "redis_rate")):
         m = re.search(re.escape(path) + r"\s+(v\S+)", mod)
         versions[name] = m.group(1) if m else None
-    return {"binary": str(binary), "versions": versions}
+    return {"binary": str(binary), "failover": str(failover), "versions": versions}
 
 
 def go_wants():

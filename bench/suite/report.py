@@ -577,6 +577,224 @@ class Doc:
             self.w(line)
         self.w()
 
+    def phase_facts(self, t):
+        """The line that says a section was measured in a run of its own."""
+        f = t.get("facts")
+        if f:
+            self.w("Measured in a run of its own: `%s` on %s, commit %s, %s mode; machine: "
+                   "%s, %s CPU cores, %s, %s; load average before %s, after %s. %s"
+                   % (f.get("command", "?"), f.get("date", "?"), f.get("commit", "?"),
+                      t.get("mode", "?"), f.get("cpu", "?"), f.get("ncpu", "?"),
+                      f.get("mem", "?"), f.get("virt", "?"), f.get("load_before", "?"),
+                      f.get("load_after", "?"), f.get("busy_note", "")))
+            self.w()
+
+    def functions(self):
+        t = self.res.get("functions") or {}
+        if not t.get("runs"):
+            return
+        self.w("## Redis Functions: FCALL, EVALSHA and EVAL")
+        self.w()
+        if t.get("reason"):
+            self.w("Not run in this run: %s." % t["reason"])
+            self.w()
+            return
+        self.phase_facts(t)
+        p, srv = t["params"], t.get("server", {})
+        size = next((s.get("script_bytes") for by in t["speed"].values() for s in by.values()
+                     if s.get("script_bytes")), None)
+        self.w("The same token-bucket decision made five ways against the same redis-server "
+               "%s (`%s`, no persistence), in the same %s (%.2g s measured after %.2g s of "
+               "warm-up, the server emptied before every run, its statistics reset with "
+               "`CONFIG RESETSTAT` after the warm-up): `bench/bench_functions.c`, one process "
+               "per run. Every call is allowed and writes its bucket (capacity %s, rate %s/s, "
+               "cost 1) on %s keys drawn uniformly. The raw ways are hiredis against hirate's "
+               "own Lua: `FCALL` of `hirate_function_library()` (loaded with `FUNCTION LOAD`), "
+               "`EVALSHA` of `hirate_script_source()` (loaded with `SCRIPT LOAD`), and `EVAL` "
+               "sending the whole script (%s bytes) with every call; then `hirate_allow` (and "
+               "`hirate_allow_many` for 16 at once) with `functions = 1` and `functions = 0`. "
+               "Server µs per call is `usec_per_call` of `cmdstat_fcall`, `cmdstat_evalsha` or "
+               "`cmdstat_eval` of `INFO commandstats` over the measured seconds (the median "
+               "over rounds): the time Redis spent in the command itself, the script's run "
+               "included, without reading the request or writing the reply."
+               % (srv.get("version", "?"), srv.get("url", "?").rsplit(":", 1)[0] + ":P",
+                  plural(p["rounds"], "interleaved round"), p["seconds"], p["warmup"],
+                  grp(p["capacity"]), grp(p["rate"]), grp(t["keys"]),
+                  grp(size) if size else "?"))
+        self.w()
+        for sc in t["scenarios"]:
+            self.w("#### %s" % sc["label"])
+            self.w()
+            self.w("| | way | decisions/s | spread | p50 µs | p99 µs | client CPU µs per "
+                   "decision | server µs per call | vs FCALL (server µs) | commands the "
+                   "server ran |")
+            self.w("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+            base = (t["speed"].get("fcall", {}).get(sc["id"]) or {})
+            for r in t["runs"]:
+                s = t["speed"].get(r["id"], {}).get(sc["id"])
+                name = "**%s**" % r["label"] if r["hirate"] else r["label"]
+                if not s or "rate" not in s:
+                    why = (s or {}).get("failures", ["not run"])[0]
+                    self.w("| %s | %s | failed (%s) | | | | | | | |"
+                           % (r["lang"], name, why.replace("|", "/")))
+                    continue
+                rate = rate_s(med(s, "rate"))
+                if r["hirate"]:
+                    rate = "**%s**" % rate
+                vs = ""
+                if med(base, "server_us_per_call") and med(s, "server_us_per_call"):
+                    vs = "%.2f" % (med(s, "server_us_per_call") / med(base, "server_us_per_call"))
+                cmds = ", ".join("%s %s" % (k.upper(), grp(n))
+                                 for k, n in s.get("commands", {}).items() if n)
+                self.w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                    r["lang"], name, rate, spread(s, "rate", rate_s), us_s(med(s, "p50_us")),
+                    us_s(med(s, "p99_us")), us_s(med(s, "cpu_us")),
+                    us_s(med(s, "server_us_per_call")), vs, cmds or "–"))
+            self.w()
+        self.w("One call at a time, a decision is one round trip whose time is mostly the "
+               "client and the server waking each other up; on a shared machine that varies "
+               "from run to run by several times whatever the command (the spread column), so "
+               "compare the ways there by their server µs per call, which does not depend on "
+               "it, and by the pipelined table.")
+        self.w()
+        self.w("The last column sums `INFO commandstats` over the measured seconds of every "
+               "round: which command each way's decisions were (the warm-up, which loads the "
+               "library or the script, is before the reset). The figures compare the ways "
+               "within this run; a server on a machine of its own would be faster in all of "
+               "them alike.")
+        self.w()
+        for r in t["runs"]:
+            if not r["hirate"]:
+                continue
+            ks = [x["hirate_counters"] for by in [t["speed"].get(r["id"], {})]
+                  for sc in t["scenarios"] for x in (by.get(sc["id"]) or {}).get("raw", [])
+                  if x.get("hirate_counters")]
+            if ks:
+                tot = {k: sum(x[k] for x in ks) for k in ("fcall", "function_loads",
+                                                           "evalsha", "eval")}
+                self.w("- %s: hirate's own counters over its %s, warm-up included: FCALL %s, "
+                       "FUNCTION LOAD %s, EVALSHA %s, EVAL %s."
+                       % (r["label"], plural(len(ks), "run"), grp(tot["fcall"]),
+                          grp(tot["function_loads"]), grp(tot["evalsha"]), grp(tot["eval"])))
+        self.w()
+
+    def failover(self):
+        t = self.res.get("failover") or {}
+        if not t.get("clients"):
+            return
+        self.w("## Sentinel failover")
+        self.w()
+        if t.get("reason"):
+            self.w("Not run in this run: %s." % t["reason"])
+            self.w()
+            return
+        self.phase_facts(t)
+        p, v = t["params"], t.get("versions", {})
+        self.w("How long each client takes to decide on the new master after the master dies "
+               "(`kill -9`) or after `SENTINEL FAILOVER`. Each run starts a Sentinel group of "
+               "its own on loopback (`tests/support/redis_sentinel.py`: a master, %s, %d "
+               "sentinels, quorum 2, `down-after-milliseconds` %d), starts the clients side by "
+               "side on it, each making one decision every %d ms on a key of its own (a new "
+               "key each time, capacity 10, rate 0.001/s), and once each has made %d decisions "
+               "on the master, makes the fault. The promotion is the moment the replica "
+               "answers `ROLE` as master (asked every 10 ms); the switch is the moment every "
+               "sentinel names it as the master (`SENTINEL GET-MASTER-ADDR-BY-NAME`, asked "
+               "every 10 ms after the promotion: what `tests/support/redis_sentinel.py`'s "
+               "`wait_switch` sees, and what hirate's target of 2 s counts from). A decision "
+               "is on the new master when the new master holds its key; the first one after "
+               "the promotion is the time below, from the switch, from the promotion and from "
+               "the fault (below zero: before every sentinel had switched). Decisions that "
+               "answered after the promotion but whose keys the new master does not hold were "
+               "made on the old master and are lost with it (a demoted master resyncs from "
+               "the new one); failed decisions raised an error (redis-py, go-redis) or were "
+               "decided without Redis (hirate's local fallback, its default `on_error`). %s "
+               "per fault, the median and min–max."
+               % (plural(p["replicas"], "replica"), p["sentinels"], p["down_after_ms"],
+                  p["interval_ms"], p["ready_decisions"], plural(p["runs"], "run")))
+        self.w()
+        self.w("Each client has its library's documented defaults and nothing else: hirate "
+               "`hirate_allow` with a `redis+sentinel://S1,S2,S3/mymaster` URL "
+               "(`bench/peers/c/failover_c.c`); redis-py %s `Sentinel([(host, port), ...])"
+               ".master_for('mymaster')` with `register_script` of hirate's script "
+               "(`bench/peers/python/failover.py`); go-redis %s `redis.NewFailoverClient(&"
+               "redis.FailoverOptions{MasterName, SentinelAddrs})` with `redis.NewScript(...)"
+               ".Run` of hirate's script (`bench/peers/go/failover/main.go`)."
+               % (v.get("redis") or "?", v.get("go-redis") or "?"))
+        self.w()
+        def f2(x):
+            # Seconds to the hundredth; a time just below zero is not "-0.00".
+            return "%.2f" % (0.0 if abs(x) < 0.005 else x)
+
+        def span(v):
+            # "min to max": an en dash between negative numbers reads as a minus.
+            lo, hi = f2(v["min"]), f2(v["max"])
+            return lo if lo == hi else "%s to %s" % (lo, hi)
+
+        for kind, title in (("kill", "`kill -9` of the master"),
+                            ("failover", "`SENTINEL FAILOVER`")):
+            s = t.get("summary", {}).get(kind)
+            if not s:
+                continue
+            self.w("#### %s" % title)
+            self.w()
+            sw = s.get("promoted_s")
+            ag = s.get("agreed_s")
+            if sw and ag:
+                self.w("From the fault to the promotion: %s s (%s); to the switch: %s s (%s). "
+                       "%d of %d runs completed."
+                       % (f2(sw["median"]), span(sw), f2(ag["median"]), span(ag),
+                          s["good"], s["runs"]))
+                self.w()
+            self.w("| | client | first decision on the new master, s after the switch | "
+                   "spread | s after the promotion | s after the fault | spread | lost on the "
+                   "old master | failed or decided without Redis |")
+            self.w("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+            for c in t["clients"]:
+                name = "**%s**" % c["label"] if c["hirate"] else c["label"]
+                if c["status"] != "ok":
+                    self.w("| %s | %s | missing (%s) | | | | | | |" % (c["lang"], name,
+                                                                     c["reason"]))
+                    continue
+                e = s.get(c["id"]) or {}
+                if not e.get("from_switch_s"):
+                    why = (" (%s)" % e["error"].replace("|", "/").replace("\n", " ")
+                           if e.get("error") else "")
+                    self.w("| %s | %s | not back in %d of %d runs%s | | | | | %s | %s |"
+                           % (c["lang"], name, e.get("runs", 0) - e.get("back", 0),
+                              e.get("runs", 0), why, grp(e.get("lost", 0)),
+                              grp(e.get("failed", 0))))
+                    continue
+                sw_m = f2(e["from_switch_s"]["median"])
+                if c["hirate"]:
+                    sw_m = "**%s**" % sw_m
+                miss = "" if e["back"] == e["runs"] else " (not back in %d of %d runs)" % (
+                    e["runs"] - e["back"], e["runs"])
+                self.w("| %s | %s | %s%s | %s | %s | %s | %s | %s | %s |" % (
+                    c["lang"], name, sw_m, miss, span(e["from_switch_s"]),
+                    f2(e["from_promotion_s"]["median"]),
+                    f2(e["from_fault_s"]["median"]), span(e["from_fault_s"]),
+                    grp(e["lost"]), grp(e["failed"])))
+            self.w()
+        runs = [r for r in t.get("runs", []) if "error_run" not in r]
+        hc = [c["id"] for c in t["clients"] if c["hirate"]]
+        for cid in hc:
+            rows = [(r["kind"], r["round"], (r["clients"].get(cid) or {}).get("counters"))
+                    for r in runs]
+            rows = [x for x in rows if x[2]]
+            if rows:
+                self.w("hirate's counters at the end of each run (`hirate_counters_get`): %s."
+                       % "; ".join("%s %d: %s" % (
+                           "kill" if k == "kill" else "failover", n,
+                           ", ".join("%s %s" % (name, grp(v)) for name, v in c.items()))
+                           for k, n, c in rows))
+                self.w()
+        self.w("Lost and failed decisions are summed over the runs, from the promotion to "
+               "each client's first decision on the new master. The times are those of the "
+               "clients' calls returning, read to the millisecond; the promotion and the "
+               "switch are seen within about 10 ms plus the time of the driver's own "
+               "questions.")
+        self.w()
+
     def pieces(self):
         r = self.res
         self.w("## The bindings' own benchmarks")
@@ -632,6 +850,8 @@ class Doc:
             self.beyond()
         self.tls()
         self.cluster()
+        self.functions()
+        self.failover()
         self.pieces()
         self.c_sections()
         self.targets()
@@ -843,7 +1063,50 @@ def goal_lines(res):
             goal, "; ".join(bad), "; ".join(mine), "; ".join(theirs)))
     out += tls_goal_lines(res)
     out += cluster_goal_lines(res)
+    out += failover_goal_lines(res)
     return out
+
+
+def failover_goal_lines(res):
+    """Issue 13's target for a failover: hirate's decisions on the new master
+    within 2 s of the switch, in every run; the peers' figures beside it."""
+    t = res.get("failover") or {}
+    if not t.get("clients") or t.get("reason"):
+        return []
+    hc = next((c for c in t["clients"] if c["hirate"]), None)
+    runs = [r for r in t.get("runs", []) if "error_run" not in r]
+    if not hc or not runs:
+        return ["- **Not measured**: decisions on the new master within 2 s of a Sentinel "
+                "switch (%s)." % (hc["reason"] if hc and hc.get("reason") else "no run completed")]
+    def sec(x):
+        return "%.2f" % (0.0 if abs(x) < 0.005 else x)
+
+    parts, worst, missing = [], None, 0
+    for kind, what in (("kill", "after `kill -9` of the master"),
+                       ("failover", "after `SENTINEL FAILOVER`")):
+        xs = [(r["clients"].get(hc["id"]) or {}).get("from_switch_s") for r in runs
+              if r["kind"] == kind]
+        got = [x for x in xs if x is not None]
+        missing += len(xs) - len(got)
+        if got:
+            worst = max(got + ([worst] if worst is not None else []))
+            peers = []
+            for c in t["clients"]:
+                if c["hirate"] or c["status"] != "ok":
+                    continue
+                e = (t.get("summary", {}).get(kind) or {}).get(c["id"]) or {}
+                if e.get("from_switch_s"):
+                    peers.append("%s %s s" % (c["label"].split(" `")[0],
+                                              sec(e["from_switch_s"]["median"])))
+            parts.append("at most %s s %s (%s; the others' medians: %s)" % (
+                sec(max(got)), what, plural(len(got), "run"), ", ".join(peers) or "none"))
+    line = ("hirate's first decision on the new master came, after the switch, %s (target: "
+            "within 2 s of the switch)" % "; ".join(parts))
+    if missing == 0 and worst is not None and worst <= 2:
+        return ["- **Met**: %s." % line]
+    return ["- **Not met**: %s%s." % (line, "; in %s it never came back within %d s"
+                                      % (plural(missing, "run"), t["params"]["give_up_s"])
+                                      if missing else "")]
 
 
 def cluster_fig(t, rid, key):
@@ -1392,6 +1655,9 @@ def main():
     ap.add_argument("--facts", help="the run's facts, one tab-separated pair a line")
     ap.add_argument("--cluster-facts", help="the facts of a run of the cluster phase alone "
                     "(bench/run.sh BUILD cluster): kept with the cluster's results")
+    ap.add_argument("--phase-facts", action="append", default=[], metavar="PHASE=FILE",
+                    help="the facts of a run of one phase alone (bench/run.sh BUILD PHASE: "
+                    "cluster, functions or failover): kept with that phase's results")
     ap.add_argument("--keep-charts", action="store_true",
                     help="draw no charts: keep those the results file names")
     args = ap.parse_args()
@@ -1405,9 +1671,13 @@ def main():
         res["facts"] = read_facts(args.facts)
     if args.cluster_facts and res.get("cluster"):
         res["cluster"]["facts"] = read_facts(args.cluster_facts)
+    for pf in args.phase_facts:
+        phase, _, fpath = pf.partition("=")
+        if res.get(phase):
+            res[phase]["facts"] = read_facts(fpath)
     if not (args.keep_charts and "charts" in res):
         res["charts"] = charts(res, args.img)
-    if args.c_dir or args.facts or args.cluster_facts:
+    if args.c_dir or args.facts or args.cluster_facts or args.phase_facts:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(res, indent=1) + "\n")
         tmp.replace(path)

@@ -951,13 +951,19 @@ def cpu_of(info_cpu):
 
 
 def evalsha_stats(info_stats):
-    """(calls, usec, rejected, failed) of EVALSHA in an INFO commandstats text."""
-    f = info_fields(info_stats).get("cmdstat_evalsha")
-    if not f:
-        return 0, 0, 0, 0
-    kv = dict(x.split("=") for x in f.split(","))
-    return (int(kv["calls"]), int(kv["usec"]), int(kv.get("rejected_calls", 0)),
-            int(kv.get("failed_calls", 0)))
+    """(calls, usec, rejected, failed) of the script's calls in an INFO
+    commandstats text: EVALSHA's (the peers', hirate's with functions off)
+    and FCALL's (hirate's by default) together."""
+    fields = info_fields(info_stats)
+    total = [0, 0, 0, 0]
+    for name in ("cmdstat_evalsha", "cmdstat_fcall"):
+        f = fields.get(name)
+        if not f:
+            continue
+        kv = dict(x.split("=") for x in f.split(","))
+        for i, k in enumerate(("calls", "usec", "rejected_calls", "failed_calls")):
+            total[i] += int(kv.get(k, 0))
+    return tuple(total)
 
 
 class ClusterTarget:
@@ -1221,6 +1227,346 @@ def phase_cluster(build, setup, redis, p, results):
         cl.stop()
 
 
+# ---- Redis Functions: FCALL against EVALSHA against EVAL -----------------------------------
+
+# bench_functions' ways of making the same decision (its --mode), in the
+# order of the page.
+FUNCTION_RUNS = [
+    ("fcall", "C", False, "hiredis `FCALL` of hirate's function library (`FUNCTION LOAD` first)"),
+    ("evalsha", "C", False, "hiredis `EVALSHA` of hirate's script (`SCRIPT LOAD` first)"),
+    ("eval", "C", False, "hiredis `EVAL` of hirate's script, its whole text in every call"),
+    ("hirate", "C", True, "`hirate_allow` / `hirate_allow_many`, `functions = 1` (FCALL)"),
+    ("hirate-evalsha", "C", True,
+     "`hirate_allow` / `hirate_allow_many`, `functions = 0` (EVALSHA)"),
+]
+FUNCTION_SCENARIOS = [
+    {"id": "one", "depth": 1, "label": "1 client, one call at a time"},
+    {"id": "pipe16", "depth": 16,
+     "label": "1 client, 16 calls at once (a hiredis pipeline; `hirate_allow_many` of 16)"},
+]
+FUNCTION_KEYS = 10_000
+
+
+class FunctionRun:
+    def __init__(self, mode, lang, hirate, label):
+        self.id, self.lang, self.hirate, self.label = mode, lang, hirate, label
+
+    def to_json(self):
+        return {"id": self.id, "lang": self.lang, "hirate": self.hirate, "label": self.label}
+
+
+def run_json(argv, timeout):
+    """Runs a program that prints one JSON line; that object, or RunError."""
+    try:
+        pr = subprocess.run([str(a) for a in argv], stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        raise RunError("no answer within %d s" % timeout)
+    lines = [l for l in pr.stdout.splitlines() if l.startswith("{")]
+    if pr.returncode != 0 or not lines:
+        tail = [l for l in pr.stderr.strip().splitlines() if l.strip()][-2:]
+        raise RunError("exit %d: %s" % (pr.returncode, " / ".join(tail) or "no output"))
+    return json.loads(lines[-1])
+
+
+def phase_functions(build, redis, p, results):
+    # Twice the rounds of half the length: one call at a time, a run's
+    # figures swing with how the client and the server happen to be
+    # scheduled, and more rounds give the median more to stand on.
+    p = argparse.Namespace(**dict(vars(p), rounds=p.rounds * 2, seconds=p.seconds / 2))
+    out = results["functions"]
+    exe = build / "bench" / "bench_functions"
+    runs = [FunctionRun(*r) for r in FUNCTION_RUNS]
+    out.update(runs=[r.to_json() for r in runs], scenarios=FUNCTION_SCENARIOS, speed={},
+               keys=FUNCTION_KEYS,
+               params={"rounds": p.rounds, "seconds": p.seconds, "warmup": p.warmup,
+                       "capacity": 1000000000, "rate": 1e6},
+               mode="quick" if p.quick else "full", ncpu=os.cpu_count(),
+               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               server={"url": redis.url, "version": redis.info("server").get("redis_version")})
+    if not exe.exists():
+        out["reason"] = "%s is not built" % exe
+        step("functions: not run: %s" % out["reason"])
+        return
+    step("functions: %d rounds x %d ways x %d scenarios, %.2g s each, on %s"
+         % (p.rounds, len(runs), len(FUNCTION_SCENARIOS), p.seconds, redis.url))
+
+    def one(run, sc, rnd):
+        redis.fresh()
+        return run_json([exe, "--url", redis.url, "--mode", run.id, "--depth", sc["depth"],
+                         "--seconds", p.seconds, "--warmup", p.warmup, "--keys", FUNCTION_KEYS,
+                         "--seed", rnd + 1], timeout=p.seconds + p.warmup + 60)
+
+    out["speed"] = interleaved(runs, FUNCTION_SCENARIOS, p, "functions", one)
+    for by in out["speed"].values():
+        for s in by.values():
+            raw = [x for x in s["raw"] if "error_run" not in x]
+            # What the server ran over the measured seconds, summed over rounds:
+            # which commands each way's decisions were.
+            s["commands"] = {k: sum(x["commandstats"][k]["calls"] for x in raw)
+                             for k in ("fcall", "evalsha", "eval", "function|load",
+                                       "script|load")}
+            if raw:
+                s["script_bytes"] = raw[0]["script_bytes"]
+
+
+# ---- Sentinel: following a failover ----------------------------------------------------------
+
+FAILOVER = {"runs": 3, "interval_ms": 10, "down_after_ms": 1000, "replicas": 1, "sentinels": 3,
+            # Each client makes this many decisions on the master before the fault.
+            "ready_decisions": 20,
+            # How long after the promotion a client may take before it is
+            # reported as not back.
+            "give_up_s": 30}
+
+
+def failover_clients(build, setup):
+    """[(id, lang, hirate, label, argv or None, reason or None)]."""
+    rt = setup.get("runtimes", {})
+    py, go = rt.get("python", {}), rt.get("go", {})
+    c = build / "bench" / "failover_c"
+    out = [("c/hirate", "C", True, "hirate `hirate_allow`, `redis+sentinel://` URL",
+            [str(c)] if c.exists() else None, None if c.exists() else "%s is not built" % c),
+           ("py/redis-py", "Python", False,
+            "redis-py `Sentinel(...).master_for(...)`, `register_script` of hirate's script",
+            [py.get("python"), str(ROOT / "bench" / "peers" / "python" / "failover.py")]
+            if py.get("ok") else None, None if py.get("ok") else py.get("reason")),
+           ("go/go-redis", "Go", False,
+            "go-redis `NewFailoverClient`, `NewScript(...).Run` of hirate's script",
+            [go["failover"], "--script", str(ROOT / "lua" / "token_bucket.lua")]
+            if go.get("ok") and go.get("failover") else None,
+            None if go.get("ok") and go.get("failover") else
+            go.get("reason") or "the Go failover client was not built")]
+    return out
+
+
+class FailoverClient:
+    """One client process and the decisions it reports: [(seq, t_monotonic, ok, what)]."""
+
+    def __init__(self, cid, argv, url, prefix, interval_ms):
+        import threading
+        self.id, self.prefix = cid, prefix
+        self.lines = []
+        self.err = []
+        self.counters = None
+        # Its wall-clock times, read as this process' monotonic clock.
+        self.offset = time.time_ns() - time.monotonic_ns()
+        self.proc = subprocess.Popen(argv + ["--url", url, "--prefix", prefix, "--interval-ms",
+                                             str(interval_ms)],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                     start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.ereader = threading.Thread(target=lambda: self.err.extend(self.proc.stderr),
+                                        daemon=True)
+        self.ereader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            if line.startswith("# "):
+                # A client's own counters, at its end (hirate's).
+                self.counters = dict(kv.split("=", 1) for kv in line[2:].split() if "=" in kv)
+                continue
+            f = line.split()
+            if len(f) == 4:
+                self.lines.append((int(f[0]), (int(f[1]) - self.offset) / 1e9, f[2] == "1",
+                                   f[3]))
+
+    def ok_count(self):
+        return sum(1 for l in list(self.lines) if l[2])
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.reader.join(timeout=5)
+        self.ereader.join(timeout=5)
+
+
+def keys_on(g, node, keys):
+    """For each key, whether node holds it (EXISTS through one redis-cli)."""
+    if not keys:
+        return []
+    pr = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(node.port)],
+                        input="".join("EXISTS %s\n" % k for k in keys), capture_output=True,
+                        text=True, timeout=60)
+    got = pr.stdout.split()
+    if len(got) != len(keys):
+        raise RunError("EXISTS of %d keys on port %d: %d answers" % (len(keys), node.port,
+                                                                     len(got)))
+    return [x == "1" for x in got]
+
+
+def on_new_master(g, new, c, promoted):
+    """The first decision of c after the promotion that the new master holds:
+    (its time, the decisions of c after the promotion that reached Redis but
+    are not on the new master, those made while the client could not reach
+    Redis), or None for the first when there is none."""
+    after = [l for l in list(c.lines) if l[1] > promoted]
+    oks = [l for l in after if l[2]]
+    held = keys_on(g, new, ["rl:%s%d" % (c.prefix, l[0]) for l in oks])
+    first = next((l for l, h in zip(oks, held) if h), None)
+    lost = sum(1 for l, h in zip(oks, held) if not h and (first is None or l[0] < first[0]))
+    failed = sum(1 for l in after if not l[2] and (first is None or l[0] < first[0]))
+    return (first[1] if first else None), lost, failed
+
+
+def failover_once(kind, clients, p, rnd):
+    """One Sentinel group, every client on it, one fault: the run's figures."""
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
+    from redis_sentinel import ReplyError, SentinelGroup
+    F = FAILOVER
+    g = SentinelGroup(replicas=F["replicas"], sentinels=F["sentinels"],
+                      down_after_ms=F["down_after_ms"], die_with_parent=True)
+    procs = []
+    try:
+        old = g.master
+        (replica,) = [n for n in g.replicas]
+        procs = [FailoverClient(cid, argv, g.url, "fo:%s:" % cid.split("/")[1], F["interval_ms"])
+                 for cid, argv in clients]
+        # A client that exits (it cannot run here) is reported with its
+        # words; the others go on.
+        deadline = time.monotonic() + 20
+        while any(c.ok_count() < F["ready_decisions"] and c.proc.poll() is None for c in procs):
+            if time.monotonic() > deadline:
+                raise RunError("not every client was deciding on the master within 20 s: %s"
+                               % ", ".join("%s %d" % (c.id, c.ok_count()) for c in procs))
+            time.sleep(0.05)
+        gone = {}
+        for c in procs:
+            if c.proc.poll() is not None:
+                c.stop()
+                gone[c.id] = "exited (%d) before the fault: %s" % (
+                    c.proc.returncode, "".join(c.err[-2:]).strip()[-300:] or "no message")
+        procs = [c for c in procs if c.id not in gone]
+        if not procs:
+            raise RunError("; ".join("%s %s" % kv for kv in gone.items()))
+        t_fault = time.monotonic()
+        if kind == "kill":
+            g.kill(old)
+        else:
+            g.failover()
+        # The promotion: the replica's own ROLE, asked every 10 ms.
+        deadline = t_fault + F["give_up_s"]
+        while True:
+            try:
+                if g.command(replica, "ROLE", timeout=1.0)[0] == "master":
+                    t_promoted = time.monotonic()
+                    break
+            except (OSError, ReplyError):
+                pass   # it is busy being promoted: ask again
+            if time.monotonic() > deadline:
+                raise RunError("the replica was not promoted within %d s" % F["give_up_s"])
+            time.sleep(0.01)
+        new, t_agreed = g.wait_switch(old, timeout=F["give_up_s"])
+        if new.port != replica.port:
+            raise RunError("the sentinels named port %d, not the promoted replica's %d"
+                           % (new.port, replica.port))
+        # Until every client's latest decision is on the new master, checked
+        # every 200 ms, then half a second more.
+        back = {}
+        deadline = t_promoted + F["give_up_s"]
+        while len(back) < len(procs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            for c in procs:
+                if c.id in back:
+                    continue
+                oks = [l for l in list(c.lines) if l[2] and l[1] > t_promoted]
+                if oks and keys_on(g, new, ["rl:%s%d" % (c.prefix, oks[-1][0])])[0]:
+                    back[c.id] = True
+        time.sleep(0.5)
+        for c in procs:
+            c.stop()
+        r = {"kind": kind, "round": rnd + 1, "old_port": old.port, "new_port": new.port,
+             "promoted_s": t_promoted - t_fault, "agreed_s": t_agreed - t_fault, "clients": {}}
+        for c in procs:
+            first, lost, failed = on_new_master(g, new, c, t_promoted)
+            e = {"decisions": len(c.lines), "lost": lost, "failed": failed,
+                 "counters": {k: int(x) for k, x in (c.counters or {}).items()} or None,
+                 "stderr": "".join(c.err[-2:]).strip()[-300:] or None}
+            if first is None:
+                e["error"] = "no decision on the new master within %d s of the promotion" \
+                    % F["give_up_s"]
+            else:
+                e["from_fault_s"] = first - t_fault
+                e["from_promotion_s"] = first - t_promoted
+                e["from_switch_s"] = first - t_agreed
+            r["clients"][c.id] = e
+        for cid, why in gone.items():
+            r["clients"][cid] = {"error": why}
+        return r
+    finally:
+        for c in procs:
+            c.stop()
+        g.stop()
+
+
+def phase_failover(build, setup, p, results):
+    out = results["failover"]
+    F = dict(FAILOVER, runs=1 if p.quick else FAILOVER["runs"])
+    cl = failover_clients(build, setup)
+    v = setup.get("versions", {})
+    out.update(params=F, clients=[{"id": i, "lang": l, "hirate": h, "label": lab,
+                                   "status": "ok" if a else "missing", "reason": why}
+                                  for i, l, h, lab, a, why in cl],
+               runs=[], mode="quick" if p.quick else "full", ncpu=os.cpu_count(),
+               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               versions={k: v.get(k) for k in ("redis", "go-redis", "redis-server")})
+    for i, _, _, _, a, why in cl:
+        if not a:
+            step("failover: missing: %s (%s)" % (i, why))
+    clients = [(i, a) for i, _, _, _, a, _ in cl if a]
+    if not (ROOT / "tests" / "support" / "redis_sentinel.py").exists():
+        out["reason"] = "tests/support/redis_sentinel.py is not in this checkout"
+    elif not shutil.which("redis-sentinel"):
+        out["reason"] = "redis-sentinel not found (apt-get install redis-sentinel)"
+    elif not clients:
+        out["reason"] = "none of the failover clients can run"
+    if out.get("reason"):
+        step("failover: not run: %s" % out["reason"])
+        return
+    step("failover: %d runs each of kill -9 and SENTINEL FAILOVER, %s side by side"
+         % (F["runs"], ", ".join(i for i, _ in clients)))
+    for kind in ("kill", "failover"):
+        for rnd in range(F["runs"]):
+            progress("failover: %s, run %d/%d" % (kind, rnd + 1, F["runs"]))
+            try:
+                r = failover_once(kind, clients, p, rnd)
+            except (RunError, RuntimeError, TimeoutError, OSError) as e:
+                r = {"kind": kind, "round": rnd + 1, "error_run": str(e)}
+                step("failover: %s run %d failed: %s" % (kind, rnd + 1, e))
+            out["runs"].append(r)
+    progress_done()
+    summary = {}
+    for kind in ("kill", "failover"):
+        good = [r for r in out["runs"] if r["kind"] == kind and "error_run" not in r]
+        s = {"runs": len([r for r in out["runs"] if r["kind"] == kind]), "good": len(good)}
+        for k in ("promoted_s", "agreed_s"):
+            if good:
+                xs = [r[k] for r in good]
+                s[k] = {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+        for cid, _ in clients:
+            es = [r["clients"][cid] for r in good if cid in r["clients"]]
+            c = {"runs": len(es), "back": sum(1 for e in es if "from_switch_s" in e),
+                 "lost": sum(e.get("lost", 0) for e in es),
+                 "failed": sum(e.get("failed", 0) for e in es)}
+            errs = [e["error"] for e in es if e.get("error")]
+            if errs:
+                c["error"] = errs[0]
+            for k in ("from_fault_s", "from_promotion_s", "from_switch_s"):
+                xs = [e[k] for e in es if k in e]
+                if xs:
+                    c[k] = {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+            s[cid] = c
+        summary[kind] = s
+    out["summary"] = summary
+
+
 # ---- the pieces: the bindings' own benchmarks ----------------------------------------------
 
 def pieces(build, setup, quick):
@@ -1295,9 +1641,11 @@ def main():
     ap.add_argument("--warmup", type=float)
     ap.add_argument("--memory-keys", type=int)
     ap.add_argument("--only", help="contender ids to run, comma-separated (default: all)")
-    ap.add_argument("--phases", default="speed,atomic,outage,memory,tls,cluster,pieces")
+    ap.add_argument("--phases",
+                    default="speed,atomic,outage,memory,tls,cluster,functions,failover,pieces")
     ap.add_argument("--merge", action="store_true",
-                    help="write this run's cluster results into --out, keeping the rest of it")
+                    help="write this run's results of the phases run alone (cluster, "
+                    "functions, failover) into --out, keeping the rest of it")
     ap.add_argument("--pieces", action="store_true",
                     help="run the bindings' own benchmarks in quick mode too")
     p = ap.parse_args()
@@ -1336,7 +1684,7 @@ def main():
         "runtimes": {k: {"ok": v.get("ok"), "reason": v.get("reason")}
                      for k, v in setup.get("runtimes", {}).items()},
         "speed": {}, "atomic": {}, "outage": {}, "memory": {}, "tls": {}, "cluster": {},
-        "pieces": {},
+        "functions": {}, "failover": {}, "pieces": {},
     }
     work = tempfile.mkdtemp(prefix="hirate-suite-")
     redis = None
@@ -1358,19 +1706,26 @@ def main():
             phase_tls(cs, redis, p, results, work)
         if "cluster" in phases:
             phase_cluster(build, setup, redis, p, results)
+        if "functions" in phases:
+            phase_functions(build, redis, p, results)
     finally:
         if redis:
             redis.close()
         shutil.rmtree(work, ignore_errors=True)
+    if "failover" in phases:
+        phase_failover(build, setup, p, results)
     if "pieces" in phases:
         phase_pieces(build, setup, p, results)
     Path(p.out).parent.mkdir(parents=True, exist_ok=True)
     if p.merge:
-        # Only the cluster's results change: the page's other sections keep
-        # the figures of the run they came from.
+        # Only the results of the phases run change: the page's other
+        # sections keep the figures of the run they came from.
         old = json.loads(Path(p.out).read_text()) if Path(p.out).exists() else dict(
-            results, cluster={}, scenarios=[], contenders=[], speed={}, pieces={})
-        old["cluster"] = results["cluster"]
+            results, cluster={}, functions={}, failover={}, scenarios=[], contenders=[],
+            speed={}, pieces={})
+        for k in ("cluster", "functions", "failover"):
+            if k in phases:
+                old[k] = results[k]
         results = old
     tmp = Path(str(p.out) + ".tmp")
     tmp.write_text(json.dumps(results, indent=1) + "\n")

@@ -958,6 +958,11 @@ static void leg_clear(leg *g)
 
 static void legs_clear(hirate_op *op)
 {
+    /* A refresh never answered (the op was dropped, or a request could not
+     * be made) is given back, or no other op would ever ask again. */
+    for (size_t i = 0; i < op->nlegs; i++)
+        if (op->legs[i].map)
+            hirate_cluster_refresh_end(op->l->cluster, op->legs[i].node, NULL, NULL, 0);
     for (size_t i = 0; i < op->nlegs; i++)
         leg_clear(&op->legs[i]);
     op->nlegs = 0;
@@ -1124,14 +1129,21 @@ static int no_master(hirate_op *op, char *err, size_t errlen)
                         op->l->node0.link.url.service);
 }
 
+/* May a call (or the reset) that has waited this many rounds for a master
+ * wait one more? Not when the sentinels answered with a misconfiguration. */
+static int can_wait(const hirate_op *op, int waited)
+{
+    return waited < HIRATE_CLUSTER_REDIRECTS_MAX && !(op->route_rc && !is_outage(op->route_rc));
+}
+
 /* A call (or the reset) with no master to go to waits for the sentinels'
- * answer in this round, unless there is none coming, or it has waited
- * enough rounds, or they answered with a misconfiguration. */
+ * answer in this round, unless there is none coming, or it may not wait. */
 static int may_wait(hirate_op *op, int *waited)
 {
-    if (!round_asks(op) || (op->route_rc && !is_outage(op->route_rc)))
+    if (!round_asks(op) || !can_wait(op, *waited))
         return 0;
-    return ++*waited <= HIRATE_CLUSTER_REDIRECTS_MAX;
+    ++*waited;
+    return 1;
 }
 
 /* Makes the next round's legs from the pending calls: 1 when there is one
@@ -1152,7 +1164,7 @@ static int op_round(hirate_op *op)
         leg *g = NULL;
         if (op->reset_node >= 0 && (g = leg_add(op, op->reset_node)))
             g->reset = 1;
-        else if (op->reset_node < 0)
+        else if (op->reset_node < 0 && can_wait(op, op->reset_redirects))
             add_refresh(op);   /* no master known yet: ask for one */
         if (op->reset_node < 0 && !may_wait(op, &op->reset_redirects)) {
             op->rc = no_master(op, op->err, sizeof op->err);
@@ -1220,7 +1232,12 @@ static int op_round(hirate_op *op)
     }
     for (size_t j = 0; j < op->b.m; j++)
         op->flags[j] &= ~GROUPED;
-    if (l->cluster)
+    /* Without a master, the question is for the calls that may still wait
+     * for its answer: with none, it is not asked. */
+    int waiting = !unrouted;
+    for (size_t j = 0; !waiting && j < op->b.m; j++)
+        waiting = op->b.rcs[j] == CALL_PENDING && op->node[j] < 0 && can_wait(op, op->redirects[j]);
+    if (l->cluster && waiting)
         add_refresh(op);
     /* Calls with no master to go to wait for the answer in this round. */
     for (size_t j = 0; unrouted && j < op->b.m; j++) {

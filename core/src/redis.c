@@ -600,6 +600,23 @@ static inline __attribute__((always_inline)) void release(hirate_redis *r, conn 
     pthread_mutex_unlock(&r->lock);
 }
 
+/* A call that did not run (rc NOSCRIPT or NOFUNC), sent by FCALL when fcall:
+ * NOFUNC turns Redis Functions off for the server; NOSCRIPT after a refused
+ * FUNCTION LOAD is NOFUNC too (by EVALSHA next). By EVALSHA, NOFUNC is just
+ * an error reply. */
+static __attribute__((noinline, cold)) int
+not_run(hirate_redis *r, const hirate_reply *rep, int rc, int fcall, int refused, int *drop,
+        char *err, size_t errlen)
+{
+    if (rc == HIRATE_PROTO_NOFUNC && fcall)
+        hirate_link_no_functions(r->link, rep->top.str, rep->top.len);
+    else if (rc == HIRATE_PROTO_NOFUNC)
+        return hirate_proto_error_reply(rep, drop, err, errlen);
+    else if (fcall && refused)
+        return HIRATE_PROTO_NOFUNC;
+    return rc;
+}
+
 /* One pipeline: the calls whose rcs[i] is `select` (all of them when select
  * is 0), by FCALL when fcall (else EVALSHA), with the code first when load
  * (FUNCTION LOAD before them, or the first as EVAL), answered in order. Each
@@ -663,12 +680,8 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
         rcs[i] = io < 0 ? io
                         : hirate_proto_outcome(&rep, &calls[i], capacity, loaded, &ds[i],
                                                &states[i], &drop, err, errlen);
-        if (rcs[i] == HIRATE_PROTO_NOFUNC && fcall)
-            hirate_link_no_functions(r->link, rep.top.str, rep.top.len);
-        else if (rcs[i] == HIRATE_PROTO_NOFUNC)
-            rcs[i] = hirate_proto_error_reply(&rep, &drop, err, errlen);
-        else if (rcs[i] == HIRATE_PROTO_NOSCRIPT && fcall && !loaded && load)
-            rcs[i] = HIRATE_PROTO_NOFUNC;   /* the library was refused: EVALSHA it */
+        if (rcs[i] > 0)   /* it did not run: how it goes again */
+            rcs[i] = not_run(r, &rep, rcs[i], fcall, load && !loaded, &drop, err, errlen);
     }
     if (io == 0 && (io = end_roundtrip(c, err, errlen)) < 0)
         for (size_t i = 0; i < n; i++)
@@ -681,20 +694,17 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
     return io;
 }
 
-/* The calls of one thread on a connection: a pipeline, then again those that
- * provably did not run, as long as one of them is left: after NOSCRIPT with
- * the code first (FUNCTION LOAD, or EVAL), after NOFUNC by EVALSHA. Each
- * step is taken at most once, so there are at most four pipelines, and only
- * on a server that has just started or lost the code. deadline 0: each
- * pipeline's own timeout from its sending. */
-static inline __attribute__((always_inline)) int
-round_trip(hirate_redis *r, conn *c, const hirate_call *calls, size_t n,
-                      int64_t capacity, hirate_decision *ds, hirate_bucket *states, int *rcs,
-                      int *healthy, int64_t deadline, char *err, size_t errlen)
+/* The calls that provably did not run, again, as long as one of them is
+ * left: after NOSCRIPT with the code first (FUNCTION LOAD, or EVAL), after
+ * NOFUNC by EVALSHA. Each step is taken at most once, so there are at most
+ * three more pipelines, and only on a server that has just started, lost
+ * the code or refused Redis Functions. */
+static __attribute__((noinline, cold)) int
+again(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int fcall, int64_t capacity,
+      hirate_decision *ds, hirate_bucket *states, int *rcs, int *healthy, int64_t deadline,
+      char *err, size_t errlen)
 {
-    int fcall = __atomic_load_n(&r->link->functions, __ATOMIC_RELAXED);
-    int rc = pipeline(r, c, calls, n, 0, fcall, 0, capacity, ds, states, rcs, healthy, deadline,
-                      err, errlen);
+    int rc = 0;
     for (int pass = 0; rc == 0 && pass < 3; pass++) {
         int noscript = 0, nofunc = 0;
         for (size_t i = 0; i < n; i++) {
@@ -725,6 +735,32 @@ round_trip(hirate_redis *r, conn *c, const hirate_call *calls, size_t n,
                             : hirate__fail(err, errlen, HIRATE_EREPLY,
                                            "Redis kept refusing the script");
     }
+    return rc;
+}
+
+/* The calls of one thread on a connection: one pipeline, by FCALL or
+ * EVALSHA as the server takes, then again() for those that did not run.
+ * deadline 0: each pipeline's own timeout from its sending. */
+static inline __attribute__((always_inline)) int
+round_trip(hirate_redis *r, conn *c, const hirate_call *calls, size_t n,
+                      int64_t capacity, hirate_decision *ds, hirate_bucket *states, int *rcs,
+                      int *healthy, int64_t deadline, char *err, size_t errlen)
+{
+    int fcall = __atomic_load_n(&r->link->functions, __ATOMIC_RELAXED);
+    int rc = pipeline(r, c, calls, n, 0, fcall, 0, capacity, ds, states, rcs, healthy, deadline,
+                      err, errlen);
+    /* An answer is 0 or a negative code; only NOSCRIPT and NOFUNC, the
+     * calls that did not run, are positive. */
+    int more = 0;
+    for (size_t i = 0; i < n; i++)
+        more |= rcs[i] > 0;
+    if (more && rc == 0)
+        return again(r, c, calls, n, fcall, capacity, ds, states, rcs, healthy, deadline, err,
+                     errlen);
+    /* The stream broke: those that were to go again get the failure too. */
+    for (size_t i = 0; more && i < n; i++)
+        if (rcs[i] > 0)
+            rcs[i] = rc;
     return rc;
 }
 

@@ -2,9 +2,12 @@
  * A Redis Cluster's op (hirate_io.h's rounds of legs) fed the input as the
  * nodes' replies: script replies, MOVED and ASK with any slot and address,
  * ASKING's +OK, NOSCRIPT, CLUSTERDOWN, and the map's CLUSTER SLOTS reply of
- * any shape, as a binding feeds what it reads. No connection is made.
+ * any shape, as a binding feeds what it reads; or, by the settings, a
+ * Sentinel service's op: a sentinel's answer of any shape, READONLY, and
+ * FUNCTION LOAD's and FCALL's replies. No connection is made.
  *
- * Input: one byte of settings (how many items, 1 to 4; whether they spend),
+ * Input: one byte of settings (how many items, 1 to 4; whether they spend;
+ * the policy; a cluster or Sentinel; FCALL or EVALSHA first),
  * then the bytes, which each leg of each round takes in pieces drawn from a
  * PRNG seeded by the input; when they run out, the leg "fails" with EIO.
  * Also: the redirection parser and the map parser on the input as it is.
@@ -74,10 +77,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int spend = (settings >> 2) & 1;
     hirate_options o;
     hirate_options_init(&o);
-    o.url = "redis+cluster://127.0.0.1:1,127.0.0.1:2";
+    o.url = (settings >> 6) & 1 ? "redis+sentinel://127.0.0.1:1,127.0.0.1:2/m"
+                                : "redis+cluster://127.0.0.1:1,127.0.0.1:2";
+    o.functions = (settings >> 7) & 1;
     o.capacity = 10;
     o.rate = 1;
-    o.on_error = (settings >> 3) % 3;
+    o.on_error = ((settings >> 3) & 7) % 3;
     hirate_limiter *lim;
     FUZZ_CHECK_EQ(hirate_limiter_new(&lim, &o, NULL, 0), 0);
 

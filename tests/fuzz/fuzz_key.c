@@ -192,8 +192,8 @@ static void on_the_op_path(const char *prefix, const void *key, size_t keylen, i
         size_t r = read_command(req + pos, len - pos, &c);
         FUZZ_CHECK(r > 0);
         FUZZ_CHECK_EQ(c.argc, now_us >= 0 ? 9 : 8);
-        FUZZ_CHECK(arg_is(&c, 0, "EVALSHA", 7));
-        FUZZ_CHECK(arg_is(&c, 1, hirate_script_sha1(), 40));
+        FUZZ_CHECK(arg_is(&c, 0, "FCALL", 5));   /* the default: Redis Functions */
+        FUZZ_CHECK(arg_is(&c, 1, hirate_function_name(), 23));
         FUZZ_CHECK(arg_is(&c, 2, "1", 1));
         FUZZ_CHECK(c.lens[3] == plen + items[i].keylen);
         FUZZ_CHECK(memcmp(c.argv[3], prefix, plen) == 0);

@@ -33,10 +33,11 @@ typedef struct outcome {
     hirate_counters st;
 } outcome;
 
-static hirate_limiter *make(int on_error)
+static hirate_limiter *make(int on_error, int functions)
 {
     hirate_options o;
     hirate_options_init(&o);
+    o.functions = functions;
     o.url = "redis://127.0.0.1:1";
     o.prefix = "rl:";
     o.capacity = CAPACITY;
@@ -78,10 +79,22 @@ static void check_item(const hirate_item *it, int on_error)
         FUZZ_CHECK_EQ(d->time_us, NOW_US);
 }
 
-static void run(const uint8_t *data, size_t size, int mode, uint64_t seed, size_t n,
-                int on_error, outcome *out)
+/* A request sent again: with the code, or by EVALSHA after Redis Functions
+ * were refused. */
+static int resent_as_it_may_be(const char *req, size_t len, int functions)
 {
-    hirate_limiter *lim = make(on_error);
+    static const char eval[] = "*9\r\n$4\r\nEVAL\r\n";
+    static const char evalsha[] = "*9\r\n$7\r\nEVALSHA\r\n";
+    static const char load[] = "*3\r\n$8\r\nFUNCTION\r\n$4\r\nLOAD\r\n";
+#define STARTS(s) (len > sizeof s - 1 && memcmp(req, s, sizeof s - 1) == 0)
+    return STARTS(eval) || (functions && (STARTS(load) || STARTS(evalsha)));
+#undef STARTS
+}
+
+static void run(const uint8_t *data, size_t size, int mode, uint64_t seed, size_t n,
+                int on_error, int functions, outcome *out)
+{
+    hirate_limiter *lim = make(on_error, functions);
     memset(out->items, 0, sizeof out->items);
     out->items[0] = (hirate_item){"a", 1, 1, 0, {0}};
     out->items[1] = (hirate_item){"b", 1, 3, 0, {0}};
@@ -100,11 +113,14 @@ static void run(const uint8_t *data, size_t size, int mode, uint64_t seed, size_
         if (r == HIRATE_IO_DONE)
             break;
         if (r == HIRATE_IO_SEND) {
-            /* Only after NOSCRIPT, and only once: the calls again, the first
-             * as EVAL. */
-            FUZZ_CHECK(++sends == 2);
+            /* By EVALSHA: only after NOSCRIPT, and only once, the calls
+             * again, the first as EVAL. By FCALL: after "Function not
+             * found" with FUNCTION LOAD first, after a refusal by EVALSHA,
+             * and then EVAL: each step at most once. */
+            ++sends;
+            FUZZ_CHECK(sends <= (functions ? 4 : 2));
             const char *req = hirate_op_request(op, &len);
-            FUZZ_CHECK(len > 14 && memcmp(req, "*9\r\n$4\r\nEVAL\r\n", 14) == 0);
+            FUZZ_CHECK(resent_as_it_may_be(req, len, functions));
             continue;
         }
         FUZZ_CHECK_EQ(r, HIRATE_IO_MORE);
@@ -152,15 +168,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static outcome o[3];
     uint64_t seed = fuzz_seed(data, size);
+    int functions = (int)((seed >> 40) & 1);   /* FCALL or EVALSHA first */
     /* One call under the local policy. */
     for (int m = WHOLE; m <= SPLIT; m++)
-        run(data, size, m, seed, 1, HIRATE_ON_ERROR_LOCAL, &o[m]);
+        run(data, size, m, seed, 1, HIRATE_ON_ERROR_LOCAL, functions, &o[m]);
     compare(&o[WHOLE], &o[BYTE], 1);
     compare(&o[WHOLE], &o[SPLIT], 1);
     /* Two calls under a policy of the input's choosing. */
     int policy = (int)((seed >> 32) % 3);
     for (int m = WHOLE; m <= SPLIT; m++)
-        run(data, size, m, seed, 2, policy, &o[m]);
+        run(data, size, m, seed, 2, policy, functions, &o[m]);
     compare(&o[WHOLE], &o[BYTE], 2);
     compare(&o[WHOLE], &o[SPLIT], 2);
     return 0;

@@ -87,12 +87,15 @@ static void meaning(parsed *p, const hirate_reply *rep, int64_t cost, int after_
     p->rc = hirate_proto_outcome(rep, &c, CAPACITY, after_eval, &p->d, &p->st, &p->drop, p->err,
                                  sizeof p->err);
 
-    /* Only codes the limiter knows: a decision, NOSCRIPT (send again as
-     * EVAL), an outage for the policy, or a configuration error. */
-    FUZZ_CHECK(p->rc == 0 || p->rc == HIRATE_PROTO_NOSCRIPT || p->rc == HIRATE_EPROTO ||
+    /* Only codes the limiter knows: a decision, NOSCRIPT (send again with
+     * the code), NOFUNC (send again by EVALSHA), an outage for the policy,
+     * or a configuration error. */
+    FUZZ_CHECK(p->rc == 0 || p->rc == HIRATE_PROTO_NOSCRIPT || p->rc == HIRATE_PROTO_NOFUNC ||
+               p->rc == HIRATE_EPROTO ||
                p->rc == HIRATE_ESERVER || p->rc == HIRATE_EAUTH || p->rc == HIRATE_ENOPERM ||
                p->rc == HIRATE_EREPLY || p->rc == HIRATE_EREFUSED);
     FUZZ_CHECK(p->rc != HIRATE_PROTO_NOSCRIPT || (!after_eval && rep->top.type == '-'));
+    FUZZ_CHECK(p->rc != HIRATE_PROTO_NOFUNC || rep->top.type == '-');
     if (p->class_rc == HIRATE_EPROTO)
         FUZZ_CHECK(why != NULL);
     if (p->rc < 0)
@@ -106,7 +109,7 @@ static void meaning(parsed *p, const hirate_reply *rep, int64_t cost, int after_
         /* The server's words, whole when they fit in the message, else up to
          * a word and "...", printable bytes only: a hostile error can flood
          * no log and move no terminal. */
-        if (p->rc != HIRATE_PROTO_NOSCRIPT) {
+        if (p->rc != HIRATE_PROTO_NOSCRIPT && p->rc != HIRATE_PROTO_NOFUNC) {
             /* A cluster's redirection names the URL to use first. */
             static const char plain[] = "Redis replied: ";
             static const char cluster[] = "the server is a Redis Cluster node (use a "
@@ -246,7 +249,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* The classifiers read any bytes as an error message. */
     int cls = hirate_proto_error_class((const char *)data, size);
-    FUZZ_CHECK(cls == HIRATE_PROTO_NOSCRIPT || cls == HIRATE_PROTO_MOVED ||
+    FUZZ_CHECK(cls == HIRATE_PROTO_NOSCRIPT || cls == HIRATE_PROTO_NOFUNC ||
+               cls == HIRATE_PROTO_MOVED ||
                cls == HIRATE_PROTO_ASK || cls == HIRATE_ESERVER || cls == HIRATE_EAUTH ||
                cls == HIRATE_ENOPERM || cls == HIRATE_EREPLY || cls == HIRATE_EREFUSED);
     if (hirate_proto_error_drops_connection((const char *)data, size))

@@ -11,6 +11,12 @@ cluster    a 3-master Redis Cluster with a replica each
            (tests/support/redis_cluster.py), shared by the session and
            emptied before each test that asks for it; started only when a
            test asks. Do not kill its nodes: start a RedisCluster of your own.
+sentinel   a Redis Sentinel group (tests/support/redis_sentinel.py: a master,
+           a replica, 3 sentinels), shared by the session, its master emptied
+           (FLUSHALL, SCRIPT FLUSH, FUNCTION FLUSH) before each test that
+           asks for it; started only when a test asks. Do not fail it over or
+           kill its nodes (settling again takes a sentinel ~20 s): start a
+           SentinelGroup of your own.
 """
 
 import pathlib
@@ -22,6 +28,7 @@ from redis_server import RedisServer, make_certs
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "support"))
 from redis_cluster import RedisCluster  # noqa: E402
+from redis_sentinel import SentinelGroup  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -86,3 +93,19 @@ def cluster(cluster_session):
         if node.role == "master":
             cluster_session.pipeline(node, [("FLUSHALL",), ("SCRIPT", "FLUSH")])
     return cluster_session
+
+
+@pytest.fixture(scope="session")
+def sentinel_session():
+    g = SentinelGroup(replicas=1, sentinels=3)
+    yield g
+    g.stop()
+
+
+@pytest.fixture
+def sentinel(sentinel_session):
+    """The session's Sentinel group, its master emptied (the replica follows)."""
+    master = sentinel_session.master
+    for cmd in (("FLUSHALL",), ("SCRIPT", "FLUSH"), ("FUNCTION", "FLUSH")):
+        sentinel_session.command(master, *cmd)
+    return sentinel_session

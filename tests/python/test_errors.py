@@ -102,7 +102,7 @@ INF, NAN = math.inf, math.nan
     (dict(rate=10 ** 400), "ERATE", "got inf"),
     (dict(capacity=2 ** 53 - 1, rate=1e-6), "ERANGE", "to refill"),
     (dict(url=""), "EURL", "invalid Redis URL: it is empty"),
-    (dict(url="http://127.0.0.1"), "EURL", "must start with redis://, rediss://, unix://, redis+cluster:// or rediss+cluster://"),
+    (dict(url="http://127.0.0.1"), "EURL", "must start with redis://, rediss://, unix://, redis+cluster://, rediss+cluster://, redis+sentinel:// or rediss+sentinel://"),
     (dict(url="redis://127.0.0.1:0"), "EURL", "the port must be a number from 1 to 65535"),
     (dict(url="redis://127.0.0.1:99999"), "EURL", "the port must be"),
     (dict(url="redis://127.0.0.1", tls_ca_file="/etc/hosts"), "EOPTION",

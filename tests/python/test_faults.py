@@ -32,7 +32,10 @@ SOURCE = {"local": "local", "open": "fail_open", "closed": "fail_closed"}
 
 
 def limiter(url, on_error, **kw):
-    opts = dict(capacity=5, rate=0.001, on_error=on_error, timeout=0.3, connect_timeout=0.3)
+    # The EVALSHA path (functions=False): the mock server plays its replies,
+    # and the counts below are EVAL's; test_functions has FCALL's.
+    opts = dict(capacity=5, rate=0.001, on_error=on_error, timeout=0.3, connect_timeout=0.3,
+                functions=False)
     opts.update(kw)
     return hirate.Limiter(url, **opts)
 

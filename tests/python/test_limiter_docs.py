@@ -27,6 +27,10 @@ def test_example_runs(n, redis, tls_redis, certs, request):
         cluster = request.getfixturevalue("cluster")
         code = code.replace('"redis+cluster://10.0.0.1:7000,10.0.0.2:7000", ',
                             f'"{cluster.url}", timeout=5, connect_timeout=5, ')
+    if "redis+sentinel://" in code:
+        sentinel = request.getfixturevalue("sentinel")
+        code = code.replace('"redis+sentinel://10.0.0.1,10.0.0.2,10.0.0.3/mymaster", ',
+                            f'"{sentinel.url}", timeout=5, connect_timeout=5, ')
     code = code.replace('"rediss://redis.example.com:6380", ',
                         f'"{tls_redis.url}", timeout=5, connect_timeout=5, ')
     code = code.replace('"/etc/ssl/redis-ca.pem"', repr(str(certs / "ca.crt")))

@@ -1,6 +1,7 @@
 """The shared test vectors (tests/vectors/token_bucket.json) through the
 Python API: every case, on the memory backend and on a real redis-server
-(with and without the deny cache), with the time injected through
+(with and without the deny cache; through Redis Functions, FCALL, and with
+functions=False through EVALSHA), with the time injected through
 Limiter._decide_at. Every field a vector gives is compared exactly, and the
 float fields must be the very same numbers in seconds."""
 
@@ -37,7 +38,9 @@ def short(error_name):
     return error_name[len("HIRATE_"):]
 
 
-BACKENDS = ["memory", "redis", "redis+cache"]
+# "/evalsha": functions=False, the script by EVALSHA; else FCALL of the
+# function library (Redis 7).
+BACKENDS = ["memory", "redis", "redis+cache", "redis/evalsha", "redis+cache/evalsha"]
 
 
 def make(backend, case, url):
@@ -48,7 +51,20 @@ def make(backend, case, url):
     # A slow CI machine must not turn into a fallback: generous timeouts,
     # and a policy that would show up as a wrong source.
     return hirate.Limiter(url, connect_timeout=5, timeout=5, on_error="closed",
-                          deny_cache=backend == "redis+cache", **kw)
+                          deny_cache=backend.startswith("redis+cache"),
+                          functions=not backend.endswith("/evalsha"), **kw)
+
+
+def check_path(backend, lim, where):
+    """Every call went the backend's way: FCALL only, or EVALSHA only."""
+    s = lim._stats()
+    if backend == "memory":
+        assert s["fcall"] + s["evalsha"] + s["eval"] == 0, where
+    elif backend.endswith("/evalsha"):
+        assert (s["fcall"], s["function_loads"]) == (0, 0), where
+    else:
+        assert (s["evalsha"], s["eval"]) == (0, 0), where
+    return s["fcall"] + s["evalsha"]
 
 
 def check_step(backend, lim, case, i, step):
@@ -80,8 +96,8 @@ def check_step(backend, lim, case, i, step):
     assert d.retry_after == (math.inf if retry is None else retry / 1e6), where
     assert d.reset_after == want["reset_after_us"] / 1e6, where
     assert d.time == t / 1e6, where
-    expected_source = {"memory": "local", "redis": "redis", "redis+cache": "redis"}[backend]
-    if backend == "redis+cache" and not d.allowed and d.source == "cache":
+    expected_source = "local" if backend == "memory" else "redis"
+    if backend.startswith("redis+cache") and not d.allowed and d.source == "cache":
         return "cache"   # the deny cache answered, with Redis' own values
     assert d.source == expected_source, where
     return d.source
@@ -89,7 +105,7 @@ def check_step(backend, lim, case, i, step):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_vector_case(backend, redis):
-    steps = cache_hits = 0
+    steps = cache_hits = calls = 0
     for case in CASES:
         cfg = case["config"]
         if "config_error" in case:
@@ -104,10 +120,12 @@ def test_every_vector_case(backend, redis):
             for i, step in enumerate(case["steps"]):
                 steps += 1
                 cache_hits += check_step(backend, lim, case, i, step) == "cache"
+            calls += check_path(backend, lim, case["id"])
         finally:
             lim.close()
     assert steps == sum(len(c.get("steps", ())) for c in CASES)
-    if backend == "redis+cache":
+    assert (calls > 0) is (backend != "memory")
+    if backend.startswith("redis+cache"):
         assert cache_hits > 20, "the deny cache answered no refusal"
     else:
         assert cache_hits == 0

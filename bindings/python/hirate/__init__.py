@@ -7,9 +7,11 @@
     if not d:
         ...  # refuse; retry in d.retry_after seconds
 
-Without a URL the buckets live in this process; rediss:// URLs speak TLS. The
-decisions, the failure policies and the errors are the C core's (see
-docs/python.md).
+Without a URL the buckets live in this process; rediss:// URLs speak TLS;
+redis+cluster:// names a Redis Cluster, redis+sentinel:// a Sentinel service.
+Events worth a log line (a Sentinel master found or moved, Redis Functions
+refused by a server) go to the standard logger "hirate". The decisions, the
+failure policies and the errors are the C core's (see docs/python.md).
 """
 
 from ._asyncio import AsyncLimiter
@@ -26,6 +28,8 @@ from ._hirate import (
     TimeoutError,
     TLSError,
     __version__,
+    function_library,
+    function_name,
     script_sha1,
     script_source,
 )
@@ -44,6 +48,8 @@ __all__ = [
     "TLSError",
     "TimeoutError",
     "__version__",
+    "function_library",
+    "function_name",
     "script_sha1",
     "script_source",
 ]

@@ -11,6 +11,8 @@ from ._hirate import RefusedError as RefusedError
 from ._hirate import TimeoutError as TimeoutError
 from ._hirate import TLSError as TLSError
 from ._hirate import __version__ as __version__
+from ._hirate import function_library as function_library
+from ._hirate import function_name as function_name
 from ._hirate import script_sha1 as script_sha1
 from ._hirate import script_source as script_source
 

@@ -10,11 +10,13 @@ loop (a Protocol on loop.create_connection, TLS through the ssl module), so a
 call that waits for Redis never blocks the loop, and no thread is involved;
 it tells the core when its I/O failed, in the I/O library's words.
 
-Over a Redis Cluster (redis+cluster://, rediss+cluster://) every node the
-core names gets a pool of its own, and an op goes in rounds: each round's
-legs (at most one a node) run at once, each on a connection of its node,
-until the core says every item is decided. Which node, what a redirection
-means, when the map is read again: all the core's; no slot is known here.
+Over a Redis Cluster (redis+cluster://, rediss+cluster://) or a Sentinel
+service (redis+sentinel://, rediss+sentinel://) every node the core names
+gets a pool of its own, and an op goes in rounds: each round's legs (at most
+one a node) run at once, each on a connection of its node, until the core
+says every item is decided. Which node, what a redirection means, when the
+map is read again, where a service's master is and when to ask its
+sentinels: all the core's; no slot and no master is known here.
 
 Without a URL the C limiter decides from memory at once, and the coroutines
 call it directly.
@@ -661,15 +663,19 @@ class AsyncLimiter:
     loops (each gets connections of its own, at most pool_size). The URL may
     name a Redis Cluster, redis+cluster://[user:password@]host:port[,host:port...]
     (any nodes as seeds, a replica too) or rediss+cluster://... (TLS): then
-    each loop has at most pool_size connections to each node. Without a URL
-    it decides from memory, at once.
+    each loop has at most pool_size connections to each node. It may name a
+    Redis Sentinel service, redis+sentinel://host:port[,host:port...]/service
+    (the sentinels; sentinel_username and sentinel_password are theirs), and
+    follows its master through failovers. Without a URL it decides from
+    memory, at once.
     """
 
     def __init__(self, url=None, *, capacity, rate, prefix="rl:", on_error="local",
                  instances=1, connect_timeout=0.25, timeout=0.1, deny_cache=True,
                  max_keys=1_000_000, pool_size=16, tls_ca_file=None, tls_ca_dir=None,
                  tls_cert_file=None, tls_key_file=None, tls_server_name=None,
-                 tls_verify=True):
+                 tls_verify=True, sentinel_username=None, sentinel_password=None,
+                 functions=True):
         # The C limiter checks every argument (and never connects itself
         # here: the hooks leave the I/O to this class).
         self._lim = _hirate.Limiter(
@@ -677,13 +683,17 @@ class AsyncLimiter:
             instances=instances, connect_timeout=connect_timeout, timeout=timeout,
             deny_cache=deny_cache, max_keys=max_keys, pool_size=pool_size,
             tls_ca_file=tls_ca_file, tls_ca_dir=tls_ca_dir, tls_cert_file=tls_cert_file,
-            tls_key_file=tls_key_file, tls_server_name=tls_server_name, tls_verify=tls_verify)
+            tls_key_file=tls_key_file, tls_server_name=tls_server_name, tls_verify=tls_verify,
+            sentinel_username=sentinel_username, sentinel_password=sentinel_password,
+            functions=functions)
         # {loop: {node: _Pool}}; None without a URL.
         self._pools = None if self._lim.url is None else {}
         self._dropped = 0
         if self._pools is None:
             return
-        self._cluster = self._lim.is_cluster
+        # A cluster's and a Sentinel service's ops go in rounds over several
+        # nodes (a Sentinel's: the sentinels and the masters they name).
+        self._rounds_of_legs = self._lim.is_cluster or self._lim.is_sentinel
         ep = self._lim._endpoint()
         self._eps = {0: ep}   # by node: a node's endpoint never changes
         # One context for every node: the TLS options are the limiter's; the
@@ -789,8 +799,9 @@ class AsyncLimiter:
     def _run(self, op):
         """A coroutine that settles op: on a single Redis its one leg on a
         connection of node 0 (the leg-less calls, which also send the EVAL
-        after a NOSCRIPT on the same connection); on a cluster, its rounds."""
-        if not self._cluster:
+        after a NOSCRIPT on the same connection); on a cluster or a Sentinel
+        service, its rounds."""
+        if not self._rounds_of_legs:
             return self._pool().run(op)
         return self._rounds(op)
 

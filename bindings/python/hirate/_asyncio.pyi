@@ -36,6 +36,9 @@ class AsyncLimiter:
         tls_key_file: Optional[_Path] = None,
         tls_server_name: Optional[str] = None,
         tls_verify: bool = True,
+        sentinel_username: Optional[str] = None,
+        sentinel_password: Optional[str] = None,
+        functions: bool = True,
     ) -> None: ...
     @classmethod
     def from_env(
@@ -57,6 +60,9 @@ class AsyncLimiter:
         tls_key_file: Optional[_Path] = None,
         tls_server_name: Optional[str] = None,
         tls_verify: bool = True,
+        sentinel_username: Optional[str] = None,
+        sentinel_password: Optional[str] = None,
+        functions: bool = True,
     ) -> _Self: ...
     @property
     def capacity(self) -> int: ...

@@ -18,11 +18,15 @@
  * public no-I/O API of hirate_io.h, so that hirate.AsyncLimiter does its own
  * socket I/O on the event loop while the core keeps every rule: the bytes,
  * what the replies mean, the reconnect backoff, the breaker, the deny cache
- * and the policy. For a Redis Cluster the same hooks take a node
- * (_endpoint(node), _handshake_start(node)), and an Op's rounds of legs are
- * there (legs, leg_node, leg_request, leg_feed, leg_fail, leg_drop, next):
- * which node and what a redirection means stay the core's. Only hirate.h
- * and hirate_io.h are included here.
+ * and the policy. For a Redis Cluster or a Sentinel service the same hooks
+ * take a node (_endpoint(node), _handshake_start(node)), and an Op's rounds
+ * of legs are there (legs, leg_node, leg_request, leg_feed, leg_fail,
+ * leg_drop, next): which node, what a redirection means, where the master is
+ * and when to ask the sentinels again stay the core's. Only hirate.h and
+ * hirate_io.h are included here.
+ *
+ * The core's log events (hirate_options.log) go to the standard logger
+ * "hirate"; see log_to_python.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -503,6 +507,7 @@ typedef struct {
     hstate *st;             /* the module's state; the type keeps the module alive */
     int redis;              /* 1: a URL, so calls release the GIL */
     int cluster;            /* 1: a Redis Cluster URL (hirate_is_cluster) */
+    int sentinel;           /* 1: a Sentinel URL (hirate_is_sentinel) */
     int closed;             /* set by close(): no new call starts */
     unsigned long inuse;    /* calls running without the GIL; changed with the GIL held */
     unsigned long fork_gen; /* the g_fork_gen that inuse counts in */
@@ -1647,14 +1652,18 @@ static PyObject *limiter_stats(PyObject *op, PyObject *unused)
     if (self->closed)
         return raise_closed(self->st);
     hirate_counters_get(self->lim, &s);
-    return Py_BuildValue("{sKsKsKsKsKsKsKsnsnsn}", "connects", (unsigned long long)s.connects,
-                         "evalsha", (unsigned long long)s.evalsha, "eval",
-                         (unsigned long long)s.eval, "conns_dropped",
-                         (unsigned long long)s.conns_dropped, "cache_hits",
+    return Py_BuildValue("{sKsKsKsKsKsKsKsnsnsnsKsKsKsK}", "connects",
+                         (unsigned long long)s.connects, "evalsha",
+                         (unsigned long long)s.evalsha, "eval", (unsigned long long)s.eval,
+                         "conns_dropped", (unsigned long long)s.conns_dropped, "cache_hits",
                          (unsigned long long)s.cache_hits, "policy", (unsigned long long)s.policy,
                          "breaker_opens", (unsigned long long)s.breaker_opens, "memory_keys",
                          (Py_ssize_t)s.memory_keys, "local_keys", (Py_ssize_t)s.local_keys,
-                         "cache_keys", (Py_ssize_t)s.cache_keys);
+                         "cache_keys", (Py_ssize_t)s.cache_keys, "fcall",
+                         (unsigned long long)s.fcall, "function_loads",
+                         (unsigned long long)s.function_loads, "sentinel_queries",
+                         (unsigned long long)s.sentinel_queries, "master_changes",
+                         (unsigned long long)s.master_changes);
 }
 
 /* ---- close ----------------------------------------------------------------- */
@@ -1705,6 +1714,55 @@ static PyObject *limiter_exit(PyObject *op, PyObject *args)
 }
 
 /* ---- construction ------------------------------------------------------------ */
+
+/* The core's log callback: each event becomes a record of the standard
+ * logger "hirate" (HIRATE_LOG_WARNING as logging.WARNING, HIRATE_LOG_INFO as
+ * logging.INFO). The core calls it from whichever thread learnt the event: a
+ * call of Limiter running without the GIL, a thread Python never saw, or an
+ * AsyncLimiter's feed with the GIL held; PyGILState_Ensure serves all three.
+ * The core never calls it per call, so looking the logger up each time
+ * costs nothing that matters and holds no object past an interpreter's
+ * life. Nothing may escape into the core: an exception pending before is
+ * kept, and one raised here is dropped (logging reports its handlers' own
+ * failures through Handler.handleError already). */
+static void log_to_python(void *arg, int level, const char *msg)
+{
+    (void)arg;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (Py_IsFinalizing())
+        return;
+#else
+    if (_Py_IsFinalizing())
+        return;
+#endif
+    PyGILState_STATE g = PyGILState_Ensure();
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *pending = PyErr_GetRaisedException();
+#else
+    PyObject *ptype, *pvalue, *ptb;
+    PyErr_Fetch(&ptype, &pvalue, &ptb);
+#endif
+    PyObject *logging = PyImport_ImportModule("logging");
+    PyObject *logger = logging ? PyObject_CallMethod(logging, "getLogger", "s", "hirate") : NULL;
+    PyObject *text = logger ? PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace")
+                            : NULL;
+    if (text) {
+        /* No args: logging takes the message as it is, '%' and all. */
+        PyObject *r = PyObject_CallMethod(logger, "log", "iO",
+                                          level == HIRATE_LOG_WARNING ? 30 : 20, text);
+        Py_XDECREF(r);
+    }
+    Py_XDECREF(text);
+    Py_XDECREF(logger);
+    Py_XDECREF(logging);
+    PyErr_Clear();
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(pending);
+#else
+    PyErr_Restore(ptype, pvalue, ptb);
+#endif
+    PyGILState_Release(g);
+}
 
 /* The URL with the password (between the user's ':' and the last '@' before
  * the host or path) replaced by ***. */
@@ -1863,19 +1921,22 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"url", "capacity", "rate", "prefix", "on_error", "instances",
                              "connect_timeout", "timeout", "deny_cache", "max_keys",
                              "pool_size", "tls_ca_file", "tls_ca_dir", "tls_cert_file",
-                             "tls_key_file", "tls_server_name", "tls_verify", NULL};
+                             "tls_key_file", "tls_server_name", "tls_verify",
+                             "sentinel_username", "sentinel_password", "functions", NULL};
     PyObject *url = Py_None, *capacity = NULL, *rate = NULL, *prefix = NULL, *on_error = NULL;
     PyObject *instances = NULL, *connect_timeout = NULL, *timeout = NULL, *deny_cache = NULL;
     PyObject *max_keys = NULL, *pool_size = NULL, *server_name = Py_None, *verify = NULL;
     PyObject *files[4] = {Py_None, Py_None, Py_None, Py_None};
+    PyObject *sentinel_username = Py_None, *sentinel_password = Py_None, *functions = NULL;
     hstate *st = state_of_type(tp);
     if (!st)
         return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOOOOOOOOOOOOOOO:Limiter", kwlist, &url,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOOOOOOOOOOOOOOOOOO:Limiter", kwlist, &url,
                                      &capacity, &rate, &prefix, &on_error, &instances,
                                      &connect_timeout, &timeout, &deny_cache, &max_keys,
                                      &pool_size, &files[0], &files[1], &files[2], &files[3],
-                                     &server_name, &verify))
+                                     &server_name, &verify, &sentinel_username,
+                                     &sentinel_password, &functions))
         return NULL;
     if (!capacity || !rate) {
         PyErr_Format(PyExc_TypeError, "Limiter() missing required keyword argument '%s'",
@@ -1934,6 +1995,25 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
             return NULL;
         o.tls_verify = v;
     }
+    /* The sentinels' credentials: the core copies them, checks that the URL
+     * is a Sentinel's, and never puts the password in a message. */
+    if (sentinel_username != Py_None &&
+        !(o.sentinel_username =
+              c_string(st, sentinel_username, "sentinel_username", HIRATE_EOPTION)))
+        return NULL;
+    if (sentinel_password != Py_None &&
+        !(o.sentinel_password =
+              c_string(st, sentinel_password, "sentinel_password", HIRATE_EOPTION)))
+        return NULL;
+    if (functions) {
+        int v = PyObject_IsTrue(functions);
+        if (v < 0)
+            return NULL;
+        o.functions = v;
+    }
+    /* Events for the "hirate" logger; the callback needs no argument. */
+    o.log = log_to_python;
+    o.log_arg = NULL;
     /* The file names as bytes, kept until the core has copied them. */
     static const char *const file_names[4] = {"tls_ca_file", "tls_ca_dir", "tls_cert_file",
                                               "tls_key_file"};
@@ -1968,6 +2048,7 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         raise_code(st, rc, why);
     } else {
         self->cluster = hirate_is_cluster(self->lim);   /* kept: close() frees lim */
+        self->sentinel = hirate_is_sentinel(self->lim);
     }
 done:
     for (int i = 0; i < 4; i++)
@@ -2077,6 +2158,12 @@ static PyObject *limiter_is_cluster(PyObject *op, void *c)
     return PyBool_FromLong(((LimiterObject *)op)->cluster);
 }
 
+static PyObject *limiter_is_sentinel(PyObject *op, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(((LimiterObject *)op)->sentinel);
+}
+
 static PyGetSetDef limiter_getset[] = {
     {"capacity", limiter_capacity, NULL, "Bucket size in whole tokens.", NULL},
     {"rate", limiter_rate, NULL, "Tokens added per second.", NULL},
@@ -2086,6 +2173,8 @@ static PyGetSetDef limiter_getset[] = {
     {"closed", limiter_closed, NULL, "True after close().", NULL},
     {"is_cluster", limiter_is_cluster, NULL,
      "True for a Redis Cluster URL (redis+cluster://, rediss+cluster://).", NULL},
+    {"is_sentinel", limiter_is_sentinel, NULL,
+     "True for a Redis Sentinel URL (redis+sentinel://, rediss+sentinel://).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -2133,13 +2222,19 @@ static PyType_Slot limiter_slots[] = {
                         "instances=1, connect_timeout=0.25, timeout=0.1, deny_cache=True, "
                         "max_keys=1000000, pool_size=16, tls_ca_file=None, tls_ca_dir=None, "
                         "tls_cert_file=None, tls_key_file=None, tls_server_name=None, "
-                        "tls_verify=True)\n\n"
+                        "tls_verify=True, sentinel_username=None, sentinel_password=None, "
+                        "functions=True)\n\n"
                         "A token-bucket rate limiter: in Redis when url is given, else in "
                         "memory. url: redis://[user:password@]host[:port][/db], rediss://... "
                         "(TLS), unix:///path[?db=N], or a Redis Cluster: "
                         "redis+cluster://[user:password@]host:port[,host:port...] (any "
                         "nodes as seeds, a replica too; pool_size is per node) and "
-                        "rediss+cluster://... (TLS)."},
+                        "rediss+cluster://... (TLS), or a Redis Sentinel service: "
+                        "redis+sentinel://[[user]:password@]host[:port][,host[:port]...]"
+                        "/service[/db] (the sentinels; user and password are the master's, "
+                        "sentinel_username and sentinel_password the sentinels' own) and "
+                        "rediss+sentinel://... (TLS). functions=False: EVALSHA always, "
+                        "never FCALL. Events worth a log line go to the logger 'hirate'."},
     {Py_tp_new, (void *)limiter_tp_new},
     {Py_tp_dealloc, (void *)limiter_dealloc},
     {Py_tp_repr, (void *)limiter_repr},
@@ -2174,6 +2269,22 @@ static PyObject *mod_script_sha1(PyObject *m, PyObject *unused)
     return PyUnicode_FromString(hirate_script_sha1());
 }
 
+static PyObject *mod_function_library(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    size_t len;
+    const char *s = hirate_function_library(&len);
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)len, "strict");
+}
+
+static PyObject *mod_function_name(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return PyUnicode_FromString(hirate_function_name());
+}
+
 /* _error(code, message) -> the exception hirate raises for code, with .code
  * and .name set (for the Python modules that check values of their own). */
 static PyObject *mod_error(PyObject *m, PyObject *args)
@@ -2191,6 +2302,12 @@ static PyMethodDef module_methods[] = {
      "script_source() -> str: the Lua script hirate runs in Redis."},
     {"script_sha1", mod_script_sha1, METH_NOARGS,
      "script_sha1() -> str: its SHA1, as EVALSHA names it."},
+    {"function_library", mod_function_library, METH_NOARGS,
+     "function_library() -> str: the same script as a Redis Functions library, as FUNCTION "
+     "LOAD takes it."},
+    {"function_name", mod_function_name, METH_NOARGS,
+     "function_name() -> str: the name of its one function (and of the library), as FCALL "
+     "names it."},
     {"_error", mod_error, METH_VARARGS,
      "_error(code, message) -> the exception hirate raises for code."},
     {NULL, NULL, 0, NULL},

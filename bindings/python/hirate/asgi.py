@@ -138,7 +138,8 @@ class RateLimiter:
     legacy_headers   also X-RateLimit-Limit, -Remaining and -Reset (False)
     trusted_proxies, proxy_hops, forwarded_header, ipv6_subnet
                      how the client's address is found (see ClientIP)
-    prefix, instances, connect_timeout, timeout
+    prefix, instances, connect_timeout, timeout, sentinel_username,
+    sentinel_password, functions
                      passed to every hirate.AsyncLimiter
     body             "json" (problem+json, default) or "text": the
                      middleware's refusal body
@@ -153,7 +154,8 @@ class RateLimiter:
                  on_error="local", headers=True, legacy_headers=False, trusted_proxies=(),
                  proxy_hops=0, forwarded_header="X-Forwarded-For", ipv6_subnet=64,
                  prefix="rl:", instances=1, connect_timeout=0.25, timeout=0.1, body="json",
-                 on_refused=None, enabled=True):
+                 on_refused=None, enabled=True, sentinel_username=None,
+                 sentinel_password=None, functions=True):
         url = url or None
         self.default_limits = _as_limits(default_limits, "default_limits")
         patterns = []
@@ -187,16 +189,21 @@ class RateLimiter:
         self.enabled = bool(enabled)
         self.client_ip = ClientIP(trusted_proxies, proxy_hops, forwarded_header, ipv6_subnet)
         self._options = dict(prefix=prefix, on_error=on_error, instances=instances,
-                             connect_timeout=connect_timeout, timeout=timeout)
+                             connect_timeout=connect_timeout, timeout=timeout,
+                             functions=functions)
+        # The sentinels' credentials, as the URL's password, stay out of
+        # self._options (see below).
+        sentinel = dict(sentinel_username=sentinel_username,
+                        sentinel_password=sentinel_password)
         # The core checks the URL and every option, with messages naming the
         # problem: a bad setting fails here, not at the first request.
-        probe = _Limiter(url, capacity=1, rate=1.0, **self._options)
+        probe = _Limiter(url, capacity=1, rate=1.0, **self._options, **sentinel)
         self.url = probe.url  # the password replaced by ***
         probe.close()
-        # The URL with its password is kept in this closure only, out of
-        # reprs and of vars() dumps.
+        # The URL with its password, and the sentinels' password, are kept in
+        # this closure only, out of reprs and of vars() dumps.
         self._new_limiter = lambda capacity, rate: _AsyncLimiter(
-            url, capacity=capacity, rate=rate, **self._options)
+            url, capacity=capacity, rate=rate, **self._options, **sentinel)
         self._limiters = {}
 
     def __repr__(self):

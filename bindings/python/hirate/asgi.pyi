@@ -52,6 +52,9 @@ class RateLimiter:
         body: str = "json",
         on_refused: Optional[Callable[[Request, Result], Any]] = None,
         enabled: bool = True,
+        sentinel_username: Optional[str] = None,
+        sentinel_password: Optional[str] = None,
+        functions: bool = True,
     ) -> None: ...
     async def close(self) -> None: ...
     async def aclose(self) -> None: ...

@@ -51,6 +51,9 @@ _SETTINGS = {
     "instances": ("HIRATE_INSTANCES", 1),
     "connect_timeout": ("HIRATE_CONNECT_TIMEOUT", 0.25),
     "timeout": ("HIRATE_TIMEOUT", 0.1),
+    "sentinel_username": ("HIRATE_SENTINEL_USERNAME", None),
+    "sentinel_password": ("HIRATE_SENTINEL_PASSWORD", None),
+    "functions": ("HIRATE_FUNCTIONS", True),
     "body": ("HIRATE_BODY", "json"),
     "enabled": ("HIRATE_ENABLED", True),
 }
@@ -118,16 +121,20 @@ class _AppState:
         self.options = dict(prefix=settings["prefix"], on_error=settings["on_error"],
                             instances=settings["instances"],
                             connect_timeout=settings["connect_timeout"],
-                            timeout=settings["timeout"])
+                            timeout=settings["timeout"], functions=settings["functions"])
+        # The sentinels' credentials, as the URL's password, stay out of
+        # self.options (see below).
+        sentinel = dict(sentinel_username=settings["sentinel_username"],
+                        sentinel_password=settings["sentinel_password"])
         # The core checks the URL and every option, with messages naming the
         # problem: a bad setting fails here, at startup, not at a request.
-        probe = _Limiter(url, capacity=1, rate=1.0, **self.options)
+        probe = _Limiter(url, capacity=1, rate=1.0, **self.options, **sentinel)
         self.shown_url = probe.url  # the password replaced by ***
         probe.close()
-        # The URL with its password is kept in this closure only, out of
-        # reprs and of vars() dumps.
+        # The URL with its password, and the sentinels' password, are kept in
+        # this closure only, out of reprs and of vars() dumps.
         self.new_limiter = lambda capacity, rate: _Limiter(
-            url, capacity=capacity, rate=rate, **self.options)
+            url, capacity=capacity, rate=rate, **self.options, **sentinel)
         self.limiters = {}
         self.lock = threading.Lock()
 
@@ -178,8 +185,11 @@ class RateLimiter:
     forwarded_header HIRATE_FORWARDED_HEADER: "X-Forwarded-For" or "Forwarded"
     ipv6_subnet      HIRATE_IPV6_SUBNET: IPv6 clients share a bucket per
                      network of this prefix length (64)
-    prefix, instances, connect_timeout, timeout
-                     HIRATE_PREFIX ... : passed to every hirate.Limiter
+    prefix, instances, connect_timeout, timeout, sentinel_username,
+    sentinel_password, functions
+                     HIRATE_PREFIX ... HIRATE_SENTINEL_USERNAME,
+                     HIRATE_SENTINEL_PASSWORD, HIRATE_FUNCTIONS: passed to
+                     every hirate.Limiter
     body             HIRATE_BODY: "json" (problem+json, default) or "text"
     on_refused       callable(request, result) returning the refusal's
                      response (any value a view may return); the rate-limit
@@ -192,13 +202,16 @@ class RateLimiter:
                  trusted_proxies=_UNSET, proxy_hops=_UNSET, forwarded_header=_UNSET,
                  ipv6_subnet=_UNSET, prefix=_UNSET, instances=_UNSET,
                  connect_timeout=_UNSET, timeout=_UNSET, body=_UNSET, on_refused=None,
-                 enabled=_UNSET):
+                 enabled=_UNSET, sentinel_username=_UNSET, sentinel_password=_UNSET,
+                 functions=_UNSET):
         given = dict(url=url, default_limits=default_limits, on_error=on_error,
                      headers=headers, legacy_headers=legacy_headers,
                      trusted_proxies=trusted_proxies, proxy_hops=proxy_hops,
                      forwarded_header=forwarded_header, ipv6_subnet=ipv6_subnet,
                      prefix=prefix, instances=instances, connect_timeout=connect_timeout,
-                     timeout=timeout, body=body, enabled=enabled)
+                     timeout=timeout, body=body, enabled=enabled,
+                     sentinel_username=sentinel_username,
+                     sentinel_password=sentinel_password, functions=functions)
         self._given = {k: v for k, v in given.items() if v is not _UNSET}
         if "default_limits" in self._given:
             # Checked now, so that a wrong limit fails where it is written.

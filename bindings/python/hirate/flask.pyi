@@ -39,6 +39,9 @@ class RateLimiter:
         body: str = ...,
         on_refused: Optional[Callable[[Request, Result], Any]] = None,
         enabled: bool = ...,
+        sentinel_username: Optional[str] = ...,
+        sentinel_password: Optional[str] = ...,
+        functions: bool = ...,
     ) -> None: ...
     def init_app(self, app: Flask) -> None: ...
     def close(self, app: Optional[Flask] = None) -> None: ...
