@@ -998,7 +998,10 @@ int main(void)
 
     sh_config gc = {.replicas = 2, .sentinels = 3, .password = PASSWORD,
                     .sentinel_password = SENTINEL_PASSWORD};
-    if (sh_start(&G, &gc) < 0) return 2;
+    if (sh_start(&G, &gc) < 0) {
+        rh_certs_remove(certs);
+        return 2;
+    }
     printf("test_sentinel: %s, master %d\n", G.url, G.master.port);
     test_discovery();
     test_errors();
