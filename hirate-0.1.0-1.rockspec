@@ -23,7 +23,8 @@ description = {
    summary = "A distributed token-bucket rate limiter: one atomic script call in Redis, or an in-memory bucket",
    detailed = [[
 hirate answers "may this key spend this many tokens now?" with one atomic
-token-bucket script call in Redis (EVALSHA; EVAL only after NOSCRIPT), so
+token-bucket script call in Redis (FCALL where the server has Redis
+Functions, else EVALSHA; the code sent only when the server lacks it), so
 every process that shares the Redis shares the limit exactly, or from an
 in-memory bucket without Redis. When Redis fails, a policy decides (a local
 bucket, allow, or refuse) behind a circuit breaker. Plain Lua uses the C

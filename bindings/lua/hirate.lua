@@ -21,6 +21,10 @@ local hirate = {
     _NAME = "hirate",
     script_source = core.script_source,
     script_sha1 = core.script_sha1,
+    -- The same script as a Redis Functions library, and its function's name
+    -- (FUNCTION LOAD, FCALL).
+    function_library = core.function_library,
+    function_name = core.function_name,
     version = core.version,
     -- The core's limits: a key's bytes, a prefix's bytes, and the largest
     -- capacity or cost (2^53-1, exact in every Lua).

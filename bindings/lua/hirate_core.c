@@ -22,8 +22,21 @@
  * core names (lim:_endpoint(node), lim:_handshake_start(node)). Legs are
  * numbered from 1, as Lua numbers things; nodes keep the core's numbers (0
  * is the URL's first host), which only name them.
+ * A Sentinel URL (redis+sentinel://, rediss+sentinel://) needs nothing more
+ * either: its nodes are the sentinels and the masters they name, each with
+ * the endpoint and handshake the core gives (a sentinel's own credentials,
+ * ROLE for a master), and the OpenResty path runs its ops in rounds of legs
+ * as a cluster's (lim:_is_sentinel()).
  * Only hirate.h and hirate_io.h are included: the binding knows no more of
  * the core than any other program could.
+ *
+ * The core's log lines (a Sentinel master found or moved, Redis Functions
+ * refused by a server) arrive in log_line(), which may run inside a call of
+ * the core, on any thread: it never calls Lua, it queues the line in the
+ * limiter's userdata (a few lines, the oldest dropped when full). The
+ * methods of plain Lua hand the queue to the `log` function once the core
+ * has returned; the OpenResty path takes it with lim:_log_next() after each
+ * call and writes it with ngx.log.
  *
  * Memory: nothing here mallocs. Scratch space and keys live in userdata, so
  * an error raised halfway (a longjmp) leaks nothing; the only C allocations
@@ -55,6 +68,23 @@
  * tests check that the garbage collector frees an open limiter. */
 static long live_limiters;
 
+/* The core's log lines not yet handed to Lua. The core logs an event once,
+ * not once a call, so a few lines are room enough; when they are not, the
+ * oldest goes. */
+#define LOG_LINES 8
+#define LOG_LINE_MAX 512
+
+typedef struct log_queue {
+    int lock;               /* a spin lock (__atomic): the core may log from any thread */
+    unsigned pending;       /* lines queued; read without the lock, so a call that
+                               logged nothing pays one load */
+    unsigned head;          /* the oldest line */
+    struct {
+        int level;          /* HIRATE_LOG_* */
+        char msg[LOG_LINE_MAX];
+    } lines[LOG_LINES];
+} log_queue;
+
 typedef struct limiter_ud {
     hirate_limiter *lim;    /* NULL once freed */
     int closed;             /* close() was called: every call answers ECLOSED */
@@ -62,8 +92,12 @@ typedef struct limiter_ud {
     int has_redis;
     int64_t capacity;
     double rate;
+    log_queue *logq;        /* with a log function: in this userdata, after where */
     char where[];           /* "memory", or the URL with the password as *** */
 } limiter_ud;
+
+/* The limiter's uservalue: [1] its log function, when it has one. */
+enum { UV_LIM_LOG = 1 };
 
 /* Zeroed memory is an op that is done with nothing held: what __gc meets
  * when making the op's userdata raised (out of memory) halfway. */
@@ -419,6 +453,83 @@ static void push_items(lua_State *L, const hirate_item *items, size_t n,
     }
 }
 
+/* ---- the core's log lines ----------------------------------------------------------- */
+
+static void logq_lock(log_queue *q)
+{
+    while (__atomic_exchange_n(&q->lock, 1, __ATOMIC_ACQUIRE))
+        ;
+}
+
+static void logq_unlock(log_queue *q)
+{
+    __atomic_store_n(&q->lock, 0, __ATOMIC_RELEASE);
+}
+
+/* The core's hirate_log_fn: queues the line, and calls no Lua (the core may
+ * be in the middle of an op, or on another thread). A full queue loses its
+ * oldest line. */
+static void log_line(void *arg, int level, const char *msg)
+{
+    log_queue *q = (log_queue *)arg;
+    logq_lock(q);
+    unsigned n = q->pending, slot;
+    if (n == LOG_LINES) {
+        slot = q->head;
+        q->head = (q->head + 1) % LOG_LINES;
+    } else {
+        slot = (q->head + n) % LOG_LINES;
+        n++;
+    }
+    q->lines[slot].level = level;
+    snprintf(q->lines[slot].msg, sizeof q->lines[slot].msg, "%s", msg ? msg : "");
+    __atomic_store_n(&q->pending, n, __ATOMIC_RELEASE);
+    logq_unlock(q);
+}
+
+/* Takes the oldest queued line; 0 when there is none (one load, no lock). */
+static int logq_take(log_queue *q, int *level, char *msg)
+{
+    if (!q || __atomic_load_n(&q->pending, __ATOMIC_ACQUIRE) == 0)
+        return 0;
+    logq_lock(q);
+    int got = q->pending > 0;
+    if (got) {
+        *level = q->lines[q->head].level;
+        memcpy(msg, q->lines[q->head].msg, LOG_LINE_MAX);
+        q->head = (q->head + 1) % LOG_LINES;
+        __atomic_store_n(&q->pending, q->pending - 1, __ATOMIC_RELEASE);
+    }
+    logq_unlock(q);
+    return got;
+}
+
+/* "warning" or "info": the names a log function gets. */
+static const char *log_level_name(int level)
+{
+    return level == HIRATE_LOG_WARNING ? "warning" : "info";
+}
+
+/* Hands the queued lines to the log function of the limiter at 1, now that
+ * the core has returned, and returns nresults: the method's results, on top
+ * of the stack, stay there. An error the function raises is dropped, since
+ * a log line must not cost the caller its decision. */
+static int emit_logs(lua_State *L, limiter_ud *u, int nresults)
+{
+    int level;
+    char msg[LOG_LINE_MAX];
+    while (logq_take(u->logq, &level, msg)) {
+        hl_getuservalue(L, 1);
+        lua_rawgeti(L, -1, UV_LIM_LOG);
+        lua_remove(L, -2);
+        lua_pushstring(L, log_level_name(level));
+        lua_pushstring(L, msg);
+        if (lua_pcall(L, 2, 0, 0) != 0)
+            lua_pop(L, 1);
+    }
+    return nresults;
+}
+
 /* ---- the limiter ------------------------------------------------------------------ */
 
 /* The userdata at 1 when its metatable is the calling function's class,
@@ -490,7 +601,8 @@ static void redact_url(const char *url, char *out)
 static const char *const option_names[] = {
     "url", "capacity", "rate", "prefix", "on_error", "instances", "timeout",
     "connect_timeout", "deny_cache", "max_keys", "pool_size", "tls_ca_file", "tls_ca_dir",
-    "tls_cert_file", "tls_key_file", "tls_server_name", "tls_verify", NULL};
+    "tls_cert_file", "tls_key_file", "tls_server_name", "tls_verify", "sentinel_username",
+    "sentinel_password", "functions", "log", NULL};
 
 static void check_option_names(lua_State *L)
 {
@@ -604,9 +716,25 @@ static int l_new(lua_State *L)
     t = get_option(L, "tls_verify");
     if (t != LUA_TNIL)
         o.tls_verify = check_boolean(L, -1, 1, "tls_verify");
+    /* Sentinel, for redis+sentinel:// URLs: the core checks them. */
+    o.sentinel_username = opt_string(L, "sentinel_username", NULL);
+    o.sentinel_password = opt_string(L, "sentinel_password", NULL);
+    t = get_option(L, "functions");
+    if (t != LUA_TNIL)
+        o.functions = check_boolean(L, -1, 1, "functions");
+    t = get_option(L, "log");
+    if (t != LUA_TNIL && t != LUA_TFUNCTION)
+        arg_errorf(L, 1, "log must be a function(level, message), got %s",
+                   luaL_typename(L, -1));
+    int log_at = t == LUA_TFUNCTION ? lua_gettop(L) : 0;
 
+
+    /* The queue of log lines, when there is a log function, follows where
+     * (at a multiple of 16 bytes, aligned for any of its fields). */
     size_t wlen = o.url ? strlen(o.url) + 4 : sizeof "memory";
-    limiter_ud *u = (limiter_ud *)lua_newuserdata(L, sizeof *u + wlen);
+    size_t qat = (sizeof(limiter_ud) + wlen + 15) & ~(size_t)15;
+    limiter_ud *u = (limiter_ud *)lua_newuserdata(L, log_at ? qat + sizeof(log_queue)
+                                                            : sizeof *u + wlen);
     memset(u, 0, sizeof *u);
     if (o.url)
         redact_url(o.url, u->where);
@@ -614,6 +742,16 @@ static int l_new(lua_State *L)
         strcpy(u->where, "memory");
     luaL_getmetatable(L, LIMITER_MT);
     lua_setmetatable(L, -2);
+    lua_createtable(L, 1, 0);
+    if (log_at) {
+        u->logq = (log_queue *)(void *)((char *)u + qat);
+        memset(u->logq, 0, sizeof *u->logq);
+        lua_pushvalue(L, log_at);
+        lua_rawseti(L, -2, UV_LIM_LOG);
+        o.log = log_line;
+        o.log_arg = u->logq;
+    }
+    hl_setuservalue(L, -2);
 
     char why[HIRATE_ERRMSG_SIZE];
     hirate_limiter *lim;
@@ -643,9 +781,9 @@ static int decide(lua_State *L, int spend)
     int rc = spend ? hirate_allow(u->lim, key, keylen, cost, &d)
                    : hirate_peek(u->lim, key, keylen, cost, &d);
     if (rc < 0)
-        return push_failure(L, u, rc);
+        return emit_logs(L, u, push_failure(L, u, rc));
     push_decision(L, &d);
-    return 1;
+    return emit_logs(L, u, 1);
 }
 
 static int l_allow(lua_State *L)
@@ -668,9 +806,9 @@ static int l_reset(lua_State *L)
         return push_closed(L);
     int rc = hirate_reset(u->lim, key, keylen);
     if (rc < 0)
-        return push_failure(L, u, rc);
+        return emit_logs(L, u, push_failure(L, u, rc));
     lua_pushboolean(L, 1);
-    return 1;
+    return emit_logs(L, u, 1);
 }
 
 /* The message of item i of a blocking batch. The core keeps one message per
@@ -704,7 +842,7 @@ static int l_allow_many(lua_State *L)
     fill_items(L, 2, items, n, NULL);
     int rc = hirate_allow_many(u->lim, items, n);
     if (rc < 0)
-        return push_failure(L, u, rc);
+        return emit_logs(L, u, push_failure(L, u, rc));
     batch_msgs b = {0, ""};
     for (size_t i = 0; i < n; i++)
         if (items[i].rc < 0)
@@ -712,7 +850,7 @@ static int l_allow_many(lua_State *L)
     if (b.last_rc)
         hirate_limiter_errmsg(u->lim, b.msg, sizeof b.msg);
     push_items(L, items, n, batch_msg, &b);
-    return 1;
+    return emit_logs(L, u, 1);
 }
 
 /* lim:_decide_at(key, cost, spend, now_us): a decision at an injected time
@@ -730,9 +868,9 @@ static int l_decide_at(lua_State *L)
     hirate_decision d;
     int rc = hirate_decide_at(u->lim, key, keylen, cost, spend, now_us, &d);
     if (rc < 0)
-        return push_failure(L, u, rc);
+        return emit_logs(L, u, push_failure(L, u, rc));
     push_decision(L, &d);
-    return 1;
+    return emit_logs(L, u, 1);
 }
 
 /* lim:_stats() -> the core's counters */
@@ -743,7 +881,7 @@ static int l_stats(lua_State *L)
         return push_closed(L);
     hirate_counters s;
     hirate_counters_get(u->lim, &s);
-    lua_createtable(L, 0, 10);
+    lua_createtable(L, 0, 14);
 #define FIELD(name)                          \
     hl_pushint64(L, (int64_t)s.name);        \
     lua_setfield(L, -2, #name)
@@ -757,6 +895,10 @@ static int l_stats(lua_State *L)
     FIELD(memory_keys);
     FIELD(local_keys);
     FIELD(cache_keys);
+    FIELD(fcall);
+    FIELD(function_loads);
+    FIELD(sentinel_queries);
+    FIELD(master_changes);
 #undef FIELD
     return 1;
 }
@@ -795,6 +937,28 @@ static int l_is_cluster(lua_State *L)
     limiter_ud *u = check_limiter(L);
     lua_pushboolean(L, u->lim && hirate_is_cluster(u->lim));
     return 1;
+}
+
+/* lim:_is_sentinel() -> true for a Sentinel URL */
+static int l_is_sentinel(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    lua_pushboolean(L, u->lim && hirate_is_sentinel(u->lim));
+    return 1;
+}
+
+/* lim:_log_next() -> level ("warning" | "info"), message: the oldest log
+ * line the core queued, or nothing (the OpenResty path, after each call) */
+static int l_log_next(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    int level;
+    char msg[LOG_LINE_MAX];
+    if (!logq_take(u->logq, &level, msg))
+        return 0;
+    lua_pushstring(L, log_level_name(level));
+    lua_pushstring(L, msg);
+    return 2;
 }
 
 /* lim:_endpoint(node) -> where to connect to node (default 0, the URL's), as
@@ -1412,6 +1576,20 @@ static int l_script_sha1(lua_State *L)
     return 1;
 }
 
+static int l_function_library(lua_State *L)
+{
+    size_t len;
+    const char *s = hirate_function_library(&len);
+    lua_pushlstring(L, s, len);
+    return 1;
+}
+
+static int l_function_name(lua_State *L)
+{
+    lua_pushstring(L, hirate_function_name());
+    return 1;
+}
+
 static int l_version(lua_State *L)
 {
     lua_pushstring(L, hirate_version());
@@ -1467,6 +1645,8 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"_endpoint", l_endpoint},
         {"_handshake_start", l_handshake_start},
         {"_is_cluster", l_is_cluster},
+        {"_is_sentinel", l_is_sentinel},
+        {"_log_next", l_log_next},
         {"_decide_at", l_decide_at},
         {"_stats", l_stats},
         {NULL, NULL}};
@@ -1502,6 +1682,8 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"new", l_new},
         {"script_source", l_script_source},
         {"script_sha1", l_script_sha1},
+        {"function_library", l_function_library},
+        {"function_name", l_function_name},
         {"version", l_version},
         {"_live", l_live},
         {NULL, NULL}};

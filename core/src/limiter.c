@@ -895,7 +895,10 @@ typedef struct leg {
     int fcall;              /* its calls go by FCALL, not EVALSHA */
     int load;               /* FUNCTION LOAD goes first; its reply is due */
     int loaded;             /* and the library is there */
+    int load_rc;            /* or why the server could not take it now */
+    int load_readonly;      /* (READONLY: a demoted master) */
     int reset;              /* it carries the reset's DEL */
+    char *load_err;         /* load_rc's words (heap; set only with it) */
     int map;                /* CLUSTER SLOTS follows the calls (or, to a
                                sentinel, GET-MASTER-ADDR-BY-NAME) */
     hirate_rreader *rr;     /* which reads the map's reply */
@@ -953,6 +956,7 @@ static void leg_clear(leg *g)
 {
     hirate_rreader_free(g->rr);
     free(g->req);
+    free(g->load_err);
     memset(g, 0, sizeof *g);
 }
 
@@ -1249,6 +1253,8 @@ static int op_round(hirate_op *op)
             continue;
         }
         op->b.rcs[j] = no_master(op, op->err, sizeof op->err);
+        if (is_outage(op->b.rcs[j]))   /* the policy decides: its cause is the last error */
+            remember(op->l, op->b.rcs[j], op->err);
         settle_call(&op->b, j, 0, op->err);
         op->b.rcs[j] = CALL_SETTLED;
     }
@@ -1489,6 +1495,19 @@ static int feed_reset(hirate_op *op, leg *g, const hirate_reply *rep)
     return op->rc;
 }
 
+/* FUNCTION LOAD met an outage (READONLY, OOM, LOADING, ...): nothing is
+ * learnt of Redis Functions; the calls that needed the library meet it. */
+static void load_failed(hirate_op *op, leg *g, const hirate_reply *rep)
+{
+    char err[HIRATE_ERRMSG_SIZE];
+    g->load_rc = hirate_proto_error_reply(rep, &g->drop, err, sizeof err);
+    free(g->load_err);
+    g->load_err = strdup(err);
+    g->load_readonly = hirate_proto_error_readonly(rep->top.str, rep->top.len);
+    if (g->load_readonly && sentinel_of(op->l))
+        hirate_cluster_master_lost(op->l->cluster, g->node);
+}
+
 /* Call j goes again to the node of leg g, with its flags: it did not run. */
 static void again_here(hirate_op *op, const leg *g, size_t j, int set, int clear)
 {
@@ -1531,11 +1550,28 @@ static void feed_call(hirate_op *op, leg *g, size_t j, const hirate_reply *rep)
         op->flags[j] &= ~(SEND_KEEP_NODE | SEND_EVAL | SENT_EVAL);
         return;
     }
+    int missing = g->fcall && (op->flags[j] & SENT_EVAL) && !g->loaded;
+    if (missing && g->load_readonly && rep->top.type == '-' && sentinel_of(l) &&
+        op->redirects[j] < HIRATE_CLUSTER_REDIRECTS_MAX) {
+        /* FUNCTION LOAD met READONLY, so this FCALL found nothing to run:
+         * to the master the sentinels name now, as after READONLY. */
+        op->redirects[j]++;
+        *rc = CALL_PENDING;
+        op->flags[j] &= ~(SEND_KEEP_NODE | SEND_EVAL | SENT_EVAL);
+        return;
+    }
     /* The code went with it, unless the library was refused. */
     int with_code = (op->flags[j] & SENT_EVAL) && (!g->fcall || g->loaded);
     *rc = hirate_proto_outcome(rep, op_call(op, j), l->cfg.capacity, with_code, &op->b.ds[j],
                                &op->b.states[j], &g->drop, op->err, sizeof op->err);
-    if (*rc == HIRATE_PROTO_NOSCRIPT && g->fcall && (op->flags[j] & SENT_EVAL))
+    if (*rc == HIRATE_PROTO_NOSCRIPT && missing && g->load_rc) {
+        /* Its FUNCTION LOAD met an outage: so does the call. */
+        *rc = hirate__fail(op->err, sizeof op->err, g->load_rc, "%s",
+                           g->load_err ? g->load_err : hirate_strerror(g->load_rc));
+        batch_note(&op->b, op->b.index[j], op->err);
+        return;
+    }
+    if (*rc == HIRATE_PROTO_NOSCRIPT && missing)
         *rc = HIRATE_PROTO_NOFUNC;   /* its FUNCTION LOAD was refused */
     if (*rc == HIRATE_PROTO_NOFUNC && g->fcall) {
         /* FCALL or FUNCTION refused (an older Redis, an ACL, a proxy): the
@@ -1617,10 +1653,13 @@ int hirate_op_leg_feed(hirate_op *op, size_t i, const char *buf, size_t len, siz
              * Functions off for the node; the calls' own replies ("Function
              * not found") then send them again by EVALSHA. */
             g->load = 0;
-            g->loaded = !hirate_proto_load_refused(&rep);
-            if (!g->loaded)
+            int lo = hirate_proto_load_outcome(&rep);
+            g->loaded = lo == 0;
+            if (lo == HIRATE_PROTO_NOFUNC)
                 hirate_link_no_functions(&node_of(op->l, g->node)->link, rep.top.str,
                                          rep.top.len);
+            else if (lo == HIRATE_ESERVER)
+                load_failed(op, g, &rep);
             continue;
         }
         size_t j = g->reset ? 0 : op->order[g->first + g->next];

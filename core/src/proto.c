@@ -551,12 +551,16 @@ int hirate_proto_outcome(const hirate_reply *rep, const hirate_call *c, int64_t 
     return rc;
 }
 
-int hirate_proto_load_refused(const hirate_reply *rep)
+int hirate_proto_load_outcome(const hirate_reply *rep)
 {
     if (rep->top.type != '-')
         return 0;
     /* "ERR Library 'hirate_...' already exists": the name is the script's
      * own SHA1's, so the code is the same. */
-    return !(first_word_is(rep->top.str, rep->top.len, "ERR") &&
-             contains(rep->top.str, rep->top.len, "already exists"));
+    if (first_word_is(rep->top.str, rep->top.len, "ERR") &&
+        contains(rep->top.str, rep->top.len, "already exists"))
+        return 0;
+    if (hirate_proto_error_class(rep->top.str, rep->top.len) == HIRATE_ESERVER)
+        return HIRATE_ESERVER;
+    return HIRATE_PROTO_NOFUNC;
 }

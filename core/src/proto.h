@@ -127,9 +127,11 @@ int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t c
 int hirate_proto_error_reply(const hirate_reply *rep, int *drop, char *err, size_t errlen);
 
 /* FUNCTION LOAD's reply: 0 when the library is there now (loaded, or
- * "already exists": another client loaded it first), 1 when the server
+ * "already exists": another client loaded it first); HIRATE_ESERVER when the
+ * server cannot take it now (READONLY, OOM, LOADING, ...: an outage, which
+ * teaches nothing about Redis Functions); HIRATE_PROTO_NOFUNC when it
  * refused it (then Redis Functions are not for this server). */
-int hirate_proto_load_refused(const hirate_reply *rep);
+int hirate_proto_load_outcome(const hirate_reply *rep);
 
 /* What one reply to call c means: 0 with *d and *state filled,
  * HIRATE_PROTO_NOSCRIPT (unless after_eval: the code was already sent with

@@ -655,15 +655,22 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
     if (buf != stackbuf)
         free(buf);
 
-    int sent_eval = 0, drop = 0, loaded = load;
+    int sent_eval = 0, drop = 0, loaded = load, load_rc = 0;
     hirate_reply rep;
+    char load_err[HIRATE_ERRMSG_SIZE];
     if (fcall && load) {
         STAT_INC(r, function_loads);
         if (io == 0)
             io = conn_read(r, c, deadline, &rep, err, errlen);
-        if (io == 0 && hirate_proto_load_refused(&rep)) {
+        int lo = io == 0 ? hirate_proto_load_outcome(&rep) : 0;
+        if (lo == HIRATE_PROTO_NOFUNC) {
             hirate_link_no_functions(r->link, rep.top.str, rep.top.len);
             loaded = 0;   /* "Function not found" now means: go by EVALSHA */
+        } else if (lo == HIRATE_ESERVER) {
+            /* The server cannot take it now (READONLY, OOM, ...): the calls
+             * that needed it meet that outage. */
+            loaded = 0;
+            load_rc = hirate_proto_error_reply(&rep, &drop, load_err, sizeof load_err);
         }
     }
     for (size_t i = 0; i < n; i++) {
@@ -680,7 +687,9 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
         rcs[i] = io < 0 ? io
                         : hirate_proto_outcome(&rep, &calls[i], capacity, loaded, &ds[i],
                                                &states[i], &drop, err, errlen);
-        if (rcs[i] > 0)   /* it did not run: how it goes again */
+        if (rcs[i] == HIRATE_PROTO_NOSCRIPT && load_rc)
+            rcs[i] = hirate__fail(err, errlen, load_rc, "%s", load_err);
+        else if (rcs[i] > 0)   /* it did not run: how it goes again */
             rcs[i] = not_run(r, &rep, rcs[i], fcall, load && !loaded, &drop, err, errlen);
     }
     if (io == 0 && (io = end_roundtrip(c, err, errlen)) < 0)

@@ -340,6 +340,56 @@ static void functions_load_once_and_step_aside_when_refused(void)
     hirate_limiter_free(lim);
 }
 
+/* FUNCTION LOAD that meets an outage (a replica's READONLY, OOM) teaches
+ * nothing of Redis Functions: the call is an outage, said nowhere in the
+ * log, and the next call is by FCALL again. Behind a Sentinel URL the call
+ * goes to the master the sentinels name now. */
+static void a_load_that_meets_an_outage_changes_nothing(void)
+{
+    hirate_limiter *lim = make("redis://127.0.0.1:6379", 1);
+    hirate_item it = {"frank", 5, 1, 0, {0}};
+    hirate_op *op;
+    char buf[512];
+    CHECK_EQ_I64(hirate_op_start(lim, &it, 1, 1, -1, &op), 1);
+    feed_str(op, 0, "-ERR Function not found\r\n");
+    CHECK_EQ_I64(hirate_op_next(op), HIRATE_IO_SEND);
+    CHECK(leg_starts(op, 0, "*3\r\n$8\r\nFUNCTION\r\n$4\r\nLOAD\r\n"));
+    feed_str(op, 0, "-READONLY You can't write against a read only replica.\r\n"
+                    "-ERR Function not found\r\n");
+    CHECK_EQ_I64(hirate_op_leg_drop(op, 0), 1);
+    CHECK_EQ_I64(hirate_op_next(op), HIRATE_IO_DONE);
+    CHECK_EQ_I64(it.rc, 0);
+    CHECK_EQ_I64(it.decision.source, HIRATE_SOURCE_FAIL_CLOSED);
+    CHECK_EQ_I64(it.decision.error, HIRATE_ESERVER);
+    hirate_op_free(op);
+    CHECK_EQ_I64(nlogged, 0);
+    char msg[HIRATE_ERRMSG_SIZE];
+    CHECK_EQ_STR(hirate_limiter_errmsg(lim, msg, sizeof msg),
+                 "Redis replied: READONLY You can't write against a read only replica.");
+    hirate_limiter_free(lim);
+
+    lim = make(SENTINELS, 1);
+    CHECK_EQ_I64(hirate_op_start(lim, &it, 1, 1, -1, &op), 1);
+    feed_str(op, 0, at_7000);
+    CHECK_EQ_I64(hirate_op_next(op), HIRATE_IO_SEND);
+    feed_str(op, 0, "-ERR Function not found\r\n");
+    CHECK_EQ_I64(hirate_op_next(op), HIRATE_IO_SEND);
+    feed_str(op, 0, "-READONLY You can't write against a read only replica.\r\n"
+                    "-ERR Function not found\r\n");
+    CHECK_EQ_I64(hirate_op_next(op), HIRATE_IO_SEND);
+    CHECK_EQ_I64(hirate_op_leg_node(op, 0), 0);   /* asked again */
+    feed_str(op, 0, at_7001);
+    CHECK_EQ_I64(hirate_op_next(op), HIRATE_IO_SEND);
+    CHECK_EQ_I64(hirate_op_leg_node(op, 0), 4);
+    CHECK(leg_starts(op, 0, "*8\r\n$5\r\nFCALL\r\n"));   /* replicated: no load */
+    feed(op, 0, buf, bucket_reply(buf, sizeof buf, "frank"));
+    CHECK_EQ_I64(hirate_op_next(op), HIRATE_IO_DONE);
+    CHECK_EQ_I64(it.decision.source, HIRATE_SOURCE_REDIS);
+    hirate_op_free(op);
+    CHECK_EQ_I64(nlogged, 2);   /* the master, then its move: no warning */
+    hirate_limiter_free(lim);
+}
+
 int main(void)
 {
     the_first_call_asks_then_goes_to_the_master();
@@ -347,5 +397,6 @@ int main(void)
     sentinels_are_asked_in_turn();
     a_replica_is_never_the_master();
     functions_load_once_and_step_aside_when_refused();
+    a_load_that_meets_an_outage_changes_nothing();
     return check_summary("test_discovery");
 }

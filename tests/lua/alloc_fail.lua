@@ -30,9 +30,11 @@ assert(red:allow("k").source == "fail_open")    -- connect refused: the policy
 local op = red:_op_start({ { "k", 1 } }, true)
 assert(op:request() == nil and op:results()[1].source == "fail_open")
 
--- The op hooks on a fresh limiter: a request, NOSCRIPT twice, the EVAL to
--- send, then a failure the policy answers.
-local fresh = core.new { url = "redis://127.0.0.1:1", capacity = 5, rate = 1, on_error = "closed" }
+-- The op hooks on a fresh limiter of the EVALSHA path, with a log function:
+-- a request, NOSCRIPT twice, the EVAL to send, then a failure the policy
+-- answers.
+local fresh = core.new { url = "redis://127.0.0.1:1", capacity = 5, rate = 1, on_error = "closed",
+    functions = false, log = function() end }
 op = fresh:_op_start({ { "k", 1 }, { "j", 2 } }, true)
 assert(#op:request() > 0)
 local noscript = "-NOSCRIPT No matching script.\r\n"

@@ -50,7 +50,8 @@ local new_cases = {
     { "a url with a NUL byte", with { url = "redis://127.0.0.1\0:6379" },
         "url contains a NUL byte" },
     { "an http url", with { url = "http://127.0.0.1" },
-        "invalid Redis URL: it must start with redis://, rediss://, unix://, redis+cluster:// or rediss+cluster://" },
+        "invalid Redis URL: it must start with redis://, rediss://, unix://, redis+cluster://, "
+            .. "rediss+cluster://, redis+sentinel:// or rediss+sentinel://" },
     { "a url with port 0", with { url = "redis://127.0.0.1:0" },
         "invalid Redis URL: the port must be a number from 1 to 65535" },
     { "a TLS option without rediss://", with { url = "redis://127.0.0.1", tls_ca_file = "ca.crt" },

@@ -14,7 +14,8 @@
 #      definite leak, or the run fails (tests/lua/valgrind.supp names the one
 #      exception, the core's once-per-process TLS state);
 #   5. then the OpenResty steps at the end of this file (with OpenResty over a
-#      Redis Cluster, tests/lua/nginx/test_cluster.py).
+#      Redis Cluster, tests/lua/nginx/test_cluster.py, and through Redis
+#      Sentinel, tests/lua/nginx/test_sentinel.py).
 #
 #   tests/lua/run.sh [busted arguments]       e.g. tests/lua/run.sh --filter=vectors
 #
@@ -84,6 +85,7 @@ for f in "$root"/tests/lua/*_spec.lua; do
     case $(basename "$f") in
         *resty*|*nginx*) ;;   # the OpenResty specs run in step 5
         *cluster*) ;;         # Redis Cluster: on its own below, under Lua 5.4 and LuaJIT
+        *sentinel*) ;;        # Redis Sentinel: on its own below, under Lua 5.4
         *) specs="$specs $f" ;;
     esac
 done
@@ -115,6 +117,9 @@ step "busted: Redis Cluster, under Lua 5.4 and LuaJIT"
 specs=$root/tests/lua/cluster_spec.lua
 run_specs lua5.4 "$HIRATE_LUA_TREE_54" 5.4 "$@"
 run_specs luajit "$HIRATE_LUA_TREE_JIT" 5.1 "$@"
+step "busted: Redis Sentinel, under Lua 5.4"
+specs=$root/tests/lua/sentinel_spec.lua
+run_specs lua5.4 "$HIRATE_LUA_TREE_54" 5.4 "$@"
 specs=$all_specs
 
 # ---- 4. valgrind ------------------------------------------------------------------
@@ -131,3 +136,6 @@ run_specs "valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-k
 step "OpenResty over a Redis Cluster"
 HIRATE_LUA_DIR=$HIRATE_LUA_TREE_JIT/share/lua/5.1 HIRATE_LUAJIT_CPATH=$HIRATE_LUA_TREE_JIT/lib/lua/5.1 \
     "${PYTHON:-python3}" "$root/tests/lua/nginx/test_cluster.py" -v
+step "OpenResty through Redis Sentinel"
+HIRATE_LUA_DIR=$HIRATE_LUA_TREE_JIT/share/lua/5.1 HIRATE_LUAJIT_CPATH=$HIRATE_LUA_TREE_JIT/lib/lua/5.1 \
+    "${PYTHON:-python3}" "$root/tests/lua/nginx/test_sentinel.py" -v

@@ -1,9 +1,11 @@
 -- The shared test vectors (tests/vectors/token_bucket.json), every case
 -- through the Lua API: on the memory backend, on a real Redis running the
--- real script (the time injected with lim:_decide_at), and on Redis with the
--- deny cache, whose refusals must carry Redis' own values. Every field of
--- every decision is compared exactly; an error the vectors expect must be
--- raised, with a message that names what is wrong.
+-- real script (the time injected with lim:_decide_at) both as a Redis
+-- Functions library (FCALL, the default on Redis 7) and as a script
+-- (EVALSHA, functions = false), and on Redis with the deny cache, whose
+-- refusals must carry Redis' own values. Every field of every decision is
+-- compared exactly; an error the vectors expect must be raised, with a
+-- message that names what is wrong.
 local json = require "dkjson"
 local hirate = require "hirate"
 local support = require "helpers.support"
@@ -53,7 +55,8 @@ local function wanted(e, source, t_us)
 end
 
 -- Runs one case; backend is {url=, deny_cache=, prefix=, source=,
--- tls_ca_file=}.
+-- tls_ca_file=, functions=}. On Redis, the calls must have gone the
+-- backend's way: FCALL only, or EVALSHA (and EVAL) only.
 local function run_case(c, backend)
     local opts = {
         capacity = c.config.capacity,
@@ -62,6 +65,7 @@ local function run_case(c, backend)
         prefix = backend.prefix .. c.id .. ":",
         deny_cache = backend.deny_cache,
         tls_ca_file = backend.tls_ca_file,
+        functions = backend.functions,
         -- A slow machine must not turn into a fallback.
         timeout = 5,
         connect_timeout = 5,
@@ -74,7 +78,7 @@ local function run_case(c, backend)
         return 0
     end
     local lim = hirate.new(opts)
-    local hits = 0
+    local hits, decided = 0, 0
     for i, step in ipairs(c.steps) do
         local where = ("case %s, step %d"):format(c.id, i - 1)
         local key = key_of(step.key)
@@ -95,8 +99,22 @@ local function run_case(c, backend)
             local source = backend.source
             if backend.deny_cache and d.source == "cache" and not d.allowed then
                 source, hits = "cache", hits + 1
+            else
+                decided = decided + 1
             end
             assert.same(wanted(step.expect, source, step.t_us), d, where)
+        end
+    end
+    if backend.url then
+        local s = lim:_stats()
+        local script = { fcall = s.fcall, function_loads = s.function_loads,
+            evalsha = s.evalsha, eval = s.eval }
+        if backend.functions == false then
+            assert.same({ 0, 0 }, { script.fcall, script.function_loads }, c.id)
+            assert.is_true(script.evalsha >= decided, c.id)
+        else
+            assert.same({ 0, 0 }, { script.evalsha, script.eval }, c.id)
+            assert.is_true(script.fcall >= decided, c.id)
         end
     end
     lim:close()
@@ -135,6 +153,13 @@ describe("the test vectors", function()
             end)
         end
 
+        for _, c in ipairs(doc.cases) do
+            it(c.id .. " (EVALSHA: functions = false)", function()
+                run_case(c, { url = srv.url, prefix = "ves:", deny_cache = false,
+                    source = "redis", functions = false })
+            end)
+        end
+
         it("answered refusals from the deny cache, with Redis' values", function()
             -- The C runner sees more than 20 on the same file.
             assert.is_true(hits > 20, "deny cache hits: " .. hits)
@@ -147,7 +172,9 @@ describe("the test vectors", function()
                 local n, stray, eternal = 0, 0, 0
                 for _, k in ipairs(redis.call("KEYS", "*")) do
                     n = n + 1
-                    if k:sub(1, 4) ~= "vec:" and k:sub(1, 3) ~= "vc:" then stray = stray + 1 end
+                    if k:sub(1, 4) ~= "vec:" and k:sub(1, 3) ~= "vc:" and k:sub(1, 4) ~= "ves:" then
+                        stray = stray + 1
+                    end
                     if redis.call("PTTL", k) <= 0 then eternal = eternal + 1 end
                 end
                 return {n, stray, eternal}

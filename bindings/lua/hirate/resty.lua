@@ -37,6 +37,17 @@ requests go on meanwhile.
     op share one deadline, `timeout` from its first send. Which slot a key
     is in, what a redirection means and when the map is read again are the
     core's alone: this module knows no slot.
+  * A Sentinel URL (redis+sentinel://, rediss+sentinel://) runs the same
+    way: its nodes are the sentinels and the masters they name, each with
+    its own pool and the handshake the core gives it (a sentinel's own
+    credentials, sentinel_username and sentinel_password, and no SELECT; a
+    master's AUTH, SELECT and ROLE). Which sentinel to ask, when to ask
+    again and where the master is are the core's: this module knows no
+    Sentinel command.
+  * The core's log lines (a Sentinel master found or moved at INFO, Redis
+    Functions refused by a server at WARN) go to ngx.log, or to the `log`
+    option's function(level, message) when one is given; the core queues
+    them during a call and this module writes them once the call is done.
 
 Cosockets exist only in the rewrite, access, content and timer phases (and
 the ssl_* certificate/session phases). A Redis-backed limiter called anywhere
@@ -59,7 +70,7 @@ local tcp = ngx.socket.tcp
 local get_phase = ngx.get_phase
 local ngx_now, update_time = ngx.now, ngx.update_time
 local ngx_var, ngx_header = ngx.var, ngx.header
-local log, ERR, WARN = ngx.log, ngx.ERR, ngx.WARN
+local log, ERR, WARN, INFO = ngx.log, ngx.ERR, ngx.WARN, ngx.INFO
 
 local type, pairs, ipairs, setmetatable, getmetatable, error, tostring, tonumber, pcall = type,
     pairs, ipairs, setmetatable, getmetatable, error, tostring, tonumber, pcall
@@ -198,6 +209,22 @@ end
 
 local function io_failed(self, what)
     log(WARN, "hirate: Redis at ", self.where, ": ", what)
+end
+
+-- Where the core's log lines go by default: nginx's error log.
+local function ngx_writer(level, msg)
+    log(level == "warning" and WARN or INFO, "hirate: ", msg)
+end
+
+-- Writes the lines the core queued during a call (none, nearly always: one
+-- call of the C module finds that out).
+local function drain(self)
+    local lim = self.lim
+    local level, msg = lim:_log_next()
+    while level do
+        pcall(self.log, level, msg) -- a log line must not cost the call its outcome
+        level, msg = lim:_log_next()
+    end
 end
 
 -- Milliseconds from now until deadline (at least 1), or nil once it passed.
@@ -446,7 +473,7 @@ local function converse(self, op)
 end
 
 ---------------------------------------------------------------------------
--- A Redis Cluster: nodes and the rounds of an op.
+-- A Redis Cluster or a Sentinel service: nodes and the rounds of an op.
 
 -- What node n of the limiter needs to be connected to: the fields open()
 -- reads that are a node's own (address, pool, health, TLS session and
@@ -463,8 +490,10 @@ local function node_of(self, n)
         return nil, code, msg
     end
     if ep.tls and ep.tls_verify and is_address(ep.tls_server_name) then
-        -- The map names nodes by address; new() checked only the seed's name.
-        return nil, "ETLS", "the cluster names node " .. ep.where .. " by its address, and "
+        -- The map or the sentinels name nodes by address; new() checked only
+        -- the URL's first host.
+        return nil, "ETLS", (self.sentinel and "the sentinels name the master "
+            or "the cluster names node ") .. ep.where .. " by its address, and "
             .. "nginx checks a certificate against a host name only: give the name the "
             .. "nodes' certificates are for as tls_server_name"
     end
@@ -508,10 +537,10 @@ local function receive_leg(self, sock, op, leg, deadline)
     end
 end
 
--- A cluster's op: round by round, every leg's request sent first (each on
--- a connection of its own node), then every leg's replies read, until the
--- core says every item is decided. One deadline for all of it, from the
--- first send.
+-- An op over nodes (a cluster's, a Sentinel service's): round by round,
+-- every leg's request sent first (each on a connection of its own node),
+-- then every leg's replies read, until the core says every item is decided.
+-- One deadline for all of it, from the first send.
 local function rounds(self, op)
     local deadline
     repeat
@@ -569,15 +598,17 @@ end
 -- Runs op (from lim:_op_start or _op_start_reset) and returns what
 -- outcome(op) makes of it.
 local function run(self, op, outcome)
-    local ok, err = pcall(self.cluster and rounds or converse, self, op)
+    local ok, err = pcall(self.nodes and rounds or converse, self, op)
     if not ok then
         -- A Lua error mid-I/O (out of memory, say): the outcome is unknown.
         op:fail("EIO", "a Lua error during the I/O")
         op:free()
+        drain(self)
         error(err, 0)
     end
     local a, b, c = outcome(op)
     op:free()
+    drain(self)
     return a, b, c
 end
 
@@ -671,9 +702,10 @@ end
 
 --- hirate.new{...} inside OpenResty. The options are those of the C limiter
 --- plus keepalive_timeout (seconds an idle pooled connection is kept, default
---- 60; 0 keeps it for ever) and backlog (see above). tls_ca_file and
---- tls_ca_dir are refused: cosockets trust what nginx's
---- lua_ssl_trusted_certificate names, for every socket of the worker.
+--- 60; 0 keeps it for ever) and backlog (see above); log, when not given,
+--- is nginx's error log. tls_ca_file and tls_ca_dir are refused: cosockets
+--- trust what nginx's lua_ssl_trusted_certificate names, for every socket of
+--- the worker.
 function _M.new(opts)
     if type(opts) ~= "table" then
         arg_error("new", 1, "table expected, got " .. type(opts))
@@ -691,6 +723,13 @@ function _M.new(opts)
             copy[k] = v
         end
     end
+    -- The core queues its log lines for this function (it checks the
+    -- option's type); drain() writes them.
+    local writer = opts.log
+    if writer == nil then
+        writer = ngx_writer
+    end
+    copy.log = writer
     local made, lim = pcall(make_core, copy)
     if not made then
         -- The core's message, at the caller's line rather than this one's.
@@ -701,6 +740,7 @@ function _M.new(opts)
         capacity = opts.capacity,
         rate = opts.rate,
         items = { {} },
+        log = writer,
     }, limiter_mt)
     local ok, ep = pcall(lim._endpoint, lim)
     if not ok or type(ep) ~= "table" then
@@ -743,12 +783,16 @@ function _M.new(opts)
     self.keepalive_ms = floor(keepalive * 1000 + 0.5)
     -- One pool per endpoint, credentials and transport: connections made for
     -- one user, database or TLS setting never serve another. The digest
-    -- keeps the password out of the pool's name. A cluster's nodes each get
-    -- theirs, named by the node's endpoint (pool_size each).
+    -- keeps the passwords out of the pool's name. A cluster's or a Sentinel
+    -- service's nodes each get theirs, named by the node's endpoint
+    -- (pool_size each); the sentinels' credentials are part of it too.
     local url = opts.url
+    local sentinel_id = concat({ opts.sentinel_username or "", opts.sentinel_password or "" },
+        "\n")
     self.pool_name = function(e)
         local id = concat({ url, tostring(e.tls), tostring(e.tls_verify),
-            e.tls_server_name or "", e.tls_cert_file or "", e.tls_key_file or "" }, "\n")
+            e.tls_server_name or "", e.tls_cert_file or "", e.tls_key_file or "",
+            sentinel_id }, "\n")
         return "hirate:" .. e.where .. (e.tls and ":tls:" or ":") .. ngx.md5(id)
     end
     local pool = self.pool_name(ep)
@@ -756,8 +800,8 @@ function _M.new(opts)
     -- The mismatch probe's connections: a pool nothing is ever put into,
     -- so that connect() never hands it an idle connection of another.
     self.probe_pool = { pool = pool .. ":probe" }
-    if lim:_is_cluster() then
-        self.cluster = true
+    if lim:_is_cluster() or lim:_is_sentinel() then
+        self.sentinel = lim:_is_sentinel()
         self.nodes = {} -- by the core's node number (node_of)
         self.node_mt = { __index = self }
     end

@@ -219,17 +219,21 @@ class ExactAcrossWorkers(unittest.TestCase):
             first = "cache" if worker == knows else "redis"
             self.assertEqual(sources, [first] + ["cache"] * (len(sources) - 1), worker)
 
-    def test_after_script_flush_one_eval_reloads_the_script(self):
+    def test_after_function_flush_one_function_load_reloads_the_library(self):
+        # Redis 7: the workers decide with FCALL of the library; the first
+        # call that finds it gone loads it again, the others find it there.
         key = fresh("flush")
         get(S.port, f"/limit/exact?k={key}-warm")
-        redis_commands(S.redis.port, ("SCRIPT", "FLUSH"), ("CONFIG", "RESETSTAT"))
+        redis_commands(S.redis.port, ("FUNCTION", "FLUSH"), ("CONFIG", "RESETSTAT"))
         rs = [get(S.port, f"/limit/exact?k={key}") for _ in range(4)]
         self.assertEqual([r.status for r in rs], [200] * 4)
         self.assertEqual({r.header("X-Hirate-Source") for r in rs}, {"redis"})
         stats = redis_commands(S.redis.port, ("INFO", "commandstats"))[0]
-        m = re.search(r"cmdstat_eval:calls=(\d+)", stats)
+        m = re.search(r"cmdstat_function\|load:calls=(\d+)", stats)
         self.assertIsNotNone(m, stats)
         self.assertEqual(int(m.group(1)), 1)
+        self.assertEqual(5, int(re.search(r"cmdstat_fcall:calls=(\d+)", stats).group(1)))
+        self.assertNotIn("cmdstat_evalsha", stats)
 
 
 class Headers(unittest.TestCase):
