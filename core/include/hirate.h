@@ -246,6 +246,23 @@ HIRATE_EXPORT int hirate_allow_many(hirate_limiter *lim, hirate_item *items, siz
  * each call returns is always that call's own. Returns buf. */
 HIRATE_EXPORT const char *hirate_limiter_errmsg(hirate_limiter *lim, char *buf, size_t len);
 
+/* A limit as people write it: "100/minute", "100 per minute", "10/5s",
+ * "1000/day burst 50" (docs/semantics.md, "Limit strings"). N per window is
+ * a bucket of N tokens (or the burst given) refilled at N per window. */
+#define HIRATE_LIMITS_MAX 16
+typedef struct hirate_limit {
+    int64_t capacity;       /* the bucket: N, or the burst */
+    double rate;            /* tokens per second: N / window_s */
+    int64_t count;          /* N */
+    int64_t window_s;       /* the window, in seconds */
+} hirate_limit;
+
+/* Parses one or more limits separated by ';' or ',' into out[0 .. *n), at
+ * most max (and HIRATE_LIMITS_MAX). 0, or HIRATE_EOPTION with a message in
+ * err that quotes the limit and names the part that is wrong. */
+HIRATE_EXPORT int hirate_limits_parse(const char *text, hirate_limit *out, size_t max, size_t *n,
+                                      char *err, size_t errlen);
+
 /* The Redis script and its SHA1 (40 hex digits), e.g. to SCRIPT LOAD it. */
 HIRATE_EXPORT const char *hirate_script_source(size_t *len);
 HIRATE_EXPORT const char *hirate_script_sha1(void);

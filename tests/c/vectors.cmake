@@ -10,3 +10,7 @@ target_link_libraries(test_vectors PRIVATE PkgConfig::CJSON m)
 add_test(NAME vectors_schema
   COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/vectors/generate.py --check)
 set_tests_properties(vectors_schema PROPERTIES TIMEOUT 60)
+
+# The limit strings' shared cases (tests/vectors/limit_strings.json).
+hirate_add_test(test_limits test_limits.c)
+target_link_libraries(test_limits PRIVATE PkgConfig::CJSON)
