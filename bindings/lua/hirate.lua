@@ -26,6 +26,9 @@ local hirate = {
     function_library = core.function_library,
     function_name = core.function_name,
     version = core.version,
+    -- "10/second; 1000/day" as the core reads it: an array of
+    -- {capacity=, rate=, count=, window=} (docs/semantics.md, "Limit strings").
+    parse_limits = core.parse_limits,
     -- The core's limits: a key's bytes, a prefix's bytes, and the largest
     -- capacity or cost (2^53-1, exact in every Lua).
     KEY_MAX = core.KEY_MAX,

@@ -1562,6 +1562,42 @@ static int l_op_tostring(lua_State *L)
 
 /* ---- the module --------------------------------------------------------------------- */
 
+/* hirate.parse_limits(text) -> { {capacity=, rate=, count=, window=}, ... },
+ * or nil, message, "EOPTION". The core reads the grammar (docs/semantics.md,
+ * "Limit strings"), so that every language reads a limit alike; this only
+ * converts. window is the window in seconds, the core's window_s, as every
+ * time in this module is in seconds. */
+static int l_parse_limits(lua_State *L)
+{
+    if (lua_type(L, 1) != LUA_TSTRING)
+        return arg_errorf(L, 1, "text must be a string, got %s", luaL_typename(L, 1));
+    size_t len;
+    const char *text = lua_tolstring(L, 1, &len);
+    /* The core reads a C string: "10/s\0x" would be "10/s" there. */
+    if (strlen(text) != len)
+        return arg_errorf(L, 1, "text contains a NUL byte");
+    hirate_limit limits[HIRATE_LIMITS_MAX];
+    size_t n;
+    char err[HIRATE_ERRMSG_SIZE];
+    int rc = hirate_limits_parse(text, limits, HIRATE_LIMITS_MAX, &n, err, sizeof err);
+    if (rc < 0)
+        return push_error(L, rc, err);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_createtable(L, 0, 4);
+        hl_pushint64(L, limits[i].capacity);
+        lua_setfield(L, -2, "capacity");
+        lua_pushnumber(L, (lua_Number)limits[i].rate);
+        lua_setfield(L, -2, "rate");
+        hl_pushint64(L, limits[i].count);
+        lua_setfield(L, -2, "count");
+        hl_pushint64(L, limits[i].window_s);
+        lua_setfield(L, -2, "window");
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    return 1;
+}
+
 static int l_script_source(lua_State *L)
 {
     size_t len;
@@ -1685,6 +1721,7 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"function_library", l_function_library},
         {"function_name", l_function_name},
         {"version", l_version},
+        {"parse_limits", l_parse_limits},
         {"_live", l_live},
         {NULL, NULL}};
 

@@ -72,6 +72,11 @@ local pending = waiting:_op_start({ { "w", 1 } }, false, 5)
 assert(pending:request())
 waiting:close()
 assert(tostring(pending))
+-- Limit strings: the limits' tables, and an error's nil, message, code.
+local limits = assert(core.parse_limits("10/second; 1000/day burst 5"))
+assert(#limits == 2 and limits[2].capacity == 5 and limits[1].window == 1)
+assert(select(3, core.parse_limits("100/fortnight")) == "EOPTION")
+assert(not pcall(core.parse_limits, 10))          -- an argument error, raised
 -- And one open limiter for lua_close to collect.
 core.new { capacity = 1, rate = 1 }:allow("x")
 return "done"

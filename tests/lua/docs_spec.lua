@@ -1,6 +1,6 @@
--- The plain-Lua examples of docs/lua.md run as written, each as a program of
--- its own under the interpreter running the specs, and print what the page
--- says they print.
+-- The plain-Lua examples of docs/lua.md (Quick start, Limit strings) run as
+-- written, each as a program of its own under the interpreter running the
+-- specs, and print what the page says they print.
 local support = require "helpers.support"
 local redis_server = require "helpers.redis_server"
 
@@ -8,11 +8,19 @@ local doc = support.read(support.root .. "/docs/lua.md")
 local section = assert(doc:match("\n## Quick start %(plain Lua%)\n(.-)\n## "),
     "docs/lua.md has no Quick start (plain Lua) section")
 
--- The fenced blocks of the section, in order: { lang = "lua" or "", text = ... }.
-local blocks = {}
-for lang, text in section:gmatch("```(%w*)\n(.-)```") do
-    blocks[#blocks + 1] = { lang = lang, text = text }
+local limits_section = assert(doc:match("\n### Limit strings\n(.-)\n##"),
+    "docs/lua.md has no Limit strings section")
+
+-- The fenced blocks of a section, in order: { lang = "lua" or "", text = ... }.
+local function blocks_of(text)
+    local found = {}
+    for lang, block in text:gmatch("```(%w*)\n(.-)```") do
+        found[#found + 1] = { lang = lang, text = block }
+    end
+    return found
 end
+local blocks = blocks_of(section)
+local limits_blocks = blocks_of(limits_section)
 
 local function quote(s)
     return "'" .. s:gsub("'", "'\\''") .. "'"
@@ -54,5 +62,12 @@ describe("docs/lua.md", function()
         assert.truthy(ok, out)
         assert.equal("served, 99 left (decided by redis)\n1\ttrue\t98\n2\ttrue\t95\n", out)
         assert.equal("api:org:7", keys)   -- user:42 was reset
+    end)
+
+    it("runs the limit strings example, which prints what the page shows", function()
+        assert.same({ "lua", "" }, { limits_blocks[1].lang, limits_blocks[2].lang })
+        local out, ok = run(limits_blocks[1].text)
+        assert.truthy(ok, out)
+        assert.equal(limits_blocks[2].text, out)
     end)
 end)
