@@ -51,3 +51,7 @@ def test_example_runs(n, redis, tls_redis, certs, request):
         assert lines == ["6", "False", "[True, False]", "10"]
     if "zip(pairs" in code:
         assert lines == ["alice served", "bob refused"]
+    if "parse_limits" in code:
+        assert lines == [
+            "LimitSpec(capacity=10, rate=10.0, count=10, window=1)",
+            "LimitSpec(capacity=1000, rate=0.011574074074074073, count=1000, window=86400)"]

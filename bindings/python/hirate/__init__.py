@@ -12,7 +12,10 @@ redis+cluster:// names a Redis Cluster, redis+sentinel:// a Sentinel service.
 Events worth a log line (a Sentinel master found or moved, Redis Functions
 refused by a server) go to the standard logger "hirate". The decisions, the
 failure policies and the errors are the C core's (see docs/python.md).
+Limit strings ("10/second; 1000/day") are the core's too: parse_limits.
 """
+
+from typing import NamedTuple as _NamedTuple
 
 from ._asyncio import AsyncLimiter
 from ._hirate import (
@@ -33,6 +36,28 @@ from ._hirate import (
     script_sha1,
     script_source,
 )
+from ._hirate import parse_limits as _parse_limits
+
+
+class LimitSpec(_NamedTuple):
+    """One limit of a limit string (docs/semantics.md, "Limit strings"):
+    count per window seconds is a bucket of capacity tokens (count, or the
+    burst) refilled at rate = count / window tokens per second."""
+
+    capacity: int
+    rate: float
+    count: int
+    window: int
+
+
+def parse_limits(text):
+    """parse_limits(text) -> list of LimitSpec: the limits of a limit string
+    such as "100/minute", "10 per second", "1000/day burst 50", or several
+    separated by ';' or ','. The C core parses; a bad string raises
+    ConfigError (EOPTION) with a message that quotes the limit and names the
+    wrong part; text that is not a str raises TypeError."""
+    return list(map(LimitSpec._make, _parse_limits(text)))
+
 
 __all__ = [
     "AsyncLimiter",
@@ -42,6 +67,7 @@ __all__ = [
     "ConfigError",
     "Decision",
     "Error",
+    "LimitSpec",
     "Limiter",
     "NotRedisError",
     "RefusedError",
@@ -50,6 +76,7 @@ __all__ = [
     "__version__",
     "function_library",
     "function_name",
+    "parse_limits",
     "script_sha1",
     "script_source",
 ]

@@ -1,3 +1,5 @@
+from typing import NamedTuple as _NamedTuple
+
 from ._asyncio import AsyncLimiter as AsyncLimiter
 from ._hirate import AuthError as AuthError
 from ._hirate import BackendError as BackendError
@@ -15,5 +17,13 @@ from ._hirate import function_library as function_library
 from ._hirate import function_name as function_name
 from ._hirate import script_sha1 as script_sha1
 from ._hirate import script_source as script_source
+
+class LimitSpec(_NamedTuple):
+    capacity: int
+    rate: float
+    count: int
+    window: int
+
+def parse_limits(text: str) -> list[LimitSpec]: ...
 
 __all__: list[str]

@@ -2297,6 +2297,34 @@ static PyObject *mod_error(PyObject *m, PyObject *args)
     return make_exc(state_of_module(m), code, msg);
 }
 
+/* parse_limits(text) -> [(capacity, rate, count, window_s), ...]: the core
+ * parses (hirate_limits_parse), so every front end reads the same grammar
+ * and gives the same message; hirate.parse_limits names each tuple's fields.
+ * A NUL is refused here: the core would stop reading at it. */
+static PyObject *mod_parse_limits(PyObject *m, PyObject *text)
+{
+    hstate *st = state_of_module(m);
+    const char *s = c_string(st, text, "text", HIRATE_EOPTION);
+    if (!s)
+        return NULL;
+    hirate_limit lim[HIRATE_LIMITS_MAX];
+    size_t n;
+    char err[HIRATE_ERRMSG_SIZE];
+    int rc = hirate_limits_parse(s, lim, HIRATE_LIMITS_MAX, &n, err, sizeof err);
+    if (rc < 0)
+        return raise_code(st, rc, err);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *t = Py_BuildValue("(LdLL)", (long long)lim[i].capacity, lim[i].rate,
+                                    (long long)lim[i].count, (long long)lim[i].window_s);
+        if (!t)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    return list;
+}
+
 static PyMethodDef module_methods[] = {
     {"script_source", mod_script_source, METH_NOARGS,
      "script_source() -> str: the Lua script hirate runs in Redis."},
@@ -2308,6 +2336,9 @@ static PyMethodDef module_methods[] = {
     {"function_name", mod_function_name, METH_NOARGS,
      "function_name() -> str: the name of its one function (and of the library), as FCALL "
      "names it."},
+    {"parse_limits", mod_parse_limits, METH_O,
+     "parse_limits(text) -> list of (capacity, rate, count, window_s) tuples: the limits of a "
+     "limit string such as '10/second; 1000/day' (hirate.parse_limits names the fields)."},
     {"_error", mod_error, METH_VARARGS,
      "_error(code, message) -> the exception hirate raises for code."},
     {NULL, NULL, 0, NULL},
