@@ -12,7 +12,6 @@
  * instead, at the same rate. A message quotes the limit it is about and
  * names the part that is wrong.
  */
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +19,29 @@
 #include "bucket.h"
 #include "errors.h"
 #include "hirate.h"
+
+/* ASCII only, whatever the process' locale (<ctype.h> follows LC_CTYPE, and
+ * a host such as Python sets it from the environment): the same text must
+ * mean the same limits in every program. */
+static int is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+static int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static int is_alpha(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+static char lower(char c)
+{
+    return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
 
 typedef struct cursor {
     const char *p, *end;    /* what is left of this limit */
@@ -29,7 +51,7 @@ typedef struct cursor {
 
 static void skip_spaces(cursor *c)
 {
-    while (c->p < c->end && isspace((unsigned char)*c->p))
+    while (c->p < c->end && is_space(*c->p))
         c->p++;
 }
 
@@ -38,11 +60,11 @@ static void skip_spaces(cursor *c)
 static int read_count(cursor *c, int64_t *out)
 {
     skip_spaces(c);
-    if (c->p == c->end || !isdigit((unsigned char)*c->p))
+    if (c->p == c->end || !is_digit(*c->p))
         return 0;
     int64_t v = 0;
     int over = 0;
-    for (; c->p < c->end && isdigit((unsigned char)*c->p); c->p++) {
+    for (; c->p < c->end && is_digit(*c->p); c->p++) {
         if (v > (HIRATE_EXACT_MAX - (*c->p - '0')) / 10)
             over = 1;
         else
@@ -59,9 +81,9 @@ static size_t read_word(cursor *c, char *buf, size_t cap)
 {
     skip_spaces(c);
     size_t n = 0;
-    while (c->p < c->end && isalpha((unsigned char)*c->p)) {
+    while (c->p < c->end && is_alpha(*c->p)) {
         if (n + 1 < cap)
-            buf[n] = (char)tolower((unsigned char)*c->p);
+            buf[n] = lower(*c->p);
         n++;
         c->p++;
     }
@@ -94,8 +116,14 @@ static int fail_at(const cursor *c, char *err, size_t errlen, const char *fmt, .
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    int shown = c->len > 60 ? 60 : (int)c->len;
-    return hirate__fail(err, errlen, HIRATE_EOPTION, "limit '%.*s%s': %s", shown, c->start,
+    /* Up to 60 bytes of it, each byte that is not printable ASCII as '?', as
+     * every message that quotes what it was given. */
+    char shown[61];
+    size_t n = c->len > 60 ? 60 : c->len;
+    for (size_t i = 0; i < n; i++)
+        shown[i] = c->start[i] >= ' ' && c->start[i] < 0x7f ? c->start[i] : '?';
+    shown[n] = '\0';
+    return hirate__fail(err, errlen, HIRATE_EOPTION, "limit '%s%s': %s", shown,
                         c->len > 60 ? "..." : "", detail);
 }
 
@@ -139,11 +167,12 @@ static int parse_one(cursor *c, hirate_limit *out, char *err, size_t errlen)
     if (wl || c->p < c->end) {
         char rest[40];
         const char *from = after;
-        while (from < c->end && isspace((unsigned char)*from))
+        while (from < c->end && is_space(*from))
             from++;
         size_t n = (size_t)(c->end - from) < sizeof rest - 1 ? (size_t)(c->end - from)
                                                               : sizeof rest - 1;
-        memcpy(rest, from, n);
+        for (size_t i = 0; i < n; i++)
+            rest[i] = from[i] >= ' ' && from[i] < 0x7f ? from[i] : '?';
         rest[n] = '\0';
         return fail_at(c, err, errlen, "unexpected '%s' after the window", rest);
     }
@@ -174,10 +203,10 @@ int hirate_limits_parse(const char *text, hirate_limit *out, size_t max, size_t 
             q++;
         cursor c = {p, q, p, (size_t)(q - p)};
         /* The limit as written, without the spaces around it. */
-        while (c.start < q && isspace((unsigned char)*c.start))
+        while (c.start < q && is_space(*c.start))
             c.start++;
         c.len = (size_t)(q - c.start);
-        while (c.len && isspace((unsigned char)c.start[c.len - 1]))
+        while (c.len && is_space(c.start[c.len - 1]))
             c.len--;
         if (!c.len)
             return hirate__fail(err, errlen, HIRATE_EOPTION, "%s",
