@@ -541,13 +541,10 @@ int main(int argc, char **argv)
     c.opts.url = a.have_url ? a.url : getenv("REDIS_URL");
     if (c.opts.url && !c.opts.url[0])
         c.opts.url = NULL; /* empty: in memory */
-    /* The environment holds the sentinels' password for whichever URL the
-     * tool is given: it goes with a Sentinel URL only (the library refuses
-     * a sentinel password beside any other URL), as the schemes name one. */
+    /* The sentinels' password, from the environment only; beside a URL that
+     * is not a Sentinel's the library says it does not belong there. */
     const char *sentinel_password = getenv("HIRATE_SENTINEL_PASSWORD");
-    if (sentinel_password && sentinel_password[0] && c.opts.url &&
-        (strncmp(c.opts.url, "redis+sentinel://", 17) == 0 ||
-         strncmp(c.opts.url, "rediss+sentinel://", 18) == 0))
+    if (sentinel_password && sentinel_password[0])
         c.opts.sentinel_password = sentinel_password; /* empty: none */
     if (strcmp(cmd, "reset") == 0) {
         /* reset needs no bucket size, but a limiter needs valid ones */

@@ -203,10 +203,10 @@ expect "sentinel: bench" 0 "errors 0" sh -c \
     "'$H' bench --json --duration 0.5 --threads 2 --keys 100 --capacity 1000 --rate 1 --url '$URL' |
      python3 -c 'import json, sys; b = json.load(sys.stdin); print(\"errors\", b[\"errors\"]) if b[\"decisions\"] > 0 and b[\"sources\"].get(\"redis\", 0) == b[\"decisions\"] else print(b)'"
 
-# The environment's password goes with a Sentinel URL only; --sentinel-user,
-# given on purpose, is the library's error beside another URL.
-expect "sentinel: HIRATE_SENTINEL_PASSWORD is left out for a plain URL" 0 \
-    '{"allowed":true,"remaining":2,"limit":3,"retry_after":0,"reset_after":1000,"source":"redis"}' \
+# The sentinels' credentials beside another URL are the library's error,
+# from the environment as from --sentinel-user.
+expect_err "sentinel: HIRATE_SENTINEL_PASSWORD beside a plain URL" \
+    "hirate: sentinel_password is set, but the URL is not redis+sentinel:// (or rediss+sentinel://)" \
     "$H" --json allow dave --url "redis://127.0.0.1:$MASTER" --capacity 3 --rate 0.001
 expect_err "sentinel: --sentinel-user with a plain URL" \
     "hirate: sentinel_username is set, but the URL is not redis+sentinel:// (or rediss+sentinel://)" \
