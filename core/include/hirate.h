@@ -114,10 +114,18 @@ typedef enum hirate_source {
 /* "redis", "local", "cache", "fail_open", "fail_closed"; "unknown". */
 HIRATE_EXPORT const char *hirate_source_name(int source);
 
+/* A decision. With several bands (see hirate_band) it is the whole's: the
+ * cost passed every band, or was refused and spent in none; `band` names the
+ * band whose capacity is `limit`: when refused, the refusing band that waits
+ * longest; when allowed, the band left with the fewest tokens (the first of
+ * equals). remaining is the least any band has left, retry_after_us the
+ * longest wait of a refusing band, reset_after_us the longest until a band is
+ * full. With one band, band is 0 and every figure is that bucket's. */
 typedef struct hirate_decision {
     int allowed;            /* 1: the cost was spent; 0: refused, nothing spent */
     int source;             /* a hirate_source */
     int error;              /* 0, or the HIRATE_E* failure behind a policy decision */
+    int band;               /* the band behind limit (0 with one band) */
     int64_t limit;          /* the capacity */
     int64_t remaining;      /* whole tokens left after this decision */
     int64_t retry_after_us; /* 0 when allowed; else until this cost can pass,
@@ -152,6 +160,30 @@ typedef enum hirate_on_error {
 /* "local", "open", "closed"; and back (-1 for any other name). */
 HIRATE_EXPORT const char *hirate_on_error_name(int on_error);
 HIRATE_EXPORT int hirate_on_error_from_name(const char *name);
+
+/* Several limits on one key ("bands"), e.g. 10 per second and 1,000 per
+ * day. One decision spends the cost in every band or in none, atomically:
+ * in Redis one key holds every band and one script call decides them all;
+ * in memory one bucket entry holds them under one lock. Bands are stored by
+ * position (docs/semantics.md, "Several limits"): a limiter whose bands
+ * change reads an existing key's band i as its band i, capped at its new
+ * capacity, as a single bucket reads a changed capacity; bands the key lacks
+ * are full. */
+#define HIRATE_BANDS_MAX 16
+#define HIRATE_BAND_NAME_MAX 64
+typedef struct hirate_band {
+    int64_t capacity;       /* 1..2^53-1 */
+    double rate;            /* tokens per second, > 0 */
+    const char *name;       /* for headers and messages: 1..HIRATE_BAND_NAME_MAX
+                               printable ASCII bytes, distinct within a limiter
+                               (copied); NULL: "<capacity>-per-<w>s", w being
+                               hirate_refill_seconds(capacity, rate) */
+} hirate_band;
+
+/* Whole seconds an empty bucket of capacity takes to fill at rate, rounded
+ * up (the "w" of a RateLimit-Policy header), computed as reset_after_us is;
+ * 0 for a capacity or rate that no limiter accepts. */
+HIRATE_EXPORT int64_t hirate_refill_seconds(int64_t capacity, double rate);
 
 typedef struct hirate_options {
     const char *url;        /* redis://[user:password@]host[:port][/db],
@@ -193,7 +225,8 @@ typedef struct hirate_options {
     void *log_arg;          /* given to log */
 } hirate_options;
 
-/* Fills *opts with the defaults; capacity and rate stay 0 (must be set). */
+/* Fills *opts with the defaults; capacity and rate stay 0 (the limit must be
+ * set). */
 HIRATE_EXPORT void hirate_options_init(hirate_options *opts);
 
 typedef struct hirate_limiter hirate_limiter;
@@ -222,7 +255,26 @@ HIRATE_EXPORT int hirate_allow(hirate_limiter *lim, const void *key, size_t keyl
 HIRATE_EXPORT int hirate_peek(hirate_limiter *lim, const void *key, size_t keylen,
                               int64_t cost, hirate_decision *out);
 
-/* Forgets key's bucket: it is full again. */
+/* hirate_allow and hirate_peek that also give each band's own figures:
+ * bands[i] for band i, i below nbands and the limiter's band count. Band i's
+ * `allowed` says whether it held the cost; its limit, remaining,
+ * retry_after_us and reset_after_us are its own bucket's after the decision
+ * (a band that held the cost of a refused call keeps it, and reports its own
+ * reset time); source, error and time_us are the whole's. */
+HIRATE_EXPORT int hirate_allow_bands(hirate_limiter *lim, const void *key, size_t keylen,
+                                     int64_t cost, hirate_decision *out, hirate_decision *bands,
+                                     size_t nbands);
+HIRATE_EXPORT int hirate_peek_bands(hirate_limiter *lim, const void *key, size_t keylen,
+                                    int64_t cost, hirate_decision *out, hirate_decision *bands,
+                                    size_t nbands);
+
+/* The limiter's bands: how many (1 for capacity and rate), and band i's
+ * capacity, rate and name (the limiter's own copy: valid while it lives).
+ * hirate_limiter_band returns 0, or HIRATE_EINVAL for no such band. */
+HIRATE_EXPORT size_t hirate_limiter_nbands(const hirate_limiter *lim);
+HIRATE_EXPORT int hirate_limiter_band(const hirate_limiter *lim, size_t i, hirate_band *out);
+
+/* Forgets key's bucket (every band of it): it is full again. */
 HIRATE_EXPORT int hirate_reset(hirate_limiter *lim, const void *key, size_t keylen);
 
 /* One (key, cost) of a batch, and its outcome. */
@@ -235,7 +287,8 @@ typedef struct hirate_item {
 } hirate_item;
 
 /* hirate_allow for every item, in one pipelined round trip to Redis. Items
- * are decided in order, each as hirate_allow would decide it alone. Returns
+ * are decided in order, each as hirate_allow would decide it alone (the
+ * whole's figures, for a limiter of several bands). Returns
  * 0 when every item has its rc, or HIRATE_EINVAL for a NULL limiter or a
  * NULL items with n > 0. */
 HIRATE_EXPORT int hirate_allow_many(hirate_limiter *lim, hirate_item *items, size_t n);
@@ -249,7 +302,7 @@ HIRATE_EXPORT const char *hirate_limiter_errmsg(hirate_limiter *lim, char *buf, 
 /* A limit as people write it: "100/minute", "100 per minute", "10/5s",
  * "1000/day burst 50" (docs/semantics.md, "Limit strings"). N per window is
  * a bucket of N tokens (or the burst given) refilled at N per window. */
-#define HIRATE_LIMITS_MAX 16
+#define HIRATE_LIMITS_MAX HIRATE_BANDS_MAX
 typedef struct hirate_limit {
     int64_t capacity;       /* the bucket: N, or the burst */
     double rate;            /* tokens per second: N / window_s */

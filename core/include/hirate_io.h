@@ -233,6 +233,11 @@ HIRATE_EXPORT int hirate_op_next(hirate_op *op);
 /* After DONE or a failure: item i's message when its rc is negative (else
  * NULL). For a reset op, i is 0. */
 HIRATE_EXPORT const char *hirate_op_errmsg(const hirate_op *op, size_t i);
+/* After DONE: item i's band figures (as hirate_allow_bands gives them) in
+ * bands[0 .. min(nbands, the limiter's band count)); returns how many, or
+ * HIRATE_EINVAL when item i has no decision (its rc is not 0, or no item i). */
+HIRATE_EXPORT int hirate_op_bands(const hirate_op *op, size_t i, hirate_decision *bands,
+                                  size_t nbands);
 /* A reset op's outcome: 0 or its code. A batch's: 0. */
 HIRATE_EXPORT int hirate_op_result(const hirate_op *op);
 HIRATE_EXPORT void hirate_op_free(hirate_op *op);
@@ -245,6 +250,11 @@ HIRATE_EXPORT void hirate_op_free(hirate_op *op);
 HIRATE_EXPORT int hirate_decide_at(hirate_limiter *lim, const void *key, size_t keylen,
                                    int64_t cost, int spend, int64_t now_us,
                                    hirate_decision *out);
+/* The same, with each band's figures as hirate_allow_bands gives them. */
+HIRATE_EXPORT int hirate_decide_at_bands(hirate_limiter *lim, const void *key, size_t keylen,
+                                         int64_t cost, int spend, int64_t now_us,
+                                         hirate_decision *out, hirate_decision *bands,
+                                         size_t nbands);
 
 /* Counters since the limiter was made. */
 typedef struct hirate_counters {
