@@ -201,7 +201,7 @@ static int check_limit(const hirate_options *o, hirate_limiter *l, char *err, si
         }
         l->nbands = n;
     } else if (o->bands || o->nbands) {
-        if (!o->bands || o->nbands > HIRATE_BANDS_MAX)
+        if (!o->bands || o->nbands == 0 || o->nbands > HIRATE_BANDS_MAX)
             return hirate__fail(err, errlen, HIRATE_EOPTION,
                                 "bands must be 1 to %d bands, got %zu%s", HIRATE_BANDS_MAX,
                                 o->nbands, o->bands ? "" : " and no array");

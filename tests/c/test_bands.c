@@ -227,6 +227,9 @@ static void test_a_bad_limit_names_what_is_wrong(void)
     CHECK_EQ_STR(why, "bands must be 1 to 16 bands, got 17");
     o.nbands = HIRATE_BANDS_MAX;
     CHECK_EQ_I64(new_error(&o, why, sizeof why), 0);
+    o.nbands = 0;
+    CHECK_EQ_I64(new_error(&o, why, sizeof why), HIRATE_EOPTION);
+    CHECK_EQ_STR(why, "bands must be 1 to 16 bands, got 0");
     o.bands = NULL;
     o.nbands = 2;
     CHECK_EQ_I64(new_error(&o, why, sizeof why), HIRATE_EOPTION);
