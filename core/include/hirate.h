@@ -299,6 +299,12 @@ typedef struct hirate_item {
  * NULL items with n > 0. */
 HIRATE_EXPORT int hirate_allow_many(hirate_limiter *lim, hirate_item *items, size_t n);
 
+/* hirate_allow_many that also gives each item's band figures (as
+ * hirate_allow_bands does) in bands[i * B .. i * B + B), B being
+ * hirate_limiter_nbands(lim), for each item whose rc is 0. */
+HIRATE_EXPORT int hirate_allow_many_bands(hirate_limiter *lim, hirate_item *items, size_t n,
+                                          hirate_decision *bands);
+
 /* The message of the last error on this limiter, e.g. "key is empty" or
  * "connect to 127.0.0.1:6379: Connection refused", copied into buf. With
  * threads sharing a limiter it is the last error any of them met; the code

@@ -916,6 +916,16 @@ int hirate_allow_many(hirate_limiter *l, hirate_item *items, size_t n)
     return 0;
 }
 
+int hirate_allow_many_bands(hirate_limiter *l, hirate_item *items, size_t n,
+                            hirate_decision *bands)
+{
+    if (!l || (!items && n) || (!bands && n))
+        return HIRATE_EINVAL;
+    if (n)
+        decide_items(l, items, n, 1, -1, bands);
+    return 0;
+}
+
 int hirate_decide_at_bands(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
                            int spend, int64_t now_us, hirate_decision *out,
                            hirate_decision *bands, size_t nbands)

@@ -373,6 +373,38 @@ static void test_one_band_stores_a_single_buckets_format(void)
     hirate_limiter_free(lim);
 }
 
+/* A batch gives each item's bands, in memory and in Redis alike; a bad item
+ * gets its code and leaves the others theirs. */
+static void batch(const char *url)
+{
+    hirate_limiter *lim = make(url);
+    if (!lim) return;
+    hirate_item items[3] = {{"b1", 2, 1, 0, {0}}, {"", 0, 1, 0, {0}}, {"b1", 2, 3, 0, {0}}};
+    hirate_decision bands[3 * 2];
+    CHECK_EQ_I64(hirate_allow_many_bands(lim, items, 3, bands), 0);
+    CHECK_EQ_I64(items[0].rc, 0);
+    CHECK_EQ_I64(items[1].rc, HIRATE_EKEY);
+    CHECK_EQ_I64(items[2].rc, 0);
+    check_fig(&bands[0], (fig){1, 3, 2, 0, 333334});
+    check_fig(&bands[1], (fig){1, 5, 4, 0, 12000000});
+    /* 3 more: band 0 holds 2, band 1 holds 4 */
+    CHECK_EQ_I64(items[2].decision.allowed, 0);
+    CHECK_EQ_I64(items[2].decision.band, 0);
+    CHECK_EQ_I64(bands[4].allowed, 0);
+    CHECK_EQ_I64(bands[4].remaining, 2);
+    CHECK_EQ_I64(bands[5].allowed, 1);
+    CHECK_EQ_I64(bands[5].remaining, 4);
+    CHECK_EQ_I64(hirate_allow_many_bands(lim, items, 3, NULL), HIRATE_EINVAL);
+    CHECK_EQ_I64(hirate_allow_many_bands(lim, NULL, 0, NULL), 0);
+    hirate_limiter_free(lim);
+}
+
+static void test_a_batch_gives_every_items_bands(void)
+{
+    batch(NULL);
+    batch(S.url);
+}
+
 /* ---- bands that change on keys that exist ------------------------------------- */
 
 static void test_changed_bands_read_the_stored_bands_by_position(void)
@@ -644,6 +676,7 @@ int main(void)
     rh_watchdog(&S, "test_bands", 60);
     test_redis_gives_the_memory_backends_figures();
     test_one_band_stores_a_single_buckets_format();
+    test_a_batch_gives_every_items_bands();
     test_changed_bands_read_the_stored_bands_by_position();
     test_the_deny_cache_remembers_every_band();
     test_the_policies_answer_for_every_band();
