@@ -103,51 +103,93 @@ def until_level(s, t0, now, target, rate):
 
 
 class Model:
-    """One limiter: config plus the *stored* state of each key.
+    """One limiter: its bands (capacity, rate) plus the *stored* state of each key.
 
-    self.store maps key bytes to (tokens, ts) as last written by a spend, the
-    only write. The refilled level used to answer a call is a local value and
-    is stored only when the call spends."""
+    self.store maps key bytes to a tuple of (tokens, ts), one per band in
+    order, as last written by a spend, the only write (Redis: one key holding
+    "tokens ts tokens ts ..."; one band writes today's "tokens ts"). The
+    refilled levels used to answer a call are local values, stored only when
+    the call spends. A limiter made with other bands over the same store (a
+    reconfigure) reads stored band i as its band i; bands the key lacks are
+    full at now, stored bands beyond its count are ignored and dropped at its
+    next write (docs/semantics.md, "Several limits")."""
 
-    def __init__(self, capacity, rate):
-        self.cap = float(capacity)
-        self.limit = capacity
-        self.rate = rate
-        self.store = {}
+    def __init__(self, bands, store=None):
+        # (the capacity as a double, as an integer for limit, the rate)
+        self.bands = [(float(capacity), capacity, rate) for capacity, rate in bands]
+        self.store = {} if store is None else store
 
     def reset(self, key):
         self.store.pop(key, None)
 
     def decide(self, key, now_us, cost, spend):
-        rate = self.rate
-        cap = self.cap
+        """The whole's decision (a dict) and each band's (a list of dicts)."""
         now = float(now_us)
         c = float(cost)
-        # The stored state; a missing key is a full bucket at now.
-        tokens, ts = self.store.get(key, (cap, now))
-        # Lua's math.min(capacity, x): the first argument unless x < it.
-        x = level_at(tokens, ts, now, 0.0, rate)
-        level = x if x < cap else cap
-        allowed, retry = False, 0
-        if c > cap:
-            retry = NEVER
-        elif level >= c:
-            allowed = True
-            if spend and c > 0:
-                tokens = level - c
-                if now > ts:
-                    ts = now
-                level = tokens
-                self.store[key] = (tokens, ts)
+        stored = self.store.get(key, ())
+        held = []                       # per band: [tokens, ts, level, ok, retry]
+        for i, (cap, _, rate) in enumerate(self.bands):
+            # The stored state; a missing key or band is a full bucket at now.
+            tokens, ts = stored[i] if i < len(stored) else (cap, now)
+            # Lua's math.min(capacity, x): the first argument unless x < it.
+            x = level_at(tokens, ts, now, 0.0, rate)
+            level = x if x < cap else cap
+            ok, retry = False, 0
+            if c > cap:
+                retry = NEVER
+            elif level >= c:
+                ok = True
+            else:
+                retry = until_level(tokens, ts, now, c, rate)
+            held.append([tokens, ts, level, ok, retry])
+        allowed = all(h[3] for h in held)
+        if allowed and spend and c > 0:
+            for h in held:
+                h[0] = h[2] - c
+                if now > h[1]:
+                    h[1] = now
+                h[2] = h[0]
+            self.store[key] = tuple((h[0], h[1]) for h in held)
+        per = []
+        for (cap, limit, rate), (tokens, ts, level, ok, retry) in zip(self.bands, held):
+            per.append({
+                "allowed": ok,
+                "remaining": int(math.floor(level)),
+                "retry_after_us": retry,
+                "reset_after_us": until_level(tokens, ts, now, cap, rate),
+                "limit": limit,
+            })
+        # The whole: band is the refusing band that waits longest when
+        # refused, the band with the fewest left when allowed; the first of
+        # equals either way (a later band replaces it only if strictly more).
+        band = None
+        if allowed:
+            for i, p in enumerate(per):
+                if band is None or p["remaining"] < per[band]["remaining"]:
+                    band = i
+            retry = 0
         else:
-            retry = until_level(tokens, ts, now, c, rate)
-        return {
+            for i, p in enumerate(per):
+                if p["allowed"]:
+                    continue
+                if band is None or longer(p["retry_after_us"], per[band]["retry_after_us"]):
+                    band = i
+            retry = per[band]["retry_after_us"]
+        whole = {
             "allowed": allowed,
-            "remaining": int(math.floor(level)),
+            "remaining": min(p["remaining"] for p in per),
             "retry_after_us": retry,
-            "reset_after_us": until_level(tokens, ts, now, cap, rate),
-            "limit": self.limit,
+            "reset_after_us": max(p["reset_after_us"] for p in per),
+            "limit": per[band]["limit"],
         }
+        return whole, band, per
+
+
+def longer(a, b):
+    """Whether wait a is strictly longer than wait b ("never" beats any number)."""
+    if a == NEVER:
+        return b != NEVER
+    return b != NEVER and a > b
 
 
 # --------------------------------------------------------------------------
@@ -198,10 +240,11 @@ class Repeat:
 
 class After:
     """A time computed from an earlier step's answer: that step's t_us plus
-    its `field` (retry_after_us or reset_after_us) plus delta. Resolved when
-    the file is generated; the file holds the absolute number."""
-    def __init__(self, field, delta=0, step=-1):
-        self.field, self.delta, self.step = field, delta, step
+    its `field` (retry_after_us or reset_after_us; band i's own with band=i)
+    plus delta. Resolved when the file is generated; the file holds the
+    absolute number."""
+    def __init__(self, field, delta=0, step=-1, band=None):
+        self.field, self.delta, self.step, self.band = field, delta, step, band
 
 
 def allow(t, key, cost=1):
@@ -216,8 +259,35 @@ def reset(t, key):
     return {"t": t, "op": "reset", "key": key}
 
 
+def reconfigure(t, config):
+    """From this step on, a new limiter of config over the same store (the
+    same prefix: the keys already in Redis stay)."""
+    return {"t": t, "op": "reconfigure", "config": config}
+
+
+def one_band(capacity, rate):
+    """The config of one bucket: {"capacity", "rate"}."""
+    return {"capacity": capacity, "rate": rate_to_json(rate)}
+
+
+def bands(*spec):
+    """The config of several bands: each (capacity, rate) or (capacity, rate, name)."""
+    out = []
+    for b in spec:
+        j = {"capacity": b[0], "rate": rate_to_json(b[1])}
+        if len(b) > 2:
+            j["name"] = b[2]
+        out.append(j)
+    return {"bands": out}
+
+
 def case(cid, rule, capacity, rate, steps=()):
-    return {"id": cid, "rule": rule, "capacity": capacity, "rate": rate, "steps": list(steps)}
+    return {"id": cid, "rule": rule, "config": one_band(capacity, rate), "steps": list(steps)}
+
+
+def bands_case(cid, rule, config, steps=()):
+    """A case of any config (bands(...) or one_band(...)), reconfigure steps allowed."""
+    return {"id": cid, "rule": rule, "config": config, "steps": list(steps)}
 
 
 THIRD = 1 / 3                 # the double nearest 1/3: 0.3333333333333333 round-trips
@@ -789,40 +859,92 @@ HAND_CHECKS = [
 # Generation.
 # --------------------------------------------------------------------------
 
+def config_bands(config):
+    """A JSON config -> its bands as a list of (capacity, rate)."""
+    if "bands" in config:
+        return [(b["capacity"], rate_from_json(b["rate"])) for b in config["bands"]]
+    return [(config["capacity"], rate_from_json(config["rate"]))]
+
+
+def config_error_of(config):
+    """The error hirate_limiter_new returns for a JSON config, or None: the
+    first band's that has one (each error case breaks one rule of one band)."""
+    for capacity, rate in config_bands(config):
+        err = config_error(capacity, rate)
+        if err:
+            return err
+    return None
+
+
+def is_multi(config):
+    """A config of bands: its decisions carry "band" and "bands"."""
+    return "bands" in config
+
+
+class Runner:
+    """Runs a case's JSON steps, in order, through the model."""
+
+    def __init__(self, config):
+        self.config = config
+        self.model = Model(config_bands(config))
+
+    def step(self, s):
+        """One JSON step -> ("expect", decision), ("expect_error", name) or None."""
+        op = s["op"]
+        if op == "reconfigure":
+            assert config_error_of(s["config"]) is None
+            self.config = s["config"]
+            self.model = Model(config_bands(s["config"]), self.model.store)
+            return None
+        key = key_from_json(s["key"])
+        if op == "reset":
+            self.model.reset(key)
+            return None
+        cost = s.get("cost", 1)
+        e = call_error(key, cost)
+        if e:
+            return ("expect_error", e)
+        whole, band, per = self.model.decide(key, s["t_us"], cost, op == "allow")
+        if is_multi(self.config):
+            whole["band"] = band
+            whole["bands"] = per
+        return ("expect", whole)
+
+
 def resolve_time(t, steps_out):
     if not isinstance(t, After):
         return t
     ref = steps_out[t.step]
-    value = ref["expect"][t.field]
+    e = ref["expect"] if t.band is None else ref["expect"]["bands"][t.band]
+    value = e[t.field]
     assert isinstance(value, int), "After() needs a numeric %s" % t.field
     return ref["t_us"] + value + t.delta
 
 
 def build_case(c):
     """Authored case -> the JSON object, with expectations from the model."""
-    out = {"id": c["id"], "rule": c["rule"],
-           "config": {"capacity": c["capacity"], "rate": rate_to_json(c["rate"])}}
-    err = config_error(c["capacity"], c["rate"])
+    out = {"id": c["id"], "rule": c["rule"], "config": c["config"]}
+    err = config_error_of(c["config"])
     if err:
         assert not c["steps"], "%s: a config error case has no steps" % c["id"]
         out["config_error"] = err
         return out
     assert c["steps"], "%s: a valid config needs steps" % c["id"]
-    model = Model(c["capacity"], c["rate"])
+    if any(s["op"] == "reconfigure" for s in c["steps"]):
+        out["redis_only"] = True
+    runner = Runner(c["config"])
     steps = []
     for s in c["steps"]:
-        step = {"t_us": resolve_time(s["t"], steps), "op": s["op"], "key": key_to_json(s["key"])}
-        key = key_from_json(step["key"])
-        if s["op"] == "reset":
-            model.reset(key)
+        step = {"t_us": resolve_time(s["t"], steps), "op": s["op"]}
+        if s["op"] == "reconfigure":
+            step["config"] = s["config"]
         else:
-            if s["cost"] != 1:
+            step["key"] = key_to_json(s["key"])
+            if s["op"] != "reset" and s["cost"] != 1:
                 step["cost"] = s["cost"]
-            e = call_error(key, s["cost"])
-            if e:
-                step["expect_error"] = e
-            else:
-                step["expect"] = model.decide(key, step["t_us"], s["cost"], s["op"] == "allow")
+        got = runner.step(step)
+        if got:
+            step[got[0]] = got[1]
         steps.append(step)
     out["steps"] = steps
     return out
@@ -853,6 +975,8 @@ def dumps(doc):
         fields = ['      "id": %s' % one(c["id"]),
                   '      "rule": %s' % one(c["rule"]),
                   '      "config": %s' % one(c["config"])]
+        if c.get("redis_only"):
+            fields.append('      "redis_only": true')
         if "config_error" in c:
             fields.append('      "config_error": %s' % one(c["config_error"]))
         else:
@@ -907,32 +1031,45 @@ def replay(doc, errors):
     """Run the file's own inputs through the model; report every difference."""
     for c in doc["cases"]:
         cid = c["id"]
-        capacity = c["config"]["capacity"]
-        rate = rate_from_json(c["config"]["rate"])
-        err = config_error(capacity, rate)
+        err = config_error_of(c["config"])
         if err != c.get("config_error"):
             fail(errors, "%s: config_error: file %r, model %r" % (cid, c.get("config_error"), err))
         if err:
             continue
-        model = Model(capacity, rate)
+        runner = Runner(c["config"])
         for i, s in enumerate(c.get("steps", [])):
-            key = key_from_json(s["key"])
-            if s["op"] == "reset":
-                model.reset(key)
+            if s["op"] == "reconfigure" and config_error_of(s["config"]):
+                fail(errors, "%s step %d: reconfigure to a config that is an error" % (cid, i))
+                break
+            got = runner.step(s)
+            if got is None:
                 continue
-            cost = s.get("cost", 1)
-            e = call_error(key, cost)
-            if e != s.get("expect_error"):
-                fail(errors, "%s step %d: expect_error: file %r, model %r"
-                     % (cid, i, s.get("expect_error"), e))
-            if e:
+            kind, value = got
+            model_error = value if kind == "expect_error" else None
+            if model_error or "expect_error" in s:
+                if s.get("expect_error") != model_error:
+                    fail(errors, "%s step %d: expect_error: file %r, model %r"
+                         % (cid, i, s.get("expect_error"), model_error))
                 continue
-            got = model.decide(key, s["t_us"], cost, s["op"] == "allow")
-            want = s.get("expect", {})
-            for field in ("allowed", "remaining", "retry_after_us", "reset_after_us", "limit"):
-                if want.get(field) != got[field]:
-                    fail(errors, "%s step %d: %s: file %r, model %r"
-                         % (cid, i, field, want.get(field), got[field]))
+            compare_decision(errors, "%s step %d" % (cid, i), s.get("expect", {}), value)
+
+
+FIELDS = ("allowed", "remaining", "retry_after_us", "reset_after_us", "limit")
+
+
+def compare_decision(errors, where, want, got):
+    for field in FIELDS + ("band",):
+        if want.get(field) != got.get(field):
+            fail(errors, "%s: %s: file %r, model %r" % (where, field, want.get(field), got.get(field)))
+    wb, gb = want.get("bands"), got.get("bands")
+    if (wb is None) != (gb is None) or (wb is not None and len(wb) != len(gb)):
+        fail(errors, "%s: bands: file %r, model %r" % (where, wb, gb))
+        return
+    for b, (w, g) in enumerate(zip(wb or [], gb or [])):
+        for field in FIELDS:
+            if w.get(field) != g[field]:
+                fail(errors, "%s: bands[%d].%s: file %r, model %r"
+                     % (where, b, field, w.get(field), g[field]))
 
 
 def check_hand(doc, errors):
