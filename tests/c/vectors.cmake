@@ -1,6 +1,7 @@
 # The shared test vectors (tests/vectors/token_bucket.json): the C runner
-# (memory backend and the real script in a throwaway redis-server), and the
-# file's own check (schema + reference model + byte-for-byte regeneration).
+# (memory backend and the real script in a throwaway redis-server; one bucket,
+# several bands, and bands changed over existing keys on the Redis paths), and
+# the file's own check (schema + reference model + byte-for-byte regeneration).
 
 pkg_check_modules(CJSON REQUIRED IMPORTED_TARGET libcjson)
 
