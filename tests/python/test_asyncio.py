@@ -84,11 +84,12 @@ async def run_vectors(url, deny_cache, prefix):
     """Runs every case; returns (steps run, refusals the deny cache gave).
     A case of several bands checks each band's figures (Decision.bands); a
     "reconfigure" step goes on with a new limiter of its config on the same
-    prefix, on Redis only (a memory backend runs no case that holds one)."""
+    prefix, on Redis only (a memory backend runs no case that holds one).
+    Both kinds must have run."""
     with open(VECTORS) as f:
         doc = json.load(f)
     assert doc["version"] == 1
-    steps = cache_hits = 0
+    steps = cache_hits = band_steps = reconfigures = 0
     for case in doc["cases"]:
         cid, config = case["id"], case["config"]
         if url is None and case.get("redis_only", False):
@@ -110,6 +111,7 @@ async def run_vectors(url, deny_cache, prefix):
                 if step["op"] == "reconfigure":
                     await lim.close()
                     lim = limiter(step["config"])
+                    reconfigures += 1
                     continue
                 key, cost = vector_key(step["key"]), step.get("cost", 1)
                 if step["op"] == "reset":
@@ -127,6 +129,7 @@ async def run_vectors(url, deny_cache, prefix):
                 vector_figures(d, want, step["t_us"], where)
                 assert d.band == want.get("band", 0), where
                 if "bands" in want:
+                    band_steps += 1
                     assert len(d.bands) == len(want["bands"]), where
                     for j, (b, wb) in enumerate(zip(d.bands, want["bands"])):
                         vector_figures(b, wb, step["t_us"], f"{where} band {j}")
@@ -143,6 +146,8 @@ async def run_vectors(url, deny_cache, prefix):
                     assert d.source == "redis", where
         finally:
             await lim.close()
+    assert band_steps > 50
+    assert (reconfigures > 0) is (url is not None)
     return steps, cache_hits
 
 

@@ -135,7 +135,7 @@ def check_step(backend, lim, case, i, step):
 
 def check_bands(lim, cfg, where):
     """The limiter holds the config's bands, in order, names as given."""
-    bands = cfg.get("bands", [dict(capacity=cfg["capacity"], rate=cfg["rate"])])
+    bands = cfg["bands"] if "bands" in cfg else [cfg]
     assert [(b.capacity, b.rate) for b in lim.bands] == [
         (b["capacity"], rate_of(b["rate"])) for b in bands], where
     for b, want in zip(lim.bands, bands):
@@ -151,7 +151,7 @@ def skipped(backend, case):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_vector_case(backend, redis):
-    steps = cache_hits = calls = 0
+    steps = cache_hits = calls = band_steps = reconfigures = 0
     for case in CASES:
         cfg = case["config"]
         if "config_error" in case:
@@ -173,12 +173,16 @@ def test_every_vector_case(backend, redis):
                     lim.close()
                     lim = make(backend, case, redis.url, step["config"])
                     check_bands(lim, step["config"], f"{case['id']}, step {i}")
+                    reconfigures += 1
                     continue
                 cache_hits += check_step(backend, lim, case, i, step) == "cache"
+                band_steps += "bands" in step.get("expect", {})
             calls += check_path(backend, lim, case["id"])
         finally:
             lim.close()
     assert steps == sum(len(c.get("steps", ())) for c in CASES if not skipped(backend, c))
+    assert band_steps > 50   # cases of several bands, each band's figures checked
+    assert (reconfigures > 0) is (backend != "memory")
     assert (calls > 0) is (backend != "memory")
     if backend.startswith("redis+cache"):
         assert cache_hits > 20, "the deny cache answered no refusal"
