@@ -74,6 +74,17 @@ def test_a_band_name_defaults_to_the_core_refill_window():
         assert [b.name for b in lim.bands] == ["10-per-4s", "1-per-3s"]
 
 
+@pytest.mark.parametrize("capacity,rate,w", [
+    (10, 3.0, 4), (3, 3 / 86400, 86400), (1, 1 / 3, 3), (5, 1.0, 5), (7, 0.5, 14),
+    (0, 1.0, 0), (5, 0.0, 0), (1.5, 1.0, 0), (5, 1e-12, 0),   # no limiter takes these
+])
+def test_refill_seconds_is_the_core_w_and_that_of_the_default_names(capacity, rate, w):
+    assert hirate._hirate.refill_seconds(capacity, rate) == w
+    if w:
+        with hirate.Limiter(limits=[(capacity, rate)]) as lim:
+            assert lim.bands[0].name == f"{capacity}-per-{w}s"
+
+
 def test_one_band_is_the_limiter_of_capacity_and_rate():
     a = hirate.Limiter(capacity=5, rate=1.0)
     b = hirate.Limiter(limits=[(5, 1.0)])

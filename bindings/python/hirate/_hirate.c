@@ -2837,6 +2837,23 @@ static PyObject *mod_parse_limits(PyObject *m, PyObject *text)
     return list;
 }
 
+/* refill_seconds(capacity, rate) -> int: hirate_refill_seconds, the "w" of
+ * RateLimit-Policy and of a band's default name (0 for a capacity or rate
+ * that no limiter takes). */
+static PyObject *mod_refill_seconds(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *cap, *rate_obj;
+    int64_t capacity;
+    double rate;
+    if (!PyArg_ParseTuple(args, "OO:refill_seconds", &cap, &rate_obj))
+        return NULL;
+    int r = capacity_value(cap, &capacity);
+    if (r < 0 || rate_option(rate_obj, &rate) < 0)
+        return NULL;
+    return PyLong_FromLongLong(r ? 0 : hirate_refill_seconds(capacity, rate));
+}
+
 static PyMethodDef module_methods[] = {
     {"script_source", mod_script_source, METH_NOARGS,
      "script_source() -> str: the Lua script hirate runs in Redis."},
@@ -2851,6 +2868,10 @@ static PyMethodDef module_methods[] = {
     {"parse_limits", mod_parse_limits, METH_O,
      "parse_limits(text) -> list of (capacity, rate, count, window_s) tuples: the limits of a "
      "limit string such as '10/second; 1000/day' (hirate.parse_limits names the fields)."},
+    {"refill_seconds", mod_refill_seconds, METH_VARARGS,
+     "refill_seconds(capacity, rate) -> int: whole seconds an empty bucket takes to fill, "
+     "rounded up (the core's hirate_refill_seconds: the w of RateLimit-Policy and of a "
+     "band's default name); 0 for a capacity or rate no limiter takes."},
     {"_error", mod_error, METH_VARARGS,
      "_error(code, message) -> the exception hirate raises for code."},
     {NULL, NULL, 0, NULL},
