@@ -235,13 +235,13 @@ static PyObject *decision_new_bands(hstate *st, const hirate_decision *d,
 {
     if (n == 0 || n == 1)
         return decision_new_from(st, d);
-    size_t extra = n > 1 ? (size_t)n * sizeof(hirate_decision) : 0;
+    size_t extra = n > 1 ? (size_t)n * sizeof(hirate_decision) : 0;   /* NO_BANDS: none */
     DecisionObject *o = decision_alloc(st, extra);
     if (!o)
         return NULL;
     o->d = *d;
     o->nbands = n;
-    if (n > 1) {
+    if (extra) {
         o->bands = (hirate_decision *)(o + 1);
         memcpy(o->bands, bands, extra);
         for (int i = 0; i < n; i++)
@@ -365,8 +365,8 @@ static PyObject *decision_band(PyObject *self, void *c)
 }
 
 /* (self,) for one band; each band's own Decision for several; () when the
- * call gave the whole's figures only (allow_many through the blocking path,
- * and the AsyncLimiter decisions that needed no round trip). */
+ * call gave the whole's figures only (allow_many through the blocking path:
+ * hirate_allow_many has no band figures). */
 static PyObject *decision_bands(PyObject *self, void *c)
 {
     (void)c;
@@ -853,82 +853,33 @@ static int parse_key_cost(hstate *st, const char *fname, PyObject *const *args,
     return 0;
 }
 
-/* One decision of a limiter of several bands, with each band's figures in
- * bv[0 .. nbands). */
-static int decide_bands(hirate_limiter *lim, const keybuf *k, int64_t cost, int spend,
-                        int64_t now_us, hirate_decision *d, hirate_decision *bv, size_t nbands)
+/* One decision by the core: allow (spend 1), peek (spend 0), or at an
+ * injected time; with several bands (nbands > 1), each band's figures in
+ * bv[0 .. nbands). One band takes the calls without band figures, the path
+ * of every limiter before bands existed. */
+static inline int decide_one(hirate_limiter *lim, const keybuf *k, int64_t cost, int spend,
+                             int64_t now_us, hirate_decision *d, hirate_decision *bv,
+                             size_t nbands)
 {
+    const char *p = k->p;
+    size_t n = (size_t)k->n;
+    if (nbands > 1) {
+        if (now_us >= 0)
+            return hirate_decide_at_bands(lim, p, n, cost, spend, now_us, d, bv, nbands);
+        if (spend)
+            return hirate_allow_bands(lim, p, n, cost, d, bv, nbands);
+        return hirate_peek_bands(lim, p, n, cost, d, bv, nbands);
+    }
     if (now_us >= 0)
-        return hirate_decide_at_bands(lim, k->p, (size_t)k->n, cost, spend, now_us, d, bv,
-                                      nbands);
+        return hirate_decide_at(lim, p, n, cost, spend, now_us, d);
     if (spend)
-        return hirate_allow_bands(lim, k->p, (size_t)k->n, cost, d, bv, nbands);
-    return hirate_peek_bands(lim, k->p, (size_t)k->n, cost, d, bv, nbands);
+        return hirate_allow(lim, p, n, cost, d);
+    return hirate_peek(lim, p, n, cost, d);
 }
 
-static PyObject *decide_several(LimiterObject *self, PyObject *key, PyObject *cost_obj,
-                                int spend, int64_t now_us);
-
-/* One decision: allow (spend 1), peek (spend 0), or at an injected time.
- * One band takes the calls without band figures, the path of every
- * limiter before bands existed. */
+/* One decision of the limiter, as a Decision. */
 static PyObject *decide(LimiterObject *self, PyObject *key, PyObject *cost_obj, int spend,
                         int64_t now_us)
-{
-    hstate *st = self->st;
-    int64_t cost = 1;
-    keybuf k;
-    hirate_decision d;
-    int rc;
-    char msg[HIRATE_ERRMSG_SIZE];
-
-    if (self->nbands > 1)
-        return decide_several(self, key, cost_obj, spend, now_us);
-
-    if (cost_obj && cost_value(st, cost_obj, &cost) < 0)
-        return NULL;
-    if (key_get(key, &k) < 0)
-        return NULL;
-    if (!self->redis) {
-        if (self->closed) {
-            key_release(&k);
-            return raise_closed(st);
-        }
-        if (now_us >= 0)
-            rc = hirate_decide_at(self->lim, k.p, (size_t)k.n, cost, spend, now_us, &d);
-        else if (spend)
-            rc = hirate_allow(self->lim, k.p, (size_t)k.n, cost, &d);
-        else
-            rc = hirate_peek(self->lim, k.p, (size_t)k.n, cost, &d);
-        if (rc < 0)
-            hirate_limiter_errmsg(self->lim, msg, sizeof msg);
-    } else {
-        if (enter(self) < 0) {
-            key_release(&k);
-            return NULL;
-        }
-        hirate_limiter *lim = self->lim;
-        Py_BEGIN_ALLOW_THREADS
-        if (now_us >= 0)
-            rc = hirate_decide_at(lim, k.p, (size_t)k.n, cost, spend, now_us, &d);
-        else if (spend)
-            rc = hirate_allow(lim, k.p, (size_t)k.n, cost, &d);
-        else
-            rc = hirate_peek(lim, k.p, (size_t)k.n, cost, &d);
-        if (rc < 0)
-            hirate_limiter_errmsg(lim, msg, sizeof msg);
-        Py_END_ALLOW_THREADS
-        leave(self);
-    }
-    key_release(&k);
-    if (rc < 0)
-        return raise_code(st, rc, msg);
-    return decision_new_from(st, &d);
-}
-
-/* decide() for several bands. */
-static PyObject *decide_several(LimiterObject *self, PyObject *key, PyObject *cost_obj,
-                                int spend, int64_t now_us)
 {
     hstate *st = self->st;
     int64_t cost = 1;
@@ -947,7 +898,7 @@ static PyObject *decide_several(LimiterObject *self, PyObject *key, PyObject *co
             key_release(&k);
             return raise_closed(st);
         }
-        rc = decide_bands(self->lim, &k, cost, spend, now_us, &d, bv, nb);
+        rc = decide_one(self->lim, &k, cost, spend, now_us, &d, bv, nb);
         if (rc < 0)
             hirate_limiter_errmsg(self->lim, msg, sizeof msg);
     } else {
@@ -957,7 +908,7 @@ static PyObject *decide_several(LimiterObject *self, PyObject *key, PyObject *co
         }
         hirate_limiter *lim = self->lim;
         Py_BEGIN_ALLOW_THREADS
-        rc = decide_bands(lim, &k, cost, spend, now_us, &d, bv, nb);
+        rc = decide_one(lim, &k, cost, spend, now_us, &d, bv, nb);
         if (rc < 0)
             hirate_limiter_errmsg(lim, msg, sizeof msg);
         Py_END_ALLOW_THREADS
@@ -966,7 +917,7 @@ static PyObject *decide_several(LimiterObject *self, PyObject *key, PyObject *co
     key_release(&k);
     if (rc < 0)
         return raise_code(st, rc, msg);
-    return decision_new_bands(st, &d, bv, self->nbands);
+    return nb > 1 ? decision_new_bands(st, &d, bv, (int)nb) : decision_new_from(st, &d);
 }
 
 static PyObject *limiter_allow(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
@@ -1164,16 +1115,9 @@ static void batch_decide_here(hirate_limiter *lim, batch *b, int spend, int64_t 
     for (Py_ssize_t i = 0; i < b->n; i++) {
         hirate_item *it = &b->items[i];
         keybuf k = {.p = it->key, .n = (Py_ssize_t)it->keylen};
-        if (b->nbands)
-            it->rc = decide_bands(lim, &k, it->cost, spend, now_us, &it->decision,
-                                  b->bandv + (size_t)i * (size_t)b->nbands, (size_t)b->nbands);
-        else if (now_us >= 0)
-            it->rc = hirate_decide_at(lim, it->key, it->keylen, it->cost, spend, now_us,
-                                      &it->decision);
-        else if (spend)
-            it->rc = hirate_allow(lim, it->key, it->keylen, it->cost, &it->decision);
-        else
-            it->rc = hirate_peek(lim, it->key, it->keylen, it->cost, &it->decision);
+        it->rc = decide_one(lim, &k, it->cost, spend, now_us, &it->decision,
+                            b->bandv ? b->bandv + (size_t)i * (size_t)b->nbands : NULL,
+                            (size_t)b->nbands);
     }
 }
 
