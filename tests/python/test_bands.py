@@ -167,7 +167,8 @@ CONFIG_ERRORS = [
     # A sequence's item is one band: several limits go in one string.
     (dict(limits=["1/s; 2/m"]), "EOPTION",
      "limits[0] holds 2 limits, '1/s; 2/m': an item of a sequence is one"),
-    (dict(limits=[(5, 1.0, "a\0b")]), "EOPTION", "a band's name must not contain a NUL character"),
+    (dict(limits=[(5, 1.0), (5, 1.0, "a\0b")]), "EOPTION",
+     "bands[1]: a band's name must not contain a NUL character"),
     (dict(limits="1/s\0"), "EOPTION", "limits must not contain a NUL character"),
 ]
 
@@ -196,9 +197,9 @@ def test_an_empty_sequence_of_bands_is_the_core_error():
                               "tuple or a limit string, not list"),
     (dict(limits=[(5,)]), "limits[0] must be a hirate.Band, a (capacity, rate[, name]) tuple "
                           "or a limit string, not tuple of that length"),
-    (dict(limits=[(True, 1.0)]), "capacity must be an int, not bool"),
-    (dict(limits=[(5, "1")]), "rate must be a number, not str"),
-    (dict(limits=[(5, 1.0, 7)]), "a band's name must be a str, not int"),
+    (dict(limits=[(True, 1.0)]), "limits[0]: capacity must be an int, not bool"),
+    (dict(limits=[(5, 1.0), (5, "1")]), "limits[1]: rate must be a number, not str"),
+    (dict(limits=[(5, 1.0, 7)]), "limits[0]: name must be a str, not int"),
     (dict(limits=b"1/s"), "limits must be a limit string or a sequence of bands, not bytes"),
     (dict(limits=5), "limits must be a limit string or a sequence of bands, not int"),
     (dict(limits=[(5, 1.0)], capacity=None), "capacity must be an int, not NoneType"),

@@ -2128,7 +2128,7 @@ static int path_option(hstate *st, PyObject *o, const char *what, PyObject **kee
  * cannot hold (a fraction, NaN, an infinity, beyond 64 bits), which the
  * core would refuse. A float that is a whole number is accepted
  * (capacity = rate * 60). */
-static int capacity_value(PyObject *o, int64_t *out)
+static int capacity_value(PyObject *o, const char *what, int64_t *out)
 {
     if (PyFloat_Check(o)) {
         double v = PyFloat_AS_DOUBLE(o);
@@ -2139,7 +2139,7 @@ static int capacity_value(PyObject *o, int64_t *out)
         return 1;
     }
     long long v;
-    int r = int_value(o, "capacity", &v);
+    int r = int_value(o, what, &v);
     if (r == 0)
         *out = v;
     return r;
@@ -2147,17 +2147,19 @@ static int capacity_value(PyObject *o, int64_t *out)
 
 static int capacity_option(hstate *st, PyObject *o, int64_t *out)
 {
-    int r = capacity_value(o, out);
+    int r = capacity_value(o, "capacity", out);
     if (r > 0)
         raise_codef(st, HIRATE_ECAPACITY,
                     "capacity must be a whole number from 1 to 2^53-1, got %R", o);
     return r ? -1 : 0;
 }
 
-static int rate_option(PyObject *o, double *out)
+/* A rate as a double; what names it in a TypeError ("rate"). */
+static int rate_option(PyObject *o, const char *what, double *out)
 {
     if (PyBool_Check(o) || !(PyFloat_Check(o) || PyLong_Check(o))) {
-        PyErr_Format(PyExc_TypeError, "rate must be a number, not %.200s", Py_TYPE(o)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s must be a number, not %.200s", what,
+                     Py_TYPE(o)->tp_name);
         return -1;
     }
     *out = PyFloat_AsDouble(o);
@@ -2225,7 +2227,11 @@ static int band_item(hstate *st, PyObject *item, Py_ssize_t i, hirate_band *out)
     }
     PyObject *cap = PyTuple_GET_ITEM(item, 0), *rate = PyTuple_GET_ITEM(item, 1);
     PyObject *name = len == 3 ? PyTuple_GET_ITEM(item, 2) : Py_None;
-    int r = capacity_value(cap, &out->capacity);
+    /* A wrong type names the argument's item; a bad value is said as the
+     * core says it, of bands[i]. */
+    char what[48];
+    snprintf(what, sizeof what, "limits[%zd]: capacity", i);
+    int r = capacity_value(cap, what, &out->capacity);
     if (r < 0)
         return -1;
     if (r) {
@@ -2234,11 +2240,18 @@ static int band_item(hstate *st, PyObject *item, Py_ssize_t i, hirate_band *out)
                     cap);
         return -1;
     }
-    if (rate_option(rate, &out->rate) < 0)
+    snprintf(what, sizeof what, "limits[%zd]: rate", i);
+    if (rate_option(rate, what, &out->rate) < 0)
         return -1;
-    if (name != Py_None && !(out->name = c_string(st, name, "a band's name", HIRATE_EOPTION)))
+    if (name == Py_None)
+        return 0;
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "limits[%zd]: name must be a str, not %.200s", i,
+                     Py_TYPE(name)->tp_name);
         return -1;
-    return 0;
+    }
+    snprintf(what, sizeof what, "bands[%zd]: a band's name", i);
+    return (out->name = c_string(st, name, what, HIRATE_EOPTION)) ? 0 : -1;
 }
 
 /* limits=: a str for hirate_options.limits (the core parses it), or a
@@ -2335,7 +2348,7 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     if (url != Py_None && !(o.url = c_string(st, url, "url", HIRATE_EURL)))
         goto done;
     if ((capacity && capacity_option(st, capacity, &o.capacity) < 0) ||
-        (rate && rate_option(rate, &o.rate) < 0) ||
+        (rate && rate_option(rate, "rate", &o.rate) < 0) ||
         (limits && limits_option(st, limits, &o, &bl) < 0))
         goto done;
     if (prefix && !(o.prefix = c_string(st, prefix, "prefix", HIRATE_EOPTION)))
@@ -2792,8 +2805,8 @@ static PyObject *mod_refill_seconds(PyObject *m, PyObject *args)
     double rate;
     if (!PyArg_ParseTuple(args, "OO:refill_seconds", &cap, &rate_obj))
         return NULL;
-    int r = capacity_value(cap, &capacity);
-    if (r < 0 || rate_option(rate_obj, &rate) < 0)
+    int r = capacity_value(cap, "capacity", &capacity);
+    if (r < 0 || rate_option(rate_obj, "rate", &rate) < 0)
         return NULL;
     return PyLong_FromLongLong(r ? 0 : hirate_refill_seconds(capacity, rate));
 }
