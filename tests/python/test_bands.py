@@ -9,9 +9,11 @@ spent by a refused request (read back from the key in Redis)."""
 
 import asyncio
 import contextlib
+import gc
 import io
 import math
 import multiprocessing
+import os
 import pathlib
 import re
 import threading
@@ -499,3 +501,45 @@ def test_the_docs_example_of_several_limits_prints_what_it_says():
     with contextlib.redirect_stdout(out):
         exec(compile(code, "docs/python.md, Several limits", "exec"), {})   # noqa: S102
     assert out.getvalue().splitlines() == said
+
+
+# ------------------------------------------------------------------ leaks
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_growth(work, warm, measured):
+    """RSS growth over `measured` calls of work(i), after `warm` of them."""
+    for i in range(warm):
+        work(i)
+    gc.collect()
+    before = rss_bytes()
+    for i in range(warm, warm + measured):
+        work(i)
+    gc.collect()
+    return rss_bytes() - before
+
+
+def test_100k_calls_of_several_bands_leave_rss_flat():
+    lim = hirate.Limiter(limits=[(50, 1000.0, "burst"), (80, 500.0)])
+    keys = ["user:%03d" % i for i in range(100)]
+
+    def work(i):
+        k = keys[i % 100]
+        d = lim.allow(k)
+        repr(d), d.bands, d.bands[1].remaining, hash(d), d == d
+        lim.peek(k, 2).bands
+        [r.bands for r in lim.allow_many([(k, 1), (k, 90)])]
+        if i % 10 == 0:
+            lim.reset(k)
+            hirate.Decision(True, 1, 5, 0.0, 0.2, "local", band=1, bands=d.bands)
+            with hirate.Limiter(limits=[(5, 1.0), "3/day"]) as other:
+                other.bands, other.allow(k).bands
+            try:
+                hirate.Limiter(limits=[(5, 1.0), (5, 0)])
+            except hirate.ConfigError:
+                pass
+
+    assert rss_growth(work, 10_000, 100_000) < 1 << 20
