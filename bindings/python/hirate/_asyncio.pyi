@@ -9,7 +9,8 @@ __all__ = ["AsyncLimiter"]
 _Key = Union[str, bytes, bytearray, memoryview]
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 _Self = TypeVar("_Self", bound="AsyncLimiter")
-_Limits = Union[str, Sequence[Union[Band, Tuple[int, float], Tuple[int, float, Optional[str]], str]]]
+_Band = Union[Band, Tuple[int, float], Tuple[int, float, Optional[str]], str]
+_Limits = Union[str, Sequence[_Band]]
 
 class AsyncLimiter:
     """url: redis://, rediss:// (TLS), unix:///path, or a Redis Cluster:

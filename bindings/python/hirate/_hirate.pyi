@@ -7,7 +7,8 @@ from typing import Final, Iterable, Literal, Optional, Sequence, Tuple, TypedDic
 from . import Band
 
 _Key = Union[str, bytes, bytearray, memoryview]
-_Limits = Union[str, Sequence[Union[Band, Tuple[int, float], Tuple[int, float, Optional[str]], str]]]
+_Band = Union[Band, Tuple[int, float], Tuple[int, float, Optional[str]], str]
+_Limits = Union[str, Sequence[_Band]]
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 __version__: Final[str]
