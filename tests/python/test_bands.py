@@ -544,3 +544,34 @@ def test_100k_calls_of_several_bands_leave_rss_flat():
                 pass
 
     assert rss_growth(work, 10_000, 100_000) < 1 << 20
+
+
+# --------------------------------------------------------- a Redis Cluster
+
+def test_several_bands_over_a_cluster_with_limiter_and_async_limiter(cluster):
+    """Each key of several bands is one key on one master: one call there,
+    every band in it, for the blocking path and for AsyncLimiter's rounds."""
+    keys = ["user:%d" % i for i in range(6)]   # spread over the masters
+    limits = [(3, 1e-6, "burst"), (5, 1e-7, "daily")]
+    with hirate.Limiter(cluster.url, limits=limits, prefix="cb:", **SLOW) as lim:
+        got = [lim.allow(k, 2) for k in keys] + [lim.allow(k, 2) for k in keys]
+    assert [d.allowed for d in got] == [True] * 6 + [False] * 6
+    assert {(d.band, tuple((b.allowed, b.remaining) for b in d.bands)) for d in got[6:]} == {
+        (0, ((False, 1), (True, 3)))}
+
+    async def main():
+        async with hirate.AsyncLimiter(cluster.url, limits=limits, prefix="cb:",
+                                       **SLOW) as alim:
+            one = [await alim.allow(k, 1) for k in keys]
+            many = await alim.allow_many([(k, 1) for k in keys])
+            return one, many
+    one, many = asyncio.run(asyncio.wait_for(main(), 60))
+    assert [[(b.allowed, b.remaining) for b in d.bands] for d in one] == [
+        [(True, 0), (True, 2)]] * 6
+    assert [[(b.allowed, b.remaining) for b in d.bands] for d in many] == [
+        [(False, 0), (True, 2)]] * 6
+    # Every key is on the master of its slot, holding both bands.
+    where = cluster.where(["cb:" + k for k in keys])
+    assert all(where)
+    for k, node in zip(keys, where):
+        assert whole_tokens(cluster.command(node, "GET", "cb:" + k)) == [0, 2]
