@@ -137,19 +137,22 @@ def test_every_vector_over_tls(kind, deny_cache, tls_redis, certs):
     backend = "redis+cache" if deny_cache else "redis"
     steps = 0
     for case in test_vectors.CASES:
-        cfg = case["config"]
-        kw = dict(capacity=cfg["capacity"], rate=test_vectors.rate_of(cfg["rate"]),
-                  prefix=f"tv:{case['id']}:", on_error="closed", deny_cache=deny_cache,
+        kw = dict(prefix=f"tv:{case['id']}:", on_error="closed", deny_cache=deny_cache,
                   **ca(certs), **SLOW)
         if "config_error" in case:
             with pytest.raises(hirate.ConfigError) as info:
-                make(kind, tls_redis.url, **kw)
+                make(kind, tls_redis.url, **test_vectors.limit_of(case["config"]), **kw)
             assert info.value.name == test_vectors.short(case["config_error"]), case["id"]
             continue
-        lim = make(kind, tls_redis.url, **kw)
+        lim = make(kind, tls_redis.url, **test_vectors.limit_of(case["config"]), **kw)
         try:
             for i, step in enumerate(case["steps"]):
                 steps += 1
+                if step["op"] == "reconfigure":   # the same prefix: the keys stay
+                    lim.close()
+                    lim = make(kind, tls_redis.url, **test_vectors.limit_of(step["config"]),
+                               **kw)
+                    continue
                 test_vectors.check_step(backend, lim, case, i, step)
         finally:
             lim.close()

@@ -2,9 +2,13 @@
 
 import builtins
 import os
-from typing import Final, Iterable, Literal, Optional, Tuple, TypedDict, Union, final
+from typing import Final, Iterable, Literal, Optional, Sequence, Tuple, TypedDict, Union, final
+
+from . import Band
 
 _Key = Union[str, bytes, bytearray, memoryview]
+_Band = Union[Band, Tuple[int, float], Tuple[int, float, Optional[str]], str]
+_Limits = Union[str, Sequence[_Band]]
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 __version__: Final[str]
@@ -69,6 +73,8 @@ class Decision:
         source: str,
         error: Optional[str] = ...,
         time: float = ...,
+        band: int = ...,
+        bands: Optional[Sequence["Decision"]] = ...,
     ) -> "Decision": ...
     @property
     def allowed(self) -> bool: ...
@@ -92,6 +98,10 @@ class Decision:
     def time(self) -> float: ...
     @property
     def time_us(self) -> int: ...
+    @property
+    def band(self) -> int: ...
+    @property
+    def bands(self) -> Tuple["Decision", ...]: ...
     def __bool__(self) -> bool: ...
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
@@ -161,8 +171,9 @@ class Limiter:
         cls,
         url: Optional[str] = ...,
         *,
-        capacity: int,
-        rate: float,
+        capacity: int = ...,
+        rate: float = ...,
+        limits: Optional[_Limits] = ...,
         prefix: str = ...,
         on_error: str = ...,
         instances: int = ...,
@@ -185,8 +196,9 @@ class Limiter:
     def from_env(
         cls,
         *,
-        capacity: int,
-        rate: float,
+        capacity: int = ...,
+        rate: float = ...,
+        limits: Optional[_Limits] = ...,
         prefix: str = ...,
         on_error: str = ...,
         instances: int = ...,
@@ -209,6 +221,8 @@ class Limiter:
     def capacity(self) -> int: ...
     @property
     def rate(self) -> float: ...
+    @property
+    def bands(self) -> Tuple[Band, ...]: ...
     @property
     def prefix(self) -> str: ...
     @property
@@ -242,4 +256,5 @@ def script_sha1() -> str: ...
 def function_library() -> str: ...
 def function_name() -> str: ...
 def parse_limits(text: str, /) -> list[Tuple[int, float, int, int]]: ...
+def refill_seconds(capacity: int, rate: float, /) -> int: ...
 def _error(code: int, message: str) -> BaseException: ...
