@@ -428,7 +428,8 @@ def test_a_hung_redis_does_not_block_the_event_loop(own_redis):
     (dict(routes={"login": Limit(1, 1)}), ValueError, "the path must start with '/'"),
     (dict(routes={"FETCH /x": Limit(1, 1)}), ValueError, "'FETCH' is not an HTTP method"),
     (dict(routes={"/a*b": Limit(1, 1)}), ValueError, "'*' may only end the path"),
-    (dict(routes={"/x": "10/minute"}), TypeError, "limits for route '/x' must be a Limit"),
+    (dict(routes={"/x": 10}), TypeError, "limits for route '/x' must be a Limit, a limit "
+     "string, a (capacity, rate) pair or a list of them, got 10"),
     (dict(routes={"/x": []}, exempt=["/x"]), ValueError, "name the same paths"),
     (dict(body="html"), ValueError, "body must be 'json' or 'text', got 'html'"),
     (dict(on_error="maybe"), hirate.ConfigError, "on_error"),

@@ -637,8 +637,8 @@ def test_bad_settings_fail_at_init_app():
         RateLimiter(Flask(__name__), body="xml")
     with pytest.raises(ValueError, match="trusted_proxies: 'proxy' is not an address"):
         RateLimiter(Flask(__name__), trusted_proxies=["proxy"])
-    with pytest.raises(TypeError, match="a limit must be a hirate Limit or a"):
-        RateLimiter(default_limits=["10/minute"])
+    with pytest.raises(TypeError, match="a limit must be a hirate Limit, a limit string"):
+        RateLimiter(default_limits=[10])
 
 
 def test_exempt_and_limited_at_once_is_refused():

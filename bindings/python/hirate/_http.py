@@ -54,36 +54,15 @@ def refill_seconds(capacity, rate):
     return -(-r // 1000000)
 
 
-# A Limit checks its numbers as hirate.Limiter does (same rules, classes and
-# messages), so that a bad limit fails where it is declared, not at its first
-# request.
-def _check_capacity(capacity):
-    if isinstance(capacity, bool) or not isinstance(capacity, (numbers.Integral, float)):
-        raise TypeError("capacity must be an int, got %s" % type(capacity).__name__)
-    whole = isinstance(capacity, numbers.Integral) or (math.isfinite(capacity)
-                                                       and capacity == int(capacity))
-    if not (whole and 1 <= capacity <= EXACT_MAX):
-        raise _hirate._error(_hirate.ECAPACITY,
-                             "capacity must be a whole number from 1 to 2^53-1, got %r"
-                             % capacity)
-    return int(capacity)
-
-
-def _check_rate(rate, capacity):
-    if isinstance(rate, bool) or not isinstance(rate, numbers.Real):
-        raise TypeError("rate must be a number of tokens per second, got %s"
-                        % type(rate).__name__)
-    rate = float(rate)
-    if not (rate > 0 and math.isfinite(rate)):
-        raise _hirate._error(_hirate.ERATE,
-                             "rate must be a finite number of tokens per second above 0, "
-                             "got %r" % rate)
-    # The core's range rule (hirate_bucket_cfg_init).
-    if float(capacity) * 1000000.0 / rate > float(EXACT_MAX):
-        raise _hirate._error(_hirate.ERANGE,
-                             "capacity %d at rate %r takes over 2^53 us to refill; "
-                             "raise the rate or lower the capacity" % (capacity, rate))
-    return rate
+def _core_limit(capacity, rate):
+    """capacity and rate as the core takes them (a whole float capacity is
+    an int), checked by the core itself: a bad limit fails where it is
+    declared, with hirate.Limiter's very class and message, not at its
+    first request."""
+    probe = _hirate.Limiter(capacity=capacity, rate=rate)
+    capacity, rate = probe.capacity, probe.rate
+    probe.close()
+    return capacity, rate
 
 
 def _check_cost(cost):
@@ -128,7 +107,8 @@ def _check_name(name):
 
 class Limit:
     """One rate limit: a bucket of `capacity` tokens refilled at `rate` tokens
-    per second, per client, per scope.
+    per second, per client, per scope. Limit("5/minute") is the limit string
+    (the core's grammar, hirate.parse_limits) for the same pair.
 
     key         callable(request) -> str | bytes | int | None: whose bucket the
                 request spends from; None (or key=None) means the client's
@@ -136,21 +116,35 @@ class Limit:
     cost        tokens a request spends: an int, or callable(request) -> int
     scope       which requests share the bucket: None is the route (Flask
                 endpoint, ASGI path pattern or route) the limit is declared on;
-                a string shares the bucket among every limit with that scope,
-                capacity and rate
-    name        the policy's name in the RateLimit headers; by default
-                "<capacity>-per-<w>s", w being refill_seconds(capacity, rate)
+                a string shares the bucket among every declaration of the
+                same limits with that scope
+    name        the policy's name in the RateLimit headers; by default the
+                core's "<capacity>-per-<w>s", w being the whole seconds an
+                empty bucket takes to fill
     exempt_when callable(request) -> bool: True lets the request pass this
                 limit untouched
     """
 
     __slots__ = ("capacity", "rate", "key", "cost", "scope", "name", "window",
-                 "exempt_when", "_head")
+                 "exempt_when", "_head", "_decl")
 
-    def __init__(self, capacity, rate, *, key=None, cost=1, scope=None, name=None,
+    def __init__(self, capacity, rate=None, *, key=None, cost=1, scope=None, name=None,
                  exempt_when=None):
-        self.capacity = _check_capacity(capacity)
-        self.rate = _check_rate(rate, self.capacity)
+        if isinstance(capacity, str):
+            if rate is not None:
+                raise TypeError("a limit string holds its own rate: Limit(%r) without a "
+                                "rate, or Limit(capacity, rate)" % capacity)
+            specs = _parse_limits(capacity)
+            if len(specs) != 1:
+                raise _hirate._error(
+                    _hirate.EOPTION,
+                    "a Limit is one limit, and %r holds %d: give the string to limit() "
+                    "or as default_limits, or make one Limit of each" % (capacity, len(specs)))
+            capacity, rate = specs[0].capacity, specs[0].rate
+        elif rate is None:
+            raise TypeError("a Limit needs a rate: Limit(capacity, rate), or a limit string "
+                            "such as Limit('5/minute')")
+        self.capacity, self.rate = _core_limit(capacity, rate)
         if key is not None and not callable(key):
             raise TypeError("key must be a callable(request) or None, got %s"
                             % type(key).__name__)
@@ -167,16 +161,40 @@ class Limit:
         # capacity and rate are part of every key: two limits of one scope
         # with other numbers must never read each other's buckets.
         self._head = "%d/%r" % (self.capacity, self.rate)
+        # The limits of one declaration ("10/second; 1000/day") share this.
+        self._decl = self
+
+    @classmethod
+    def parse(cls, text, **options):
+        """The Limits of a limit string, "5/minute" or several, "10/second;
+        1000/day", each with the options of Limit (key, cost, scope,
+        exempt_when; a name only for a string of one limit). The limits of
+        one string are one declaration: with a scope of their own too, they
+        are decided together (see docs/python.md)."""
+        if not isinstance(text, str):
+            raise TypeError("a limit string must be a str, got %s" % type(text).__name__)
+        specs = _parse_limits(text)
+        if options.get("name") is not None and len(specs) > 1:
+            raise ValueError("name= names one limit, and %r holds %d: declare each "
+                             "limit on its own to name it" % (text, len(specs)))
+        out = [cls(spec.capacity, spec.rate, **options) for spec in specs]
+        for lim in out:
+            lim._decl = out[0]
+        return out
 
     @classmethod
     def of(cls, spec):
-        """A Limit from a Limit or a (capacity, rate) pair."""
+        """The Limits of a spec: a Limit, a (capacity, rate) pair or a limit
+        string, as a list."""
         if isinstance(spec, cls):
-            return spec
-        if isinstance(spec, tuple) and len(spec) == 2:
-            return cls(*spec)
-        raise TypeError("a limit must be a hirate Limit or a (capacity, rate) pair, got %r"
-                        % (spec,))
+            return [spec]
+        if isinstance(spec, str):
+            return cls.parse(spec)
+        if (isinstance(spec, (tuple, list)) and len(spec) == 2
+                and not any(isinstance(v, str) for v in spec)):
+            return [cls(*spec)]
+        raise TypeError("a limit must be a hirate Limit, a limit string such as '5/minute' "
+                        "or a (capacity, rate) pair, got %r" % (spec,))
 
     def bucket_key(self, scope, ident):
         """The key (bytes) of this limit's bucket in `scope` for `ident`, as
@@ -184,12 +202,7 @@ class Limit:
         Limiter comes before it. The identity comes first, as the key's
         Redis Cluster hash tag "{ident}": every limit of one client is on
         one node, whatever braces a scope (a route template) holds."""
-        tail = ("}|%s|%s" % (scope, self._head)).encode("utf-8", "surrogatepass")
-        if len(tail) + len(ident) + 1 > KEY_MAX:
-            # Hashed identities start with "#", plain ones with "ip:" or "k:",
-            # so a hash never equals a plain identity.
-            ident = b"#" + hashlib.sha256(ident).hexdigest().encode()
-        return b"{" + ident + tail
+        return _bucket_key(scope, ident, self._head)
 
     def cost_for(self, request):
         cost = self.cost
@@ -205,10 +218,47 @@ class Limit:
             "" if self.scope is None else ", scope=%r" % self.scope)
 
 
+def declare(capacity, rate=None, **options):
+    """The Limits of one limit() call: limit(capacity, rate, ...) or
+    limit("10/second; 1000/day", ...)."""
+    if isinstance(capacity, str):
+        if rate is not None:
+            raise TypeError("a limit string holds its own rate: limit(%r) without a rate, "
+                            "or limit(capacity, rate)" % capacity)
+        return Limit.parse(capacity, **options)
+    return [Limit(capacity, rate, **options)]
+
+
+def _parse_limits(text):
+    from . import parse_limits  # the package's: LimitSpec tuples
+    return parse_limits(text)
+
+
+def _bucket_key(scope, ident, head):
+    tail = ("}|%s|%s" % (scope, head)).encode("utf-8", "surrogatepass")
+    if len(tail) + len(ident) + 1 > KEY_MAX:
+        # Hashed identities start with "#", plain ones with "ip:" or "k:",
+        # so a hash never equals a plain identity.
+        ident = b"#" + hashlib.sha256(ident).hexdigest().encode()
+    return b"{" + ident + tail
+
+
 def check_limits(limits, where):
-    """A list of Limits, checked for names that would repeat in one response
-    and for limits that would spend one bucket twice."""
-    out = [Limit.of(spec) for spec in limits]
+    """A list of Limits from Limits, (capacity, rate) pairs and limit strings
+    (one spec, or an iterable of them), checked for names that would repeat
+    in one response and for limits that would spend one bucket twice. A bad
+    limit string raises the core's ConfigError, its message prefixed with
+    `where`."""
+    if isinstance(limits, (str, Limit)):
+        limits = [limits]
+    out = []
+    for spec in limits:
+        try:
+            out += Limit.of(spec)
+        except _hirate.ConfigError as e:
+            if not isinstance(spec, str):
+                raise
+            raise _hirate._error(e.code, "%s: %s" % (where, e)) from None
     names = set()
     buckets = set()
     for lim in out:

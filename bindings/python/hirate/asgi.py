@@ -3,15 +3,17 @@ dependency, both on hirate.AsyncLimiter, so waiting for Redis never blocks
 the event loop.
 
     from fastapi import Depends, FastAPI
-    from hirate.asgi import Limit, RateLimiter, RateLimitMiddleware, key_header
+    from hirate.asgi import RateLimiter, RateLimitMiddleware, key_header
 
     limiter = RateLimiter(url="redis://127.0.0.1:6379",
-                          default_limits=[Limit(100, 10)],
-                          routes={"POST /login": Limit(5, 1 / 60), "/health": []})
+                          default_limits="100/10s",
+                          routes={"POST /login": "5/minute", "/health": []})
     app = FastAPI()
     app.add_middleware(RateLimitMiddleware, limiter=limiter)
 
-    @app.get("/search", dependencies=[Depends(limiter.limit(10, 1, key=key_header("X-API-Key")))])
+    search_limits = limiter.limit("10/second; 1000/day", key=key_header("X-API-Key"))
+
+    @app.get("/search", dependencies=[Depends(search_limits)])
     async def search(): ...
 
 The middleware limits by path before any routing (default limits, per-path
@@ -31,7 +33,7 @@ from starlette.responses import Response
 
 from . import AsyncLimiter as _AsyncLimiter
 from . import Limiter as _Limiter
-from ._http import ClientIP, Limit, Result, check_limits, check_scope, _check_cost
+from ._http import ClientIP, Limit, Result, check_limits, check_scope, declare, _check_cost
 from ._http import ident_for_ip, ident_for_key, key_header
 
 __all__ = ["RateLimiter", "RateLimitMiddleware", "RateLimitExceeded", "Limit", "Result",
@@ -94,13 +96,15 @@ class _Pattern:
 
 
 def _as_limits(value, where):
-    if isinstance(value, Limit) or (isinstance(value, tuple) and len(value) == 2 and not any(
-            isinstance(v, (Limit, tuple, list)) for v in value)):
-        value = [value]  # one limit, not a list of them
-    if isinstance(value, str) or not hasattr(value, "__iter__"):
-        raise TypeError("limits for %s must be a Limit, a (capacity, rate) pair or a list "
-                        "of them, got %r" % (where, value))
-    return check_limits([tuple(v) if isinstance(v, list) else v for v in value], where)
+    # One limit (a Limit, a (capacity, rate) pair, a limit string such as
+    # "10/second; 1000/day"), or a list of them.
+    if isinstance(value, tuple) and len(value) == 2 and not any(
+            isinstance(v, (Limit, tuple, list, str)) for v in value):
+        value = [value]  # one pair, not a list of them
+    if not isinstance(value, (str, Limit)) and not hasattr(value, "__iter__"):
+        raise TypeError("limits for %s must be a Limit, a limit string, a (capacity, rate) "
+                        "pair or a list of them, got %r" % (where, value))
+    return check_limits(value, where)
 
 
 class RateLimitExceeded(HTTPException):
@@ -122,10 +126,12 @@ class RateLimiter:
 
     url              Redis URL; None: in memory (each process has its own
                      buckets)
-    default_limits   Limits (or (capacity, rate) pairs) for every path no
+    default_limits   a limit string ("100/hour; 10/second"), or Limits, limit
+                     strings and (capacity, rate) pairs, for every path no
                      routes pattern matches; one budget per client across all
                      of them (scope "app")
-    routes           {pattern: limits} for the middleware: "/login",
+    routes           {pattern: limits (as default_limits)} for the
+                     middleware: "/login",
                      "POST /login", "/api/*"; the most specific matching
                      pattern decides, and an empty list exempts its paths
     exempt           patterns that get no default limits (routes {p: []})
@@ -304,20 +310,21 @@ class RateLimiter:
 
     # -- the FastAPI dependency
 
-    def limit(self, capacity, rate, *, key=None, cost=1, scope=None, name=None,
+    def limit(self, capacity, rate=None, *, key=None, cost=1, scope=None, name=None,
               exempt_when=None):
-        """A FastAPI dependency for one limit (see Limit for the arguments):
-        Depends(limiter.limit(5, 1)). scope=None gives the route a bucket of
-        its own. It adds the headers to the route's response (when the route
-        returns data, not a Response of its own) and raises
-        RateLimitExceeded to refuse."""
-        return self.limits(Limit(capacity, rate, key=key, cost=cost, scope=scope, name=name,
-                                 exempt_when=exempt_when))
+        """A FastAPI dependency for a limit, Depends(limiter.limit(5, 1)), or
+        for the limits of a limit string, limiter.limit("5/minute") or
+        limiter.limit("10/second; 1000/day") (see Limit for the other
+        arguments). scope=None gives the route a bucket of its own. It adds
+        the headers to the route's response (when the route returns data,
+        not a Response of its own) and raises RateLimitExceeded to refuse."""
+        return self.limits(*declare(capacity, rate, key=key, cost=cost, scope=scope,
+                                    name=name, exempt_when=exempt_when))
 
     def limits(self, *limits):
         """A FastAPI dependency for several limits that must all pass; a
-        refusal spends nothing on the others (Limits or (capacity, rate)
-        pairs)."""
+        refusal spends nothing on the others (Limits, limit strings or
+        (capacity, rate) pairs)."""
         checked = _as_limits(list(limits), "a dependency")
         if not checked:
             raise ValueError("limits() needs at least one limit")

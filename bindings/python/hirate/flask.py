@@ -5,15 +5,14 @@
 
     app = Flask(__name__)
     app.config["HIRATE_URL"] = "redis://127.0.0.1:6379"
-    limiter = RateLimiter(app, default_limits=[Limit(100, 10)])
+    limiter = RateLimiter(app, default_limits="100/10s")
 
     @app.post("/login")
-    @limiter.limit(5, 1 / 60)            # 5 at once, then one a minute
+    @limiter.limit("5/minute")           # 5 at once, then one every 12 s
     def login(): ...
 
     @app.get("/search")
-    @limiter.limit(10, 1, key=key_header("X-API-Key"))
-    @limiter.limit(1000, 1000 / 86400, key=key_header("X-API-Key"), name="daily")
+    @limiter.limit("10/second; 1000/day", key=key_header("X-API-Key"))
     def search(): ...
 
 Every response of a limited request carries the RateLimit-Policy and
@@ -28,7 +27,7 @@ import threading
 from flask import Blueprint, current_app, request
 
 from . import Limiter as _Limiter
-from ._http import ClientIP, Limit, Result, check_limits, check_scope, decide_sync
+from ._http import ClientIP, Limit, Result, check_limits, check_scope, decide_sync, declare
 from ._http import ident_for_ip, ident_for_key, key_header
 
 __all__ = ["RateLimiter", "Limit", "Result", "key_header", "current_result"]
@@ -96,10 +95,11 @@ def _as_list(value, what):
 
 
 def _as_limits(value, where):
-    specs = []
-    for spec in _as_list(value, "default_limits"):
-        specs.append(tuple(spec) if isinstance(spec, list) else spec)
-    return check_limits(specs, where)
+    # A limit string ("100/hour; 10/second"), a Limit, or a list of them and
+    # of (capacity, rate) pairs (JSON config gives lists).
+    if not isinstance(value, (str, Limit)):
+        value = _as_list(value, where)
+    return check_limits(value, where)
 
 
 class _AppState:
@@ -167,10 +167,11 @@ class RateLimiter:
 
     url              HIRATE_URL, else REDIS_URL; None: in memory (each
                      process has its own buckets)
-    default_limits   HIRATE_DEFAULT_LIMITS: Limits (or (capacity, rate)
-                     pairs) for every route that has no limit of its own and
-                     is not exempt; by default one budget per client across
-                     all of them (scope "app")
+    default_limits   HIRATE_DEFAULT_LIMITS: a limit string ("100/hour;
+                     10/second"), or a list of Limits, limit strings and
+                     (capacity, rate) pairs, for every route that has no
+                     limit of its own and is not exempt; by default one
+                     budget per client across all of them (scope "app")
     key              callable(request) -> str | bytes | int | None: the
                      default identity of a client; None (default) is its
                      address
@@ -265,22 +266,24 @@ class RateLimiter:
 
     # -- decorators
 
-    def limit(self, capacity, rate, *, key=None, cost=1, scope=None, name=None,
+    def limit(self, capacity, rate=None, *, key=None, cost=1, scope=None, name=None,
               exempt_when=None):
-        """A decorator that adds a limit to a view function or a Blueprint
-        (see Limit for the arguments). Stacked limits must all pass; a
-        refusal spends nothing on the others. A limit on a view function may
-        go above or below @app.route. scope=None gives the route (or the
-        blueprint, all of its routes together) a bucket of its own."""
-        lim = Limit(capacity, rate, key=key, cost=cost, scope=scope, name=name,
-                    exempt_when=exempt_when)
+        """A decorator that adds a limit to a view function or a Blueprint:
+        limit(capacity, rate, ...), or a limit string, limit("5/minute") or
+        several, limit("10/second; 1000/day") (see Limit for the other
+        arguments). Stacked limits must all pass; a refusal spends nothing
+        on the others. A limit on a view function may go above or below
+        @app.route. scope=None gives the route (or the blueprint, all of its
+        routes together) a bucket of its own."""
+        new = declare(capacity, rate, key=key, cost=cost, scope=scope, name=name,
+                      exempt_when=exempt_when)
 
         def decorator(obj):
             if isinstance(obj, Blueprint):
                 where = "blueprint %r" % obj.name
                 if obj.name in self._blueprint_exempt:
                     raise ValueError("%s is exempt: it cannot have limits too" % where)
-                limits = [lim] + self._blueprint_limits.get(obj.name, [])
+                limits = new + self._blueprint_limits.get(obj.name, [])
                 self._blueprint_limits[obj.name] = check_limits(limits, where)
                 return obj
             if not callable(obj):
@@ -292,7 +295,7 @@ class RateLimiter:
             marks = _mark(obj, _ATTR_LIMITS)
             # Decorators run bottom-up: putting this one first keeps the
             # limits in the order they are written.
-            marks[self] = check_limits([lim] + marks.get(self, []), where)
+            marks[self] = check_limits(new + marks.get(self, []), where)
             return obj
 
         return decorator
