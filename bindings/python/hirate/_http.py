@@ -31,38 +31,38 @@ _SCOPE_SEP = "|"
 # Limits
 
 
-def refill_seconds(capacity, rate):
-    """Whole seconds to refill an empty bucket, rounded up: the "w" of
-    RateLimit-Policy. Computed as the core computes reset_after (bucket.c,
-    hirate_bucket_until) from tokens 0, in the same double arithmetic, so
-    that w is what a drained bucket's reset_after says, rounded up."""
-    target = float(capacity)
-    rate = float(rate)
-
-    def level(r):
-        return 0.0 + float(r) * rate / 1000000.0
-
-    r = math.ceil(target * 1000000.0 / rate)
-    for _ in range(64):
-        if level(r) >= target:
-            break
-        r += 1
-    for _ in range(64):
-        if not (r > 1 and level(r - 1) >= target):
-            break
-        r -= 1
-    return -(-r // 1000000)
-
-
 def _core_limit(capacity, rate):
-    """capacity and rate as the core takes them (a whole float capacity is
-    an int), checked by the core itself: a bad limit fails where it is
-    declared, with hirate.Limiter's very class and message, not at its
-    first request."""
+    """(capacity, rate, default name, w) as the core has them: a whole float
+    capacity is an int, the numbers are checked by the core itself (a bad
+    limit fails where it is declared, with hirate.Limiter's very class and
+    message, not at its first request), and the name is the core's default,
+    "<capacity>-per-<w>s", w being hirate_refill_seconds(capacity, rate):
+    the "w" of RateLimit-Policy."""
     probe = _hirate.Limiter(capacity=capacity, rate=rate)
     capacity, rate = probe.capacity, probe.rate
+    name = probe.bands[0].name
     probe.close()
-    return capacity, rate
+    return capacity, rate, name, int(name[len("%d-per-" % capacity):-1])
+
+
+def _core_name(capacity, rate, name):
+    """A name the core takes for a band (the headers send it)."""
+    if not isinstance(name, str):
+        raise TypeError("name must be a str, got %s" % type(name).__name__)
+    try:
+        _hirate.Limiter(limits=[(capacity, rate, name)]).close()
+    except _hirate.ConfigError as e:
+        # The core's message, said of this name rather than of bands[0].
+        raise _hirate._error(e.code, "name %r: %s" % (
+            name, str(e).partition("bands[0]: ")[2] or e)) from None
+    return name
+
+
+def refill_seconds(capacity, rate):
+    """Whole seconds an empty bucket of capacity takes to fill at rate,
+    rounded up: the "w" of RateLimit-Policy, the core's
+    (hirate_refill_seconds)."""
+    return _core_limit(capacity, rate)[3]
 
 
 def _check_cost(cost):
@@ -90,19 +90,6 @@ def check_scope(scope, what="scope"):
         raise ValueError("%s %r is longer than %d bytes" % (what, scope[:40] + "...",
                                                             SCOPE_MAX))
     return scope
-
-
-_NAME_RE = re.compile(r"[\x20-\x7e]+\Z")
-
-
-def _check_name(name):
-    # RateLimit-Policy names are Structured Field strings: printable ASCII.
-    if not isinstance(name, str):
-        raise TypeError("name must be a str, got %s" % type(name).__name__)
-    if not _NAME_RE.match(name):
-        raise ValueError("name %r must be 1 or more printable ASCII characters "
-                         "(it is sent in the RateLimit headers)" % name)
-    return name
 
 
 class Limit:
@@ -144,16 +131,15 @@ class Limit:
         elif rate is None:
             raise TypeError("a Limit needs a rate: Limit(capacity, rate), or a limit string "
                             "such as Limit('5/minute')")
-        self.capacity, self.rate = _core_limit(capacity, rate)
+        self.capacity, self.rate, default_name, self.window = _core_limit(capacity, rate)
         if key is not None and not callable(key):
             raise TypeError("key must be a callable(request) or None, got %s"
                             % type(key).__name__)
         self.key = key
         self.cost = _check_cost(cost)
         self.scope = None if scope is None else check_scope(scope)
-        self.window = refill_seconds(self.capacity, self.rate)
-        self.name = (_check_name(name) if name is not None
-                     else "%d-per-%ds" % (self.capacity, self.window))
+        self.name = (default_name if name is None
+                     else _core_name(self.capacity, self.rate, name))
         if exempt_when is not None and not callable(exempt_when):
             raise TypeError("exempt_when must be a callable(request) or None, got %s"
                             % type(exempt_when).__name__)
@@ -296,21 +282,39 @@ def ident_for_ip(address):
     return b"ip:" + (address or "unknown").encode("utf-8", "surrogatepass")
 
 
+class _HeaderKey:
+    # key_header's key functions: equal for one header name, so that limits
+    # written each with key_header("X-API-Key") are of one identity.
+    __slots__ = ("header", "__name__", "__qualname__")
+
+    def __init__(self, header):
+        self.header = header
+        self.__name__ = self.__qualname__ = "key_header(%r)" % header
+
+    def __call__(self, request):
+        value = request.headers.get(self.header)
+        return value if value else None
+
+    def __eq__(self, other):
+        return isinstance(other, _HeaderKey) and self.header.lower() == other.header.lower()
+
+    def __hash__(self):
+        return hash((_HeaderKey, self.header.lower()))
+
+    def __repr__(self):
+        return self.__name__
+
+
 def key_header(name):
     """A key function: the value of the request header `name`, e.g.
     key_header("X-API-Key"). A request without it is limited by its client
     address instead, in buckets of their own (the identities cannot meet).
     The value is stored in the Redis key as sent; hash secrets in a key
-    function of your own if Redis' readers must not see them."""
+    function of your own if Redis' readers must not see them. Two of them
+    for one header are equal: one identity."""
     if not isinstance(name, str) or not name:
         raise TypeError("key_header needs a header name, e.g. key_header('X-API-Key')")
-
-    def key(request):
-        value = request.headers.get(name)
-        return value if value else None
-
-    key.__name__ = key.__qualname__ = "key_header(%r)" % name
-    return key
+    return _HeaderKey(name)
 
 
 # ---------------------------------------------------------------------------
@@ -519,17 +523,115 @@ class ClientIP:
 # ---------------------------------------------------------------------------
 # Deciding several limits
 #
-# Several limits on one request are decided so that a refusal spends nothing:
-# peek at every limit but the last; if one refuses, peek at the last too (for
-# its headers) and refuse. Otherwise allow the last (a refusal there spends
-# nothing either), then allow the others. One limit is one allow. Only a race,
-# another request draining a peeked bucket between the peek and the allow,
-# can leave the limits allowed before it spent; the request is refused then.
-# hirate.flask (decide_sync) and hirate.asgi (its async twin) follow this.
+# The limits of one request are first gathered into groups: limits with the
+# same identity (key function), scope, cost and exempt_when are the bands of
+# one bucket, one key, one hirate.Limiter of those bands: one decision, one
+# round trip, spent in every band or in none (the core's rule). A limit with
+# a scope of its own shares its bucket with every route that names that
+# scope, whose other limits may differ: it is grouped only with the limits
+# of its own declaration (one limit string), which go everywhere together.
+#
+# Groups (different identities, scopes or costs) are decided so that a
+# refusal spends nothing: peek at every group but the last; if one refuses,
+# peek at the last too (for its headers) and refuse. Otherwise allow the
+# last (a refusal there spends nothing either), then allow the others. One
+# group is one allow. Only a race, another request draining a peeked bucket
+# between the peek and the allow, can leave the groups allowed before it
+# spent; the request is refused then. hirate.flask (decide_sync) and
+# hirate.asgi (its async twin) follow this.
+
+
+def _token(value):
+    # A group's parts are compared by value where they can be hashed (an
+    # int cost, key_header's keys), else by identity.
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    return value
+
+
+class Group:
+    """The limits of one request that are one decision: `limits` (in the
+    order declared) at `positions` of the request's limits, in `scope`,
+    whose identity `keyfunc` gives (None: the client's address)."""
+
+    __slots__ = ("limits", "positions", "scope", "keyfunc", "exempt_when", "bands", "_head")
+
+    def __init__(self, scope, keyfunc, exempt_when):
+        self.limits, self.positions = [], []
+        self.scope, self.keyfunc, self.exempt_when = scope, keyfunc, exempt_when
+
+    def _add(self, pos, lim):
+        self.limits.append(lim)
+        self.positions.append(pos)
+        # The limiter's bands; a limiter of one band is one of capacity
+        # and rate, whatever its limit is called.
+        self.bands = (((lim.capacity, lim.rate),) if len(self.limits) == 1 else
+                      tuple((b.capacity, b.rate, b.name) for b in self.limits))
+        # Every band's numbers are in the key: other bands, other buckets.
+        self._head = "+".join(b._head for b in self.limits)
+
+    def bucket_key(self, ident):
+        """The bucket's key: one limit's is Limit.bucket_key; several have
+        every limit's numbers, in order, joined by "+"."""
+        return _bucket_key(self.scope, ident, self._head)
+
+    def cost_for(self, request):
+        return self.limits[0].cost_for(request)
+
+
+def plan(applied, default_key=None):
+    """The Groups of a request's limits, [(Limit, scope)], in the order of
+    their first limits."""
+    groups, index = [], {}
+    for pos, (lim, scope) in enumerate(applied):
+        keyfunc = lim.key if lim.key is not None else default_key
+        if lim.scope is not None:
+            same = ("declaration", id(lim._decl))
+        else:
+            same = (_token(keyfunc), scope, _token(lim.cost), _token(lim.exempt_when))
+        group = index.get(same)
+        if group is None:
+            group = index[same] = Group(scope, keyfunc, lim.exempt_when)
+            groups.append(group)
+        group._add(pos, lim)
+    return groups
+
+
+def band_decisions(group, decision):
+    """Each limit's own Decision in a group's decision (Decision.bands)."""
+    n = len(group.limits)
+    if n == 1:
+        return (decision,)
+    bands = decision.bands
+    if len(bands) == n:
+        return bands
+    # The call gave the whole's figures only: each band reports them.
+    return (decision,) * n
+
+
+def checks_of(groups, decisions, n):
+    """(Limit, Decision) for each of the n limits of a request that was
+    decided, in the order they were declared."""
+    out = [None] * n
+    for group, decision in zip(groups, decisions):
+        for pos, lim, d in zip(group.positions, group.limits, band_decisions(group, decision)):
+            out[pos] = (lim, d)
+    return [c for c in out if c is not None]
+
+
+def new_limiter(cls, url, bands, options, sentinel):
+    """A hirate.Limiter or AsyncLimiter (cls) of a Group's bands."""
+    if len(bands) == 1:
+        (capacity, rate), = bands
+        return cls(url, capacity=capacity, rate=rate, **options, **sentinel)
+    return cls(url, limits=list(bands), **options, **sentinel)
 
 
 def decide_sync(calls):
-    """Decisions for [(limiter, key, cost), ...] in the order above."""
+    """Decisions for [(limiter, key, cost), ...], one a group, in the order
+    above."""
     if len(calls) == 1:
         lim, key, cost = calls[0]
         return [lim.allow(key, cost)]
@@ -567,8 +669,10 @@ class Result:
     """The outcome of the limits of one request.
 
     checks       a tuple of (Limit, Decision) in the order the limits were
-                 declared (a refused request's decisions spent nothing, so
-                 their remaining is what the bucket holds)
+                 declared, each Decision that limit's own (a band's, of
+                 limits decided together: Decision.bands); a refused
+                 request spent nothing, so their remaining is what the
+                 bucket holds, and a limit that held the cost says allowed
     allowed      every limit passed
     retry_after  for a refusal, whole seconds until it could pass (rounded
                  up), or None when it never can (a cost above a capacity);
@@ -576,7 +680,7 @@ class Result:
     status       200 when allowed; 429 when refused; 503 when every refusal
                  came from on_error="closed" while Redis was down (the
                  client did nothing wrong: the limit could not be checked)
-    violated     the names of the refused limits
+    violated     the names of the limits that refused
     """
 
     __slots__ = ("checks", "allowed", "retry_after", "status", "violated")
@@ -597,16 +701,15 @@ class Result:
         self.status = 503 if all(d.source == "fail_closed" for _, d in refused) else 429
 
     def _t(self, decision):
-        """The "t" of one item: until the bucket is full when the request
-        passed; until this request could pass that limit when it was
-        refused (0 for a limit that had the tokens). None for never."""
-        if self.allowed:
-            return _ceil_seconds(decision.reset_after)
-        if decision.allowed:
-            return 0
-        if math.isinf(decision.retry_after):
-            return None
-        return _ceil_seconds(decision.retry_after)
+        """The "t" of one item: until this request could pass that limit
+        when the limit refused it; else until the bucket is full (a limit
+        that held the cost of a refused request spent nothing, and reports
+        its own time). None for never."""
+        if not decision.allowed:
+            if math.isinf(decision.retry_after):
+                return None
+            return _ceil_seconds(decision.retry_after)
+        return _ceil_seconds(decision.reset_after)
 
     def policy_header(self):
         """RateLimit-Policy: "name";q=<capacity>;w=<seconds to refill from

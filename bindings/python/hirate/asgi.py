@@ -33,8 +33,8 @@ from starlette.responses import Response
 
 from . import AsyncLimiter as _AsyncLimiter
 from . import Limiter as _Limiter
-from ._http import ClientIP, Limit, Result, check_limits, check_scope, declare, _check_cost
-from ._http import ident_for_ip, ident_for_key, key_header
+from ._http import ClientIP, Limit, Result, check_limits, check_scope, checks_of, declare
+from ._http import ident_for_ip, ident_for_key, key_header, new_limiter, plan, _check_cost
 
 __all__ = ["RateLimiter", "RateLimitMiddleware", "RateLimitExceeded", "Limit", "Result",
            "key_header"]
@@ -120,9 +120,9 @@ class RateLimitExceeded(HTTPException):
 
 
 class RateLimiter:
-    """Limits, settings and the AsyncLimiters (one per distinct capacity and
-    rate, made on first use) that RateLimitMiddleware and the limit()
-    dependencies share.
+    """Limits, settings and the AsyncLimiters (one per distinct set of bands,
+    made on first use) that RateLimitMiddleware and the limit() dependencies
+    share.
 
     url              Redis URL; None: in memory (each process has its own
                      buckets)
@@ -208,8 +208,8 @@ class RateLimiter:
         probe.close()
         # The URL with its password, and the sentinels' password, are kept in
         # this closure only, out of reprs and of vars() dumps.
-        self._new_limiter = lambda capacity, rate: _AsyncLimiter(
-            url, capacity=capacity, rate=rate, **self._options, **sentinel)
+        self._new_limiter = lambda bands: new_limiter(_AsyncLimiter, url, bands,
+                                                      self._options, sentinel)
         self._limiters = {}
 
     def __repr__(self):
@@ -218,14 +218,13 @@ class RateLimiter:
 
     # -- limiters
 
-    def _limiter(self, limit):
-        pair = (limit.capacity, limit.rate)
-        lim = self._limiters.get(pair)
+    def _limiter(self, bands):
+        lim = self._limiters.get(bands)
         if lim is None:
-            # No await between the lookup and the store: one per pair even
-            # with many tasks on the loop.
-            lim = self._new_limiter(limit.capacity, limit.rate)
-            self._limiters[pair] = lim
+            # No await between the lookup and the store: one per set of
+            # bands even with many tasks on the loop.
+            lim = self._new_limiter(bands)
+            self._limiters[bands] = lim
         return lim
 
     async def close(self):
@@ -254,11 +253,12 @@ class RateLimiter:
         """The Result of [(Limit, scope)] for a request (None when every
         limit is exempt for it)."""
         address = None
-        checks, calls = [], []
-        for lim, scope in applied:
-            if lim.exempt_when is not None and await _maybe_await(lim.exempt_when(request)):
+        decided, calls = [], []
+        for group in plan(applied, self.key):
+            if group.exempt_when is not None and await _maybe_await(
+                    group.exempt_when(request)):
                 continue
-            keyfunc = lim.key or self.key
+            keyfunc = group.keyfunc
             value = await _maybe_await(keyfunc(request)) if keyfunc is not None else None
             if value is None:
                 if address is None:
@@ -266,14 +266,14 @@ class RateLimiter:
                 ident = ident_for_ip(address)
             else:
                 ident = ident_for_key(value)
-            cost = lim.cost
+            cost = group.limits[0].cost
             if callable(cost):
                 cost = _check_cost(await _maybe_await(cost(request)))
-            checks.append(lim)
-            calls.append((self._limiter(lim), lim.bucket_key(scope, ident), cost))
+            decided.append(group)
+            calls.append((self._limiter(group.bands), group.bucket_key(ident), cost))
         if not calls:
             return None
-        return Result(zip(checks, await _decide(calls)))
+        return Result(checks_of(decided, await _decide(calls), len(applied)))
 
     def _applied(self, method, path):
         for p in self._patterns:
@@ -367,8 +367,8 @@ def _route_scope(request):
 
 
 async def _decide(calls):
-    """hirate._http.decide_sync on AsyncLimiters, with the peeks (and then
-    the other allows) in flight together."""
+    """hirate._http.decide_sync on AsyncLimiters (a call a group of limits),
+    with the peeks (and then the other allows) in flight together."""
     if len(calls) == 1:
         lim, key, cost = calls[0]
         return [await lim.allow(key, cost)]
