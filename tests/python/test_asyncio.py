@@ -64,28 +64,54 @@ def seconds(us):
     return math.inf if us == "never" else us / 1_000_000
 
 
+def vector_limit(config):
+    """capacity and rate, or a case's bands as limits=[(capacity, rate[, name])]."""
+    def rate_of(rate):
+        return float(rate) if isinstance(rate, str) else rate
+    if "bands" in config:
+        return dict(limits=[(b["capacity"], rate_of(b["rate"]))
+                            + ((b["name"],) if "name" in b else ()) for b in config["bands"]])
+    return dict(capacity=config["capacity"], rate=rate_of(config["rate"]))
+
+
+def vector_figures(d, want, t_us, where):
+    got = (d.allowed, d.remaining, d.retry_after, d.reset_after, d.limit, d.time)
+    assert got == (want["allowed"], want["remaining"], seconds(want["retry_after_us"]),
+                   seconds(want["reset_after_us"]), want["limit"], t_us / 1_000_000), where
+
+
 async def run_vectors(url, deny_cache, prefix):
-    """Runs every case; returns (steps run, refusals the deny cache gave)."""
+    """Runs every case; returns (steps run, refusals the deny cache gave).
+    A case of several bands checks each band's figures (Decision.bands); a
+    "reconfigure" step goes on with a new limiter of its config on the same
+    prefix, on Redis only (a memory backend runs no case that holds one)."""
     with open(VECTORS) as f:
         doc = json.load(f)
     assert doc["version"] == 1
     steps = cache_hits = 0
     for case in doc["cases"]:
         cid, config = case["id"], case["config"]
-        rate = config["rate"]
-        rate = float(rate) if isinstance(rate, str) else rate
-        kwargs = dict(capacity=config["capacity"], rate=rate, prefix=f"{prefix}{cid}:",
-                      deny_cache=deny_cache, **SLOW)
+        if url is None and case.get("redis_only", False):
+            continue
+
+        def limiter(config):
+            return hirate.AsyncLimiter(url, prefix=f"{prefix}{cid}:", deny_cache=deny_cache,
+                                       **vector_limit(config), **SLOW)
         if "config_error" in case:
             with pytest.raises(hirate.ConfigError) as e:
-                hirate.AsyncLimiter(url, **kwargs)
+                limiter(config)
             assert "HIRATE_" + e.value.name == case["config_error"], cid
             continue
-        async with hirate.AsyncLimiter(url, **kwargs) as lim:
+        lim = limiter(config)
+        try:
             for i, step in enumerate(case["steps"]):
                 where = f"{cid} step {i}"
-                key, cost = vector_key(step["key"]), step.get("cost", 1)
                 steps += 1
+                if step["op"] == "reconfigure":
+                    await lim.close()
+                    lim = limiter(step["config"])
+                    continue
+                key, cost = vector_key(step["key"]), step.get("cost", 1)
                 if step["op"] == "reset":
                     assert await lim.reset(key) is None, where
                     continue
@@ -98,10 +124,15 @@ async def run_vectors(url, deny_cache, prefix):
                     continue
                 d, = await lim._decide([(key, cost)], spend, step["t_us"])
                 want = step["expect"]
-                got = (d.allowed, d.remaining, d.retry_after, d.reset_after, d.limit, d.time)
-                assert got == (want["allowed"], want["remaining"],
-                               seconds(want["retry_after_us"]), seconds(want["reset_after_us"]),
-                               want["limit"], step["t_us"] / 1_000_000), where
+                vector_figures(d, want, step["t_us"], where)
+                assert d.band == want.get("band", 0), where
+                if "bands" in want:
+                    assert len(d.bands) == len(want["bands"]), where
+                    for j, (b, wb) in enumerate(zip(d.bands, want["bands"])):
+                        vector_figures(b, wb, step["t_us"], f"{where} band {j}")
+                        assert (b.band, b.source) == (j, d.source), where
+                else:
+                    assert d.bands == (d,), where
                 assert d.error is None, where
                 if url is None:
                     assert d.source == "local", where
@@ -110,6 +141,8 @@ async def run_vectors(url, deny_cache, prefix):
                     cache_hits += 1
                 else:
                     assert d.source == "redis", where
+        finally:
+            await lim.close()
     return steps, cache_hits
 
 

@@ -3,7 +3,11 @@ Python API: every case, on the memory backend and on a real redis-server
 (with and without the deny cache; through Redis Functions, FCALL, and with
 functions=False through EVALSHA), with the time injected through
 Limiter._decide_at. Every field a vector gives is compared exactly, and the
-float fields must be the very same numbers in seconds."""
+float fields must be the very same numbers in seconds. A case of several
+bands ({"bands": [...]}) is a Limiter(limits=[(capacity, rate[, name]), ...]),
+and each band's figures (Decision.bands) are compared too; a "reconfigure"
+step goes on with a new limiter of the step's config and the same prefix
+(Redis only: a memory backend's bands cannot change under it)."""
 
 import json
 import math
@@ -43,9 +47,22 @@ def short(error_name):
 BACKENDS = ["memory", "redis", "redis+cache", "redis/evalsha", "redis+cache/evalsha"]
 
 
-def make(backend, case, url):
-    cfg = case["config"]
-    kw = dict(capacity=cfg["capacity"], rate=rate_of(cfg["rate"]), prefix=f"vec:{case['id']}:")
+def limit_of(cfg):
+    """The limiter arguments of a vector config: capacity and rate, or the
+    bands as limits=[(capacity, rate[, name]), ...]."""
+    if "bands" in cfg:
+        return dict(limits=[(b["capacity"], rate_of(b["rate"]))
+                            + ((b["name"],) if "name" in b else ()) for b in cfg["bands"]])
+    return dict(capacity=cfg["capacity"], rate=rate_of(cfg["rate"]))
+
+
+def first_capacity(cfg):
+    return cfg["bands"][0]["capacity"] if "bands" in cfg else cfg["capacity"]
+
+
+def make(backend, case, url, cfg=None):
+    cfg = case["config"] if cfg is None else cfg
+    kw = dict(limit_of(cfg), prefix=f"vec:{case['id']}:")
     if backend == "memory":
         return hirate.Limiter(**kw)
     # A slow CI machine must not turn into a fallback: generous timeouts,
@@ -67,6 +84,21 @@ def check_path(backend, lim, where):
     return s["fcall"] + s["evalsha"]
 
 
+def check_figures(d, want, t, where):
+    """A decision's (or a band's) figures are exactly the vector's."""
+    retry = None if want["retry_after_us"] == "never" else want["retry_after_us"]
+    got = dict(allowed=d.allowed, remaining=d.remaining, retry_after_us=d.retry_after_us,
+               reset_after_us=d.reset_after_us, limit=d.limit, time_us=d.time_us,
+               error=d.error)
+    assert got == dict(allowed=want["allowed"], remaining=want["remaining"],
+                       retry_after_us=retry, reset_after_us=want["reset_after_us"],
+                       limit=want["limit"], time_us=t, error=None), where
+    assert bool(d) is want["allowed"], where
+    assert d.retry_after == (math.inf if retry is None else retry / 1e6), where
+    assert d.reset_after == want["reset_after_us"] / 1e6, where
+    assert d.time == t / 1e6, where
+
+
 def check_step(backend, lim, case, i, step):
     where = f"[{backend}] case {case['id']}, step {i}"
     key = key_bytes(step["key"])
@@ -85,22 +117,36 @@ def check_step(backend, lim, case, i, step):
         return None
     want = step["expect"]
     d = lim._decide_at(key, cost, spend, t)
-    retry = None if want["retry_after_us"] == "never" else want["retry_after_us"]
-    got = dict(allowed=d.allowed, remaining=d.remaining, retry_after_us=d.retry_after_us,
-               reset_after_us=d.reset_after_us, limit=d.limit, time_us=d.time_us,
-               error=d.error)
-    assert got == dict(allowed=want["allowed"], remaining=want["remaining"],
-                       retry_after_us=retry, reset_after_us=want["reset_after_us"],
-                       limit=want["limit"], time_us=t, error=None), where
-    assert bool(d) is want["allowed"], where
-    assert d.retry_after == (math.inf if retry is None else retry / 1e6), where
-    assert d.reset_after == want["reset_after_us"] / 1e6, where
-    assert d.time == t / 1e6, where
+    check_figures(d, want, t, where)
+    assert d.band == want.get("band", 0), where
+    if "bands" in want:
+        assert len(d.bands) == len(want["bands"]), where
+        for j, (b, wb) in enumerate(zip(d.bands, want["bands"])):
+            check_figures(b, wb, t, f"{where}, band {j}")
+            assert (b.band, b.source, b.bands) == (j, d.source, (b,)), where
+    else:
+        assert d.bands == (d,), where
     expected_source = "local" if backend == "memory" else "redis"
     if backend.startswith("redis+cache") and not d.allowed and d.source == "cache":
         return "cache"   # the deny cache answered, with Redis' own values
     assert d.source == expected_source, where
     return d.source
+
+
+def check_bands(lim, cfg, where):
+    """The limiter holds the config's bands, in order, names as given."""
+    bands = cfg.get("bands", [dict(capacity=cfg["capacity"], rate=cfg["rate"])])
+    assert [(b.capacity, b.rate) for b in lim.bands] == [
+        (b["capacity"], rate_of(b["rate"])) for b in bands], where
+    for b, want in zip(lim.bands, bands):
+        if "name" in want:
+            assert b.name == want["name"], where
+    assert lim.capacity == first_capacity(cfg), where
+
+
+def skipped(backend, case):
+    """A case that changes a key's bands runs on Redis only."""
+    return backend == "memory" and case.get("redis_only", False)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -114,16 +160,25 @@ def test_every_vector_case(backend, redis):
             assert info.value.name == short(case["config_error"]), case["id"]
             assert str(info.value), case["id"]
             continue
+        if skipped(backend, case):
+            continue
         lim = make(backend, case, redis.url)
         try:
-            assert lim.capacity == cfg["capacity"]
+            check_bands(lim, cfg, case["id"])
             for i, step in enumerate(case["steps"]):
                 steps += 1
+                if step["op"] == "reconfigure":
+                    # The same prefix, so the keys already in Redis stay.
+                    calls += check_path(backend, lim, case["id"])
+                    lim.close()
+                    lim = make(backend, case, redis.url, step["config"])
+                    check_bands(lim, step["config"], f"{case['id']}, step {i}")
+                    continue
                 cache_hits += check_step(backend, lim, case, i, step) == "cache"
             calls += check_path(backend, lim, case["id"])
         finally:
             lim.close()
-    assert steps == sum(len(c.get("steps", ())) for c in CASES)
+    assert steps == sum(len(c.get("steps", ())) for c in CASES if not skipped(backend, c))
     assert (calls > 0) is (backend != "memory")
     if backend.startswith("redis+cache"):
         assert cache_hits > 20, "the deny cache answered no refusal"

@@ -648,6 +648,16 @@ class _Pool:
                 fut.set_result(None)  # acquire() sees the pool closed
 
 
+class _NotGiven:
+    """The default of capacity and rate: not given (limits may be)."""
+
+    def __repr__(self):
+        return "<not given>"
+
+
+_NOT_GIVEN = _NotGiven()
+
+
 class AsyncLimiter:
     """The limiter of hirate.Limiter for asyncio: the same arguments, the same
     decisions, but every call is a coroutine that waits for Redis on the
@@ -676,17 +686,20 @@ class AsyncLimiter:
     in none, with each band's figures in Decision.bands.
     """
 
-    def __init__(self, url=None, *, capacity=None, rate=None, limits=None, prefix="rl:",
-                 on_error="local",
-                 instances=1, connect_timeout=0.25, timeout=0.1, deny_cache=True,
-                 max_keys=1_000_000, pool_size=16, tls_ca_file=None, tls_ca_dir=None,
-                 tls_cert_file=None, tls_key_file=None, tls_server_name=None,
-                 tls_verify=True, sentinel_username=None, sentinel_password=None,
-                 functions=True):
+    def __init__(self, url=None, *, capacity=_NOT_GIVEN, rate=_NOT_GIVEN, limits=None,
+                 prefix="rl:", on_error="local", instances=1, connect_timeout=0.25,
+                 timeout=0.1, deny_cache=True, max_keys=1_000_000, pool_size=16,
+                 tls_ca_file=None, tls_ca_dir=None, tls_cert_file=None, tls_key_file=None,
+                 tls_server_name=None, tls_verify=True, sentinel_username=None,
+                 sentinel_password=None, functions=True):
         # The C limiter checks every argument (and never connects itself
-        # here: the hooks leave the I/O to this class).
+        # here: the hooks leave the I/O to this class). Of capacity, rate and
+        # limits, those given go on, as hirate.Limiter takes them.
+        limit = {name: value for name, value in
+                 (("capacity", capacity), ("rate", rate), ("limits", limits))
+                 if value is not _NOT_GIVEN}
         self._lim = _hirate.Limiter(
-            url, capacity=capacity, rate=rate, limits=limits, prefix=prefix, on_error=on_error,
+            url, **limit, prefix=prefix, on_error=on_error,
             instances=instances, connect_timeout=connect_timeout, timeout=timeout,
             deny_cache=deny_cache, max_keys=max_keys, pool_size=pool_size,
             tls_ca_file=tls_ca_file, tls_ca_dir=tls_ca_dir, tls_cert_file=tls_cert_file,

@@ -2373,11 +2373,9 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
                                      &server_name, &verify, &sentinel_username,
                                      &sentinel_password, &functions, &limits))
         return NULL;
-    /* None is not given (AsyncLimiter passes every argument on). Without
-     * limits, capacity and rate are required; with limits, whatever is
-     * given goes to the core, which says when two limits are set. */
-    capacity = capacity == Py_None ? NULL : capacity;
-    rate = rate == Py_None ? NULL : rate;
+    /* Without limits (None is not given), capacity and rate are required;
+     * with limits, whatever is given goes to the core, which says when two
+     * limits are set. */
     limits = limits == Py_None ? NULL : limits;
     if (!limits && (!capacity || !rate)) {
         PyErr_Format(PyExc_TypeError, "Limiter() missing required keyword argument '%s' "
@@ -2729,13 +2727,12 @@ static PyMethodDef limiter_methods[] = {
 };
 
 static PyType_Slot limiter_slots[] = {
-    {Py_tp_doc, (void *)"Limiter(url=None, *, capacity=None, rate=None, limits=None, "
-                        "prefix='rl:', on_error='local', "
+    {Py_tp_doc, (void *)"Limiter(url=None, *, capacity, rate, prefix='rl:', on_error='local', "
                         "instances=1, connect_timeout=0.25, timeout=0.1, deny_cache=True, "
                         "max_keys=1000000, pool_size=16, tls_ca_file=None, tls_ca_dir=None, "
                         "tls_cert_file=None, tls_key_file=None, tls_server_name=None, "
                         "tls_verify=True, sentinel_username=None, sentinel_password=None, "
-                        "functions=True)\n\n"
+                        "functions=True)\nLimiter(url=None, *, limits, ...)\n\n"
                         "A token-bucket rate limiter: in Redis when url is given, else in "
                         "memory. The limit is capacity and rate, or limits: a limit string "
                         "('10/second; 1000/day') or a sequence of bands (hirate.Band, "
