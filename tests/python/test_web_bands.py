@@ -156,18 +156,25 @@ def test_flask_default_limits_from_config_and_environment(redis, monkeypatch):
 
     assert app.test_client().get("/").headers["RateLimit"] == '"5-per-60s";r=4;t=12'
     # Flask's own reading of the environment: FLASK_HIRATE_... variables.
-    monkeypatch.setenv("FLASK_HIRATE_DEFAULT_LIMITS", "3 per hour")
+    # Two limits of one identity: one bucket of two bands.
+    monkeypatch.setenv("FLASK_HIRATE_DEFAULT_LIMITS", "100/hour;10/second")
     monkeypatch.setenv("FLASK_HIRATE_URL", redis.url)
     app2 = Flask(__name__)
     app2.config.from_prefixed_env()
-    limiter2 = hflask.RateLimiter(app2, **SLOW)
-    assert app2.extensions["hirate"][limiter2].default_limits[0].name == "3-per-3600s"
+    limiter2 = hflask.RateLimiter(app2, prefix="env:", **SLOW)
+    assert [lim.name for lim in app2.extensions["hirate"][limiter2].default_limits] == [
+        "100-per-3600s", "10-per-1s"]
 
     @app2.get("/")
     def index2():
         return "ok"
 
-    assert app2.test_client().get("/").headers["RateLimit"] == '"3-per-3600s";r=2;t=1200'
+    r = app2.test_client().get("/")
+    assert (r.headers["RateLimit-Policy"], r.headers["RateLimit"]) == (
+        '"100-per-3600s";q=100;w=3600, "10-per-1s";q=10;w=1',
+        '"100-per-3600s";r=99;t=36, "10-per-1s";r=9;t=1')
+    assert [k for k in keys(redis) if k.startswith("env:")] == [
+        "env:{ip:127.0.0.1}|app|100/%r+10/10.0" % (100 / 3600)]
 
 
 def test_asgi_routes_defaults_and_dependency_as_strings(redis):
