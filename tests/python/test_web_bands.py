@@ -524,3 +524,17 @@ def test_stacked_limits_while_redis_is_down(own_redis, on_error):
     assert (r.status_code, r.headers["RateLimit"], r.headers["Retry-After"]) == (
         503, '"2-per-60s";r=0;t=1, "3-per-86400s";r=0;t=1', "1")
     assert json.loads(r.data)["violated-policies"] == ["2-per-60s", "3-per-86400s"]
+
+
+def test_the_core_judges_the_bands_of_stacked_limits_where_they_are_written():
+    # Seventeen limits on one identity would be a limiter of 17 bands.
+    many = "; ".join("%d/minute" % n for n in range(1, 17))
+    limiter = hflask.RateLimiter()
+    with pytest.raises(hirate.ConfigError) as e:
+        limiter.limit(many)(limiter.limit("99/day")(lambda: "x"))
+    assert str(e.value) == "view '<lambda>': bands must be 1 to 16 bands, got 17"
+    # Limits of other identities are other limiters.
+    limiter.limit(many)(limiter.limit("99/day", key=hflask.key_header("K"))(lambda: "y"))
+    with pytest.raises(hirate.ConfigError) as e:
+        asgi.RateLimiter(routes={"/x": [many, "99/day"]})
+    assert str(e.value) == "route '/x': bands must be 1 to 16 bands, got 17"

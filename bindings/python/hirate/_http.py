@@ -258,6 +258,14 @@ def check_limits(limits, where):
                              "and key: every request would spend that bucket twice"
                              % (lim, where))
         buckets.add(bucket)
+    # The limits that will be one decision are bands of one limiter: the
+    # core judges them now (how many, their names), not at a request.
+    for group in plan([(lim, "") for lim in out]):
+        if len(group.limits) > 1:
+            try:
+                _hirate.Limiter(limits=list(group.bands)).close()
+            except _hirate.ConfigError as e:
+                raise _hirate._error(e.code, "%s: %s" % (where, e)) from None
     return out
 
 
