@@ -213,7 +213,7 @@ def test_websockets_pass_through(redis):
     assert keys(redis) == []
 
 
-def test_disabled_and_one_limiter_per_capacity_and_rate(redis):
+def test_disabled_and_one_limiter_per_set_of_bands(redis):
     off = RateLimiter(url=redis.url, default_limits=[(1, 0.1)], enabled=False)
     app = app_with(off)
 
@@ -239,7 +239,8 @@ def test_disabled_and_one_limiter_per_capacity_and_rate(redis):
     with TestClient(app) as client:
         for path in ("/a", "/b", "/a", "/b"):
             assert client.get(path).status_code == 200
-        assert sorted(limiter._limiters) == [(5, 0.1), (9, 0.1)]
+        # Other scopes, other decisions: one limiter of one band each.
+        assert sorted(limiter._limiters) == [((5, 0.1),), ((9, 0.1),)]
         made = list(limiter._limiters.values())
     # The app's shutdown closed them.
     assert limiter._limiters == {}
@@ -319,8 +320,9 @@ def test_dependency_stacked_limits_a_refusal_spends_nothing(redis, small_first):
         for _ in range(3):
             r = client.get("/s", headers={"k": "K"})
             assert r.status_code == 429
+            # big held the cost, spent nothing: its own time to be full.
             assert r.headers["ratelimit"] == line({"small": '"small";r=0;t=10',
-                                                   "big": '"big";r=4;t=0'})
+                                                   "big": '"big";r=4;t=100'})
     check = hirate.Limiter(redis.url, capacity=5, rate=0.01, **SLOW)
     assert check.peek(b"{k:K}|route:GET /s|5/0.01").remaining == 4
 
@@ -428,7 +430,8 @@ def test_a_hung_redis_does_not_block_the_event_loop(own_redis):
     (dict(routes={"login": Limit(1, 1)}), ValueError, "the path must start with '/'"),
     (dict(routes={"FETCH /x": Limit(1, 1)}), ValueError, "'FETCH' is not an HTTP method"),
     (dict(routes={"/a*b": Limit(1, 1)}), ValueError, "'*' may only end the path"),
-    (dict(routes={"/x": "10/minute"}), TypeError, "limits for route '/x' must be a Limit"),
+    (dict(routes={"/x": 10}), TypeError, "limits for route '/x' must be a Limit, a limit "
+     "string, a (capacity, rate) pair or a list of them, got 10"),
     (dict(routes={"/x": []}, exempt=["/x"]), ValueError, "name the same paths"),
     (dict(body="html"), ValueError, "body must be 'json' or 'text', got 'html'"),
     (dict(on_error="maybe"), hirate.ConfigError, "on_error"),

@@ -318,17 +318,24 @@ def test_stacked_limits_all_must_pass_and_a_refusal_spends_nothing(redis, small_
         {"small": '"small";q=1;w=10', "big": '"big";q=5;w=500'}[n] for n in order)
     for _ in range(3):
         r = client.get("/s")
-        refused = {"small": '"small";r=0;t=10', "big": '"big";r=4;t=0'}
+        # big held the cost and spent nothing: its own figures, 4 left and
+        # 100 s until it is full.
         assert r.status_code == 429
-        assert r.headers["RateLimit"] == ", ".join(refused[n] for n in order)
+        assert r.headers["RateLimit"] == ", ".join(items[n] for n in order)
         assert r.headers["Retry-After"] == "10"
         assert json.loads(r.data)["violated-policies"] == ["small"]
-    # The big bucket in Redis still holds 4: the refusals spent nothing.
-    check = hirate.Limiter(redis.url, capacity=5, rate=0.01, **SLOW)
-    assert check.peek(b"{ip:127.0.0.1}|ep:s|5/0.01").remaining == 4
+    # One identity, one scope: one key holds both bands, in the order
+    # written, and the refusals spent nothing in the big one.
+    heads = {"small": (1, 0.1, "small"), "big": (5, 0.01, "big")}
+    bands = [heads[n] for n in order]
+    key = "{ip:127.0.0.1}|ep:s|" + "+".join("%d/%r" % b[:2] for b in bands)
+    assert keys(redis) == ["rl:" + key]
+    check = hirate.Limiter(redis.url, limits=bands, **SLOW)
+    assert [b.remaining for b in check.peek(key).bands] == [
+        {"small": 0, "big": 4}[n] for n in order]
 
 
-def test_one_hirate_limiter_per_capacity_and_rate(redis):
+def test_one_hirate_limiter_per_set_of_bands(redis):
     app, limiter = make_app(redis.url)
 
     @app.get("/a")
@@ -347,7 +354,12 @@ def test_one_hirate_limiter_per_capacity_and_rate(redis):
     for path in ("/a", "/b", "/a", "/b"):
         assert client.get(path).status_code == 200
     state = app.extensions["hirate"][limiter]
-    assert sorted(state.limiters) == [(5, 0.1), (9, 0.1)]
+    # a1 and a3 are one identity in one scope: one limiter of two bands;
+    # a2 (a scope of its own) and /b's limit share the limiter of (5, 0.1).
+    assert sorted(state.limiters) == [((5, 0.1),), ((5, 0.1, "a1"), (9, 0.1, "a3"))]
+    assert keys(redis) == ["rl:{ip:127.0.0.1}|ep:a|5/0.1+9/0.1",
+                           "rl:{ip:127.0.0.1}|ep:b|5/0.1",
+                           "rl:{ip:127.0.0.1}|shared|5/0.1"]
 
 
 def test_routes_and_limits_never_share_buckets(redis):
@@ -637,8 +649,8 @@ def test_bad_settings_fail_at_init_app():
         RateLimiter(Flask(__name__), body="xml")
     with pytest.raises(ValueError, match="trusted_proxies: 'proxy' is not an address"):
         RateLimiter(Flask(__name__), trusted_proxies=["proxy"])
-    with pytest.raises(TypeError, match="a limit must be a hirate Limit or a"):
-        RateLimiter(default_limits=["10/minute"])
+    with pytest.raises(TypeError, match="a limit must be a hirate Limit, a limit string"):
+        RateLimiter(default_limits=[10])
 
 
 def test_exempt_and_limited_at_once_is_refused():

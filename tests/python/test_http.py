@@ -213,20 +213,28 @@ def test_limit_default_name_and_window():
 @pytest.mark.parametrize("args,kwargs,error,message", [
     ((0, 1), {}, hirate.ConfigError, "capacity must be a whole number from 1 to 2^53-1, got 0"),
     ((2**53, 1), {}, hirate.ConfigError, "capacity must be a whole number from 1 to 2^53-1"),
-    ((True, 1), {}, TypeError, "capacity must be an int, got bool"),
+    ((True, 1), {}, TypeError, "capacity must be an int, not bool"),
     ((1.5, 1), {}, hirate.ConfigError, "capacity must be a whole number from 1 to 2^53-1, got 1.5"),
     ((5, 0), {}, hirate.ConfigError, "rate must be a finite number of tokens per second above 0"),
     ((5, float("nan")), {}, hirate.ConfigError, "rate must be a finite number"),
     ((5, float("inf")), {}, hirate.ConfigError, "rate must be a finite number"),
-    ((5, "2"), {}, TypeError, "rate must be a number of tokens per second, got str"),
+    ((5, "2"), {}, TypeError, "rate must be a number, not str"),
+    (("5/minute", 2), {}, TypeError, "a limit string holds its own rate: Limit('5/minute')"),
+    ((5, None), {}, TypeError, "a Limit needs a rate: Limit(capacity, rate), or a limit string"),
+    ((5, b"2"), {}, TypeError, "rate must be a number, not bytes"),
     ((2**52, 1e-6), {}, hirate.ConfigError, "takes over 2^53 us to refill"),
     ((5, 1), dict(cost=-1), hirate.ConfigError, "cost must be a whole number from 0 to 2^53-1"),
     ((5, 1), dict(cost=True), TypeError, "cost must be an int or a callable, got bool"),
     ((5, 1), dict(scope=""), ValueError, "scope must not be empty"),
     ((5, 1), dict(scope="a|b"), ValueError, "scope 'a|b' contains '|'"),
     ((5, 1), dict(scope="x" * 201), ValueError, "is longer than 200 bytes"),
-    ((5, 1), dict(name="caf\u00e9"), ValueError, "must be 1 or more printable ASCII"),
-    ((5, 1), dict(name=""), ValueError, "must be 1 or more printable ASCII"),
+    # Names are the core's to judge, as it judges a band's.
+    ((5, 1), dict(name="caf\u00e9"), hirate.ConfigError,
+     "name 'caf\u00e9': a band's name must be printable ASCII (it is sent in headers)"),
+    ((5, 1), dict(name=""), hirate.ConfigError,
+     "name '': a band's name must be 1 to 64 bytes, got 0"),
+    ((5, 1), dict(name="n" * 65), hirate.ConfigError, "a band's name must be 1 to 64 bytes, got 65"),
+    ((5, 1), dict(name=5), TypeError, "name must be a str, got int"),
     ((5, 1), dict(key="X-API-Key"), TypeError, "key must be a callable(request) or None"),
 ])
 def test_bad_limits_are_named(args, kwargs, error, message):
@@ -417,3 +425,64 @@ def test_decide_sync_a_refusal_spends_nothing_on_the_others():
         assert sorted(d.allowed for d in second) == [False, True]
         assert big.peek("k").remaining == 4, "the refusal spent the other limit"
         assert small.peek("k").remaining == 0
+
+
+# ------------------------------------------------------ stacked limits as bands
+
+def test_limits_of_one_identity_scope_and_cost_are_one_group():
+    from hirate._http import plan
+
+    def user(request):
+        return "u"
+
+    def costly(request):
+        return 3
+
+    a, b = Limit("10/second"), Limit("1000/day")
+    c = Limit("5/minute", key=key_header("X-API-Key"))
+    d = Limit("50/hour", key=key_header("x-api-key"))   # the same header: one identity
+    e = Limit("7/minute", key=user)
+    f = Limit("8/minute", cost=2)
+    g = Limit("9/minute", cost=costly)
+    shared = Limit.parse("2/second; 20/day", scope="api")
+    apart = Limit("3/second", scope="api")
+    applied = [(a, "ep:x"), (c, "ep:x"), (b, "ep:x"), (d, "ep:x"), (e, "ep:x"), (f, "ep:x"),
+               (g, "ep:x"), (Limit("4/second"), "bp:y"), (shared[0], "api"), (apart, "api"),
+               (shared[1], "api")]
+    groups = plan(applied)
+    assert [(g.positions, g.scope) for g in groups] == [
+        ([0, 2], "ep:x"), ([1, 3], "ep:x"), ([4], "ep:x"), ([5], "ep:x"), ([6], "ep:x"),
+        ([7], "bp:y"), ([8, 10], "api"), ([9], "api")]
+    first = groups[0]
+    assert first.bands == ((10, 10.0, "10-per-1s"), (1000, 1000 / 86400, "1000-per-86400s"))
+    assert first.bucket_key(b"ip:10.0.0.1") == \
+        b"{ip:10.0.0.1}|ep:x|10/10.0+1000/0.011574074074074073"
+    # One limit: the limiter of its capacity and rate, and the key of today.
+    assert groups[2].bands == ((7, 7 / 60),)
+    assert groups[2].bucket_key(b"k:u") == e.bucket_key("ep:x", b"k:u")
+    # A limit without a key function has the default one: the address, or
+    # the limiter's key.
+    assert [g.positions for g in plan([(a, "s"), (e, "s")])] == [[0], [1]]
+    assert [g.positions for g in plan([(a, "s"), (e, "s")], default_key=user)] == [[0, 1]]
+
+
+def test_the_headers_of_bands_are_each_band_s_own_figures():
+    from hirate._http import Group, checks_of
+
+    burst, daily = Limit(2, 0.4, name="burst"), Limit(100, 100 / 86400, name="daily")
+    group = Group("s", None, None)
+    group._add(0, burst)
+    group._add(1, daily)
+    lim = hirate.Limiter(limits=list(group.bands))
+    steps = [lim._decide_at("k", 1, True, t) for t in (0, 0, 1_000_000)]
+    refused = steps[-1]
+    assert (refused.allowed, refused.band) == (False, 0)
+    result = Result(checks_of([group], [refused], 2))
+    assert result.headers() == [
+        ("RateLimit-Policy", '"burst";q=2;w=5, "daily";q=100;w=86400'),
+        # daily held the cost and spent nothing: 98 left, full again in
+        # 2 tokens' time (1728 s), less the second that passed.
+        ("RateLimit", '"burst";r=0;t=2, "daily";r=98;t=1727'),
+        ("Retry-After", "2"),
+    ]
+    assert result.violated == ["burst"]

@@ -31,59 +31,38 @@ _SCOPE_SEP = "|"
 # Limits
 
 
+def _core_limit(capacity, rate):
+    """(capacity, rate, default name, w) as the core has them: a whole float
+    capacity is an int, the numbers are checked by the core itself (a bad
+    limit fails where it is declared, with hirate.Limiter's very class and
+    message, not at its first request), and the name is the core's default,
+    "<capacity>-per-<w>s", w being hirate_refill_seconds(capacity, rate):
+    the "w" of RateLimit-Policy."""
+    probe = _hirate.Limiter(capacity=capacity, rate=rate)
+    capacity, rate = probe.capacity, probe.rate
+    name = probe.bands[0].name
+    probe.close()
+    return capacity, rate, name, int(name[len("%d-per-" % capacity):-1])
+
+
+def _core_name(capacity, rate, name):
+    """A name the core takes for a band (the headers send it)."""
+    if not isinstance(name, str):
+        raise TypeError("name must be a str, got %s" % type(name).__name__)
+    try:
+        _hirate.Limiter(limits=[(capacity, rate, name)]).close()
+    except _hirate.ConfigError as e:
+        # The core's message, said of this name rather than of bands[0].
+        raise _hirate._error(e.code, "name %r: %s" % (
+            name, str(e).partition("bands[0]: ")[2] or e)) from None
+    return name
+
+
 def refill_seconds(capacity, rate):
-    """Whole seconds to refill an empty bucket, rounded up: the "w" of
-    RateLimit-Policy. Computed as the core computes reset_after (bucket.c,
-    hirate_bucket_until) from tokens 0, in the same double arithmetic, so
-    that w is what a drained bucket's reset_after says, rounded up."""
-    target = float(capacity)
-    rate = float(rate)
-
-    def level(r):
-        return 0.0 + float(r) * rate / 1000000.0
-
-    r = math.ceil(target * 1000000.0 / rate)
-    for _ in range(64):
-        if level(r) >= target:
-            break
-        r += 1
-    for _ in range(64):
-        if not (r > 1 and level(r - 1) >= target):
-            break
-        r -= 1
-    return -(-r // 1000000)
-
-
-# A Limit checks its numbers as hirate.Limiter does (same rules, classes and
-# messages), so that a bad limit fails where it is declared, not at its first
-# request.
-def _check_capacity(capacity):
-    if isinstance(capacity, bool) or not isinstance(capacity, (numbers.Integral, float)):
-        raise TypeError("capacity must be an int, got %s" % type(capacity).__name__)
-    whole = isinstance(capacity, numbers.Integral) or (math.isfinite(capacity)
-                                                       and capacity == int(capacity))
-    if not (whole and 1 <= capacity <= EXACT_MAX):
-        raise _hirate._error(_hirate.ECAPACITY,
-                             "capacity must be a whole number from 1 to 2^53-1, got %r"
-                             % capacity)
-    return int(capacity)
-
-
-def _check_rate(rate, capacity):
-    if isinstance(rate, bool) or not isinstance(rate, numbers.Real):
-        raise TypeError("rate must be a number of tokens per second, got %s"
-                        % type(rate).__name__)
-    rate = float(rate)
-    if not (rate > 0 and math.isfinite(rate)):
-        raise _hirate._error(_hirate.ERATE,
-                             "rate must be a finite number of tokens per second above 0, "
-                             "got %r" % rate)
-    # The core's range rule (hirate_bucket_cfg_init).
-    if float(capacity) * 1000000.0 / rate > float(EXACT_MAX):
-        raise _hirate._error(_hirate.ERANGE,
-                             "capacity %d at rate %r takes over 2^53 us to refill; "
-                             "raise the rate or lower the capacity" % (capacity, rate))
-    return rate
+    """Whole seconds an empty bucket of capacity takes to fill at rate,
+    rounded up: the "w" of RateLimit-Policy, the core's
+    (hirate_refill_seconds)."""
+    return _core_limit(capacity, rate)[3]
 
 
 def _check_cost(cost):
@@ -113,22 +92,10 @@ def check_scope(scope, what="scope"):
     return scope
 
 
-_NAME_RE = re.compile(r"[\x20-\x7e]+\Z")
-
-
-def _check_name(name):
-    # RateLimit-Policy names are Structured Field strings: printable ASCII.
-    if not isinstance(name, str):
-        raise TypeError("name must be a str, got %s" % type(name).__name__)
-    if not _NAME_RE.match(name):
-        raise ValueError("name %r must be 1 or more printable ASCII characters "
-                         "(it is sent in the RateLimit headers)" % name)
-    return name
-
-
 class Limit:
     """One rate limit: a bucket of `capacity` tokens refilled at `rate` tokens
-    per second, per client, per scope.
+    per second, per client, per scope. Limit("5/minute") is the limit string
+    (the core's grammar, hirate.parse_limits) for the same pair.
 
     key         callable(request) -> str | bytes | int | None: whose bucket the
                 request spends from; None (or key=None) means the client's
@@ -136,30 +103,43 @@ class Limit:
     cost        tokens a request spends: an int, or callable(request) -> int
     scope       which requests share the bucket: None is the route (Flask
                 endpoint, ASGI path pattern or route) the limit is declared on;
-                a string shares the bucket among every limit with that scope,
-                capacity and rate
-    name        the policy's name in the RateLimit headers; by default
-                "<capacity>-per-<w>s", w being refill_seconds(capacity, rate)
+                a string shares the bucket among every declaration of the
+                same limits with that scope
+    name        the policy's name in the RateLimit headers; by default the
+                core's "<capacity>-per-<w>s", w being the whole seconds an
+                empty bucket takes to fill
     exempt_when callable(request) -> bool: True lets the request pass this
                 limit untouched
     """
 
     __slots__ = ("capacity", "rate", "key", "cost", "scope", "name", "window",
-                 "exempt_when", "_head")
+                 "exempt_when", "_head", "_decl")
 
-    def __init__(self, capacity, rate, *, key=None, cost=1, scope=None, name=None,
+    def __init__(self, capacity, rate=None, *, key=None, cost=1, scope=None, name=None,
                  exempt_when=None):
-        self.capacity = _check_capacity(capacity)
-        self.rate = _check_rate(rate, self.capacity)
+        if isinstance(capacity, str):
+            if rate is not None:
+                raise TypeError("a limit string holds its own rate: Limit(%r) without a "
+                                "rate, or Limit(capacity, rate)" % capacity)
+            specs = _parse_limits(capacity)
+            if len(specs) != 1:
+                raise _hirate._error(
+                    _hirate.EOPTION,
+                    "a Limit is one limit, and %r holds %d: give the string to limit() "
+                    "or as default_limits, or make one Limit of each" % (capacity, len(specs)))
+            capacity, rate = specs[0].capacity, specs[0].rate
+        elif rate is None:
+            raise TypeError("a Limit needs a rate: Limit(capacity, rate), or a limit string "
+                            "such as Limit('5/minute')")
+        self.capacity, self.rate, default_name, self.window = _core_limit(capacity, rate)
         if key is not None and not callable(key):
             raise TypeError("key must be a callable(request) or None, got %s"
                             % type(key).__name__)
         self.key = key
         self.cost = _check_cost(cost)
         self.scope = None if scope is None else check_scope(scope)
-        self.window = refill_seconds(self.capacity, self.rate)
-        self.name = (_check_name(name) if name is not None
-                     else "%d-per-%ds" % (self.capacity, self.window))
+        self.name = (default_name if name is None
+                     else _core_name(self.capacity, self.rate, name))
         if exempt_when is not None and not callable(exempt_when):
             raise TypeError("exempt_when must be a callable(request) or None, got %s"
                             % type(exempt_when).__name__)
@@ -167,16 +147,40 @@ class Limit:
         # capacity and rate are part of every key: two limits of one scope
         # with other numbers must never read each other's buckets.
         self._head = "%d/%r" % (self.capacity, self.rate)
+        # The limits of one declaration ("10/second; 1000/day") share this.
+        self._decl = self
+
+    @classmethod
+    def parse(cls, text, **options):
+        """The Limits of a limit string, "5/minute" or several, "10/second;
+        1000/day", each with the options of Limit (key, cost, scope,
+        exempt_when; a name only for a string of one limit). The limits of
+        one string are one declaration: with a scope of their own too, they
+        are decided together (see docs/python.md)."""
+        if not isinstance(text, str):
+            raise TypeError("a limit string must be a str, got %s" % type(text).__name__)
+        specs = _parse_limits(text)
+        if options.get("name") is not None and len(specs) > 1:
+            raise ValueError("name= names one limit, and %r holds %d: declare each "
+                             "limit on its own to name it" % (text, len(specs)))
+        out = [cls(spec.capacity, spec.rate, **options) for spec in specs]
+        for lim in out:
+            lim._decl = out[0]
+        return out
 
     @classmethod
     def of(cls, spec):
-        """A Limit from a Limit or a (capacity, rate) pair."""
+        """The Limits of a spec: a Limit, a (capacity, rate) pair or a limit
+        string, as a list."""
         if isinstance(spec, cls):
-            return spec
-        if isinstance(spec, tuple) and len(spec) == 2:
-            return cls(*spec)
-        raise TypeError("a limit must be a hirate Limit or a (capacity, rate) pair, got %r"
-                        % (spec,))
+            return [spec]
+        if isinstance(spec, str):
+            return cls.parse(spec)
+        if (isinstance(spec, (tuple, list)) and len(spec) == 2
+                and not any(isinstance(v, str) for v in spec)):
+            return [cls(*spec)]
+        raise TypeError("a limit must be a hirate Limit, a limit string such as '5/minute' "
+                        "or a (capacity, rate) pair, got %r" % (spec,))
 
     def bucket_key(self, scope, ident):
         """The key (bytes) of this limit's bucket in `scope` for `ident`, as
@@ -184,12 +188,7 @@ class Limit:
         Limiter comes before it. The identity comes first, as the key's
         Redis Cluster hash tag "{ident}": every limit of one client is on
         one node, whatever braces a scope (a route template) holds."""
-        tail = ("}|%s|%s" % (scope, self._head)).encode("utf-8", "surrogatepass")
-        if len(tail) + len(ident) + 1 > KEY_MAX:
-            # Hashed identities start with "#", plain ones with "ip:" or "k:",
-            # so a hash never equals a plain identity.
-            ident = b"#" + hashlib.sha256(ident).hexdigest().encode()
-        return b"{" + ident + tail
+        return _bucket_key(scope, ident, self._head)
 
     def cost_for(self, request):
         cost = self.cost
@@ -205,10 +204,47 @@ class Limit:
             "" if self.scope is None else ", scope=%r" % self.scope)
 
 
+def declare(capacity, rate=None, **options):
+    """The Limits of one limit() call: limit(capacity, rate, ...) or
+    limit("10/second; 1000/day", ...)."""
+    if isinstance(capacity, str):
+        if rate is not None:
+            raise TypeError("a limit string holds its own rate: limit(%r) without a rate, "
+                            "or limit(capacity, rate)" % capacity)
+        return Limit.parse(capacity, **options)
+    return [Limit(capacity, rate, **options)]
+
+
+def _parse_limits(text):
+    from . import parse_limits  # the package's: LimitSpec tuples
+    return parse_limits(text)
+
+
+def _bucket_key(scope, ident, head):
+    tail = ("}|%s|%s" % (scope, head)).encode("utf-8", "surrogatepass")
+    if len(tail) + len(ident) + 1 > KEY_MAX:
+        # Hashed identities start with "#", plain ones with "ip:" or "k:",
+        # so a hash never equals a plain identity.
+        ident = b"#" + hashlib.sha256(ident).hexdigest().encode()
+    return b"{" + ident + tail
+
+
 def check_limits(limits, where):
-    """A list of Limits, checked for names that would repeat in one response
-    and for limits that would spend one bucket twice."""
-    out = [Limit.of(spec) for spec in limits]
+    """A list of Limits from Limits, (capacity, rate) pairs and limit strings
+    (one spec, or an iterable of them), checked for names that would repeat
+    in one response and for limits that would spend one bucket twice. A bad
+    limit string raises the core's ConfigError, its message prefixed with
+    `where`."""
+    if isinstance(limits, (str, Limit)):
+        limits = [limits]
+    out = []
+    for spec in limits:
+        try:
+            out += Limit.of(spec)
+        except _hirate.ConfigError as e:
+            if not isinstance(spec, str):
+                raise
+            raise _hirate._error(e.code, "%s: %s" % (where, e)) from None
     names = set()
     buckets = set()
     for lim in out:
@@ -222,6 +258,14 @@ def check_limits(limits, where):
                              "and key: every request would spend that bucket twice"
                              % (lim, where))
         buckets.add(bucket)
+    # The limits that will be one decision are bands of one limiter: the
+    # core judges them now (how many, their names), not at a request.
+    for group in plan([(lim, "") for lim in out]):
+        if len(group.limits) > 1:
+            try:
+                _hirate.Limiter(limits=list(group.bands)).close()
+            except _hirate.ConfigError as e:
+                raise _hirate._error(e.code, "%s: %s" % (where, e)) from None
     return out
 
 
@@ -246,21 +290,39 @@ def ident_for_ip(address):
     return b"ip:" + (address or "unknown").encode("utf-8", "surrogatepass")
 
 
+class _HeaderKey:
+    # key_header's key functions: equal for one header name, so that limits
+    # written each with key_header("X-API-Key") are of one identity.
+    __slots__ = ("header", "__name__", "__qualname__")
+
+    def __init__(self, header):
+        self.header = header
+        self.__name__ = self.__qualname__ = "key_header(%r)" % header
+
+    def __call__(self, request):
+        value = request.headers.get(self.header)
+        return value if value else None
+
+    def __eq__(self, other):
+        return isinstance(other, _HeaderKey) and self.header.lower() == other.header.lower()
+
+    def __hash__(self):
+        return hash((_HeaderKey, self.header.lower()))
+
+    def __repr__(self):
+        return self.__name__
+
+
 def key_header(name):
     """A key function: the value of the request header `name`, e.g.
     key_header("X-API-Key"). A request without it is limited by its client
     address instead, in buckets of their own (the identities cannot meet).
     The value is stored in the Redis key as sent; hash secrets in a key
-    function of your own if Redis' readers must not see them."""
+    function of your own if Redis' readers must not see them. Two of them
+    for one header are equal: one identity."""
     if not isinstance(name, str) or not name:
         raise TypeError("key_header needs a header name, e.g. key_header('X-API-Key')")
-
-    def key(request):
-        value = request.headers.get(name)
-        return value if value else None
-
-    key.__name__ = key.__qualname__ = "key_header(%r)" % name
-    return key
+    return _HeaderKey(name)
 
 
 # ---------------------------------------------------------------------------
@@ -469,17 +531,115 @@ class ClientIP:
 # ---------------------------------------------------------------------------
 # Deciding several limits
 #
-# Several limits on one request are decided so that a refusal spends nothing:
-# peek at every limit but the last; if one refuses, peek at the last too (for
-# its headers) and refuse. Otherwise allow the last (a refusal there spends
-# nothing either), then allow the others. One limit is one allow. Only a race,
-# another request draining a peeked bucket between the peek and the allow,
-# can leave the limits allowed before it spent; the request is refused then.
-# hirate.flask (decide_sync) and hirate.asgi (its async twin) follow this.
+# The limits of one request are first gathered into groups: limits with the
+# same identity (key function), scope, cost and exempt_when are the bands of
+# one bucket, one key, one hirate.Limiter of those bands: one decision, one
+# round trip, spent in every band or in none (the core's rule). A limit with
+# a scope of its own shares its bucket with every route that names that
+# scope, whose other limits may differ: it is grouped only with the limits
+# of its own declaration (one limit string), which go everywhere together.
+#
+# Groups (different identities, scopes or costs) are decided so that a
+# refusal spends nothing: peek at every group but the last; if one refuses,
+# peek at the last too (for its headers) and refuse. Otherwise allow the
+# last (a refusal there spends nothing either), then allow the others. One
+# group is one allow. Only a race, another request draining a peeked bucket
+# between the peek and the allow, can leave the groups allowed before it
+# spent; the request is refused then. hirate.flask (decide_sync) and
+# hirate.asgi (its async twin) follow this.
+
+
+def _token(value):
+    # A group's parts are compared by value where they can be hashed (an
+    # int cost, key_header's keys), else by identity.
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    return value
+
+
+class Group:
+    """The limits of one request that are one decision: `limits` (in the
+    order declared) at `positions` of the request's limits, in `scope`,
+    whose identity `keyfunc` gives (None: the client's address)."""
+
+    __slots__ = ("limits", "positions", "scope", "keyfunc", "exempt_when", "bands", "_head")
+
+    def __init__(self, scope, keyfunc, exempt_when):
+        self.limits, self.positions = [], []
+        self.scope, self.keyfunc, self.exempt_when = scope, keyfunc, exempt_when
+
+    def _add(self, pos, lim):
+        self.limits.append(lim)
+        self.positions.append(pos)
+        # The limiter's bands; a limiter of one band is one of capacity
+        # and rate, whatever its limit is called.
+        self.bands = (((lim.capacity, lim.rate),) if len(self.limits) == 1 else
+                      tuple((b.capacity, b.rate, b.name) for b in self.limits))
+        # Every band's numbers are in the key: other bands, other buckets.
+        self._head = "+".join(b._head for b in self.limits)
+
+    def bucket_key(self, ident):
+        """The bucket's key: one limit's is Limit.bucket_key; several have
+        every limit's numbers, in order, joined by "+"."""
+        return _bucket_key(self.scope, ident, self._head)
+
+    def cost_for(self, request):
+        return self.limits[0].cost_for(request)
+
+
+def plan(applied, default_key=None):
+    """The Groups of a request's limits, [(Limit, scope)], in the order of
+    their first limits."""
+    groups, index = [], {}
+    for pos, (lim, scope) in enumerate(applied):
+        keyfunc = lim.key if lim.key is not None else default_key
+        if lim.scope is not None:
+            same = ("declaration", id(lim._decl))
+        else:
+            same = (_token(keyfunc), scope, _token(lim.cost), _token(lim.exempt_when))
+        group = index.get(same)
+        if group is None:
+            group = index[same] = Group(scope, keyfunc, lim.exempt_when)
+            groups.append(group)
+        group._add(pos, lim)
+    return groups
+
+
+def band_decisions(group, decision):
+    """Each limit's own Decision in a group's decision (Decision.bands)."""
+    n = len(group.limits)
+    if n == 1:
+        return (decision,)
+    bands = decision.bands
+    if len(bands) == n:
+        return bands
+    # The call gave the whole's figures only: each band reports them.
+    return (decision,) * n
+
+
+def checks_of(groups, decisions, n):
+    """(Limit, Decision) for each of the n limits of a request that was
+    decided, in the order they were declared."""
+    out = [None] * n
+    for group, decision in zip(groups, decisions):
+        for pos, lim, d in zip(group.positions, group.limits, band_decisions(group, decision)):
+            out[pos] = (lim, d)
+    return [c for c in out if c is not None]
+
+
+def new_limiter(cls, url, bands, options, sentinel):
+    """A hirate.Limiter or AsyncLimiter (cls) of a Group's bands."""
+    if len(bands) == 1:
+        (capacity, rate), = bands
+        return cls(url, capacity=capacity, rate=rate, **options, **sentinel)
+    return cls(url, limits=list(bands), **options, **sentinel)
 
 
 def decide_sync(calls):
-    """Decisions for [(limiter, key, cost), ...] in the order above."""
+    """Decisions for [(limiter, key, cost), ...], one a group, in the order
+    above."""
     if len(calls) == 1:
         lim, key, cost = calls[0]
         return [lim.allow(key, cost)]
@@ -517,8 +677,10 @@ class Result:
     """The outcome of the limits of one request.
 
     checks       a tuple of (Limit, Decision) in the order the limits were
-                 declared (a refused request's decisions spent nothing, so
-                 their remaining is what the bucket holds)
+                 declared, each Decision that limit's own (a band's, of
+                 limits decided together: Decision.bands); a refused
+                 request spent nothing, so their remaining is what the
+                 bucket holds, and a limit that held the cost says allowed
     allowed      every limit passed
     retry_after  for a refusal, whole seconds until it could pass (rounded
                  up), or None when it never can (a cost above a capacity);
@@ -526,7 +688,7 @@ class Result:
     status       200 when allowed; 429 when refused; 503 when every refusal
                  came from on_error="closed" while Redis was down (the
                  client did nothing wrong: the limit could not be checked)
-    violated     the names of the refused limits
+    violated     the names of the limits that refused
     """
 
     __slots__ = ("checks", "allowed", "retry_after", "status", "violated")
@@ -547,16 +709,15 @@ class Result:
         self.status = 503 if all(d.source == "fail_closed" for _, d in refused) else 429
 
     def _t(self, decision):
-        """The "t" of one item: until the bucket is full when the request
-        passed; until this request could pass that limit when it was
-        refused (0 for a limit that had the tokens). None for never."""
-        if self.allowed:
-            return _ceil_seconds(decision.reset_after)
-        if decision.allowed:
-            return 0
-        if math.isinf(decision.retry_after):
-            return None
-        return _ceil_seconds(decision.retry_after)
+        """The "t" of one item: until this request could pass that limit
+        when the limit refused it; else until the bucket is full (a limit
+        that held the cost of a refused request spent nothing, and reports
+        its own time). None for never."""
+        if not decision.allowed:
+            if math.isinf(decision.retry_after):
+                return None
+            return _ceil_seconds(decision.retry_after)
+        return _ceil_seconds(decision.reset_after)
 
     def policy_header(self):
         """RateLimit-Policy: "name";q=<capacity>;w=<seconds to refill from

@@ -3,15 +3,17 @@ dependency, both on hirate.AsyncLimiter, so waiting for Redis never blocks
 the event loop.
 
     from fastapi import Depends, FastAPI
-    from hirate.asgi import Limit, RateLimiter, RateLimitMiddleware, key_header
+    from hirate.asgi import RateLimiter, RateLimitMiddleware, key_header
 
     limiter = RateLimiter(url="redis://127.0.0.1:6379",
-                          default_limits=[Limit(100, 10)],
-                          routes={"POST /login": Limit(5, 1 / 60), "/health": []})
+                          default_limits="100/10s",
+                          routes={"POST /login": "5/minute", "/health": []})
     app = FastAPI()
     app.add_middleware(RateLimitMiddleware, limiter=limiter)
 
-    @app.get("/search", dependencies=[Depends(limiter.limit(10, 1, key=key_header("X-API-Key")))])
+    search_limits = limiter.limit("10/second; 1000/day", key=key_header("X-API-Key"))
+
+    @app.get("/search", dependencies=[Depends(search_limits)])
     async def search(): ...
 
 The middleware limits by path before any routing (default limits, per-path
@@ -31,8 +33,8 @@ from starlette.responses import Response
 
 from . import AsyncLimiter as _AsyncLimiter
 from . import Limiter as _Limiter
-from ._http import ClientIP, Limit, Result, check_limits, check_scope, _check_cost
-from ._http import ident_for_ip, ident_for_key, key_header
+from ._http import ClientIP, Limit, Result, check_limits, check_scope, checks_of, declare
+from ._http import ident_for_ip, ident_for_key, key_header, new_limiter, plan, _check_cost
 
 __all__ = ["RateLimiter", "RateLimitMiddleware", "RateLimitExceeded", "Limit", "Result",
            "key_header"]
@@ -94,13 +96,15 @@ class _Pattern:
 
 
 def _as_limits(value, where):
-    if isinstance(value, Limit) or (isinstance(value, tuple) and len(value) == 2 and not any(
-            isinstance(v, (Limit, tuple, list)) for v in value)):
-        value = [value]  # one limit, not a list of them
-    if isinstance(value, str) or not hasattr(value, "__iter__"):
-        raise TypeError("limits for %s must be a Limit, a (capacity, rate) pair or a list "
-                        "of them, got %r" % (where, value))
-    return check_limits([tuple(v) if isinstance(v, list) else v for v in value], where)
+    # One limit (a Limit, a (capacity, rate) pair, a limit string such as
+    # "10/second; 1000/day"), or a list of them.
+    if isinstance(value, tuple) and len(value) == 2 and not any(
+            isinstance(v, (Limit, tuple, list, str)) for v in value):
+        value = [value]  # one pair, not a list of them
+    if not isinstance(value, (str, Limit)) and not hasattr(value, "__iter__"):
+        raise TypeError("limits for %s must be a Limit, a limit string, a (capacity, rate) "
+                        "pair or a list of them, got %r" % (where, value))
+    return check_limits(value, where)
 
 
 class RateLimitExceeded(HTTPException):
@@ -116,16 +120,18 @@ class RateLimitExceeded(HTTPException):
 
 
 class RateLimiter:
-    """Limits, settings and the AsyncLimiters (one per distinct capacity and
-    rate, made on first use) that RateLimitMiddleware and the limit()
-    dependencies share.
+    """Limits, settings and the AsyncLimiters (one per distinct set of bands,
+    made on first use) that RateLimitMiddleware and the limit() dependencies
+    share.
 
     url              Redis URL; None: in memory (each process has its own
                      buckets)
-    default_limits   Limits (or (capacity, rate) pairs) for every path no
+    default_limits   a limit string ("100/hour; 10/second"), or Limits, limit
+                     strings and (capacity, rate) pairs, for every path no
                      routes pattern matches; one budget per client across all
                      of them (scope "app")
-    routes           {pattern: limits} for the middleware: "/login",
+    routes           {pattern: limits (as default_limits)} for the
+                     middleware: "/login",
                      "POST /login", "/api/*"; the most specific matching
                      pattern decides, and an empty list exempts its paths
     exempt           patterns that get no default limits (routes {p: []})
@@ -202,8 +208,8 @@ class RateLimiter:
         probe.close()
         # The URL with its password, and the sentinels' password, are kept in
         # this closure only, out of reprs and of vars() dumps.
-        self._new_limiter = lambda capacity, rate: _AsyncLimiter(
-            url, capacity=capacity, rate=rate, **self._options, **sentinel)
+        self._new_limiter = lambda bands: new_limiter(_AsyncLimiter, url, bands,
+                                                      self._options, sentinel)
         self._limiters = {}
 
     def __repr__(self):
@@ -212,14 +218,13 @@ class RateLimiter:
 
     # -- limiters
 
-    def _limiter(self, limit):
-        pair = (limit.capacity, limit.rate)
-        lim = self._limiters.get(pair)
+    def _limiter(self, bands):
+        lim = self._limiters.get(bands)
         if lim is None:
-            # No await between the lookup and the store: one per pair even
-            # with many tasks on the loop.
-            lim = self._new_limiter(limit.capacity, limit.rate)
-            self._limiters[pair] = lim
+            # No await between the lookup and the store: one per set of
+            # bands even with many tasks on the loop.
+            lim = self._new_limiter(bands)
+            self._limiters[bands] = lim
         return lim
 
     async def close(self):
@@ -248,11 +253,12 @@ class RateLimiter:
         """The Result of [(Limit, scope)] for a request (None when every
         limit is exempt for it)."""
         address = None
-        checks, calls = [], []
-        for lim, scope in applied:
-            if lim.exempt_when is not None and await _maybe_await(lim.exempt_when(request)):
+        decided, calls = [], []
+        for group in plan(applied, self.key):
+            if group.exempt_when is not None and await _maybe_await(
+                    group.exempt_when(request)):
                 continue
-            keyfunc = lim.key or self.key
+            keyfunc = group.keyfunc
             value = await _maybe_await(keyfunc(request)) if keyfunc is not None else None
             if value is None:
                 if address is None:
@@ -260,14 +266,14 @@ class RateLimiter:
                 ident = ident_for_ip(address)
             else:
                 ident = ident_for_key(value)
-            cost = lim.cost
+            cost = group.limits[0].cost
             if callable(cost):
                 cost = _check_cost(await _maybe_await(cost(request)))
-            checks.append(lim)
-            calls.append((self._limiter(lim), lim.bucket_key(scope, ident), cost))
+            decided.append(group)
+            calls.append((self._limiter(group.bands), group.bucket_key(ident), cost))
         if not calls:
             return None
-        return Result(zip(checks, await _decide(calls)))
+        return Result(checks_of(decided, await _decide(calls), len(applied)))
 
     def _applied(self, method, path):
         for p in self._patterns:
@@ -304,20 +310,21 @@ class RateLimiter:
 
     # -- the FastAPI dependency
 
-    def limit(self, capacity, rate, *, key=None, cost=1, scope=None, name=None,
+    def limit(self, capacity, rate=None, *, key=None, cost=1, scope=None, name=None,
               exempt_when=None):
-        """A FastAPI dependency for one limit (see Limit for the arguments):
-        Depends(limiter.limit(5, 1)). scope=None gives the route a bucket of
-        its own. It adds the headers to the route's response (when the route
-        returns data, not a Response of its own) and raises
-        RateLimitExceeded to refuse."""
-        return self.limits(Limit(capacity, rate, key=key, cost=cost, scope=scope, name=name,
-                                 exempt_when=exempt_when))
+        """A FastAPI dependency for a limit, Depends(limiter.limit(5, 1)), or
+        for the limits of a limit string, limiter.limit("5/minute") or
+        limiter.limit("10/second; 1000/day") (see Limit for the other
+        arguments). scope=None gives the route a bucket of its own. It adds
+        the headers to the route's response (when the route returns data,
+        not a Response of its own) and raises RateLimitExceeded to refuse."""
+        return self.limits(*declare(capacity, rate, key=key, cost=cost, scope=scope,
+                                    name=name, exempt_when=exempt_when))
 
     def limits(self, *limits):
         """A FastAPI dependency for several limits that must all pass; a
-        refusal spends nothing on the others (Limits or (capacity, rate)
-        pairs)."""
+        refusal spends nothing on the others (Limits, limit strings or
+        (capacity, rate) pairs)."""
         checked = _as_limits(list(limits), "a dependency")
         if not checked:
             raise ValueError("limits() needs at least one limit")
@@ -360,8 +367,8 @@ def _route_scope(request):
 
 
 async def _decide(calls):
-    """hirate._http.decide_sync on AsyncLimiters, with the peeks (and then
-    the other allows) in flight together."""
+    """hirate._http.decide_sync on AsyncLimiters (a call a group of limits),
+    with the peeks (and then the other allows) in flight together."""
     if len(calls) == 1:
         lim, key, cost = calls[0]
         return [await lim.allow(key, cost)]

@@ -14,7 +14,7 @@ from ._http import key_header as key_header
 __all__ = ["RateLimiter", "RateLimitMiddleware", "RateLimitExceeded", "Limit", "Result",
            "key_header"]
 
-_LimitSpec = Union[Limit, Tuple[int, float]]
+_LimitSpec = Union[Limit, str, Tuple[int, float]]
 _Limits = Union[_LimitSpec, Iterable[_LimitSpec]]
 
 class RateLimitExceeded(HTTPException):
@@ -65,8 +65,8 @@ class RateLimiter:
     async def exception_handler(self, request: Request, exc: Exception) -> Response: ...
     def limit(
         self,
-        capacity: int,
-        rate: float,
+        capacity: Union[int, str],
+        rate: Optional[float] = None,
         *,
         key: Optional[Callable[[Request], Any]] = None,
         cost: Union[int, Callable[[Request], Any]] = 1,

@@ -5,15 +5,14 @@
 
     app = Flask(__name__)
     app.config["HIRATE_URL"] = "redis://127.0.0.1:6379"
-    limiter = RateLimiter(app, default_limits=[Limit(100, 10)])
+    limiter = RateLimiter(app, default_limits="100/10s")
 
     @app.post("/login")
-    @limiter.limit(5, 1 / 60)            # 5 at once, then one a minute
+    @limiter.limit("5/minute")           # 5 at once, then one every 12 s
     def login(): ...
 
     @app.get("/search")
-    @limiter.limit(10, 1, key=key_header("X-API-Key"))
-    @limiter.limit(1000, 1000 / 86400, key=key_header("X-API-Key"), name="daily")
+    @limiter.limit("10/second; 1000/day", key=key_header("X-API-Key"))
     def search(): ...
 
 Every response of a limited request carries the RateLimit-Policy and
@@ -28,8 +27,9 @@ import threading
 from flask import Blueprint, current_app, request
 
 from . import Limiter as _Limiter
-from ._http import ClientIP, Limit, Result, check_limits, check_scope, decide_sync
-from ._http import ident_for_ip, ident_for_key, key_header
+from ._http import ClientIP, Limit, Result, check_limits, check_scope, checks_of, decide_sync
+from ._http import declare, ident_for_ip, ident_for_key, key_header, new_limiter as _new_limiter
+from ._http import plan
 
 __all__ = ["RateLimiter", "Limit", "Result", "key_header", "current_result"]
 
@@ -95,16 +95,22 @@ def _as_list(value, what):
         raise TypeError("%s must be a list, got %s" % (what, type(value).__name__)) from None
 
 
+def _route_scope(lim, scope):
+    return lim.scope if lim.scope is not None else check_scope(scope, "route scope")
+
+
 def _as_limits(value, where):
-    specs = []
-    for spec in _as_list(value, "default_limits"):
-        specs.append(tuple(spec) if isinstance(spec, list) else spec)
-    return check_limits(specs, where)
+    # A limit string ("100/hour; 10/second"), a Limit, or a list of them and
+    # of (capacity, rate) pairs (JSON config gives lists).
+    if not isinstance(value, (str, Limit)):
+        value = _as_list(value, where)
+    return check_limits(value, where)
 
 
 class _AppState:
     """What one app uses: its settings, and one hirate.Limiter per distinct
-    (capacity, rate), made at its first request and shared by all threads."""
+    set of bands (a Group's), made at its first request and shared by all
+    threads."""
 
     def __init__(self, settings):
         url = settings["url"] or None
@@ -133,20 +139,19 @@ class _AppState:
         probe.close()
         # The URL with its password, and the sentinels' password, are kept in
         # this closure only, out of reprs and of vars() dumps.
-        self.new_limiter = lambda capacity, rate: _Limiter(
-            url, capacity=capacity, rate=rate, **self.options, **sentinel)
+        self.new_limiter = lambda bands: _new_limiter(_Limiter, url, bands, self.options,
+                                                      sentinel)
         self.limiters = {}
         self.lock = threading.Lock()
 
-    def limiter(self, limit):
-        pair = (limit.capacity, limit.rate)
-        lim = self.limiters.get(pair)
+    def limiter(self, bands):
+        lim = self.limiters.get(bands)
         if lim is None:
             with self.lock:
-                lim = self.limiters.get(pair)
+                lim = self.limiters.get(bands)
                 if lim is None:
-                    lim = self.new_limiter(limit.capacity, limit.rate)
-                    self.limiters[pair] = lim
+                    lim = self.new_limiter(bands)
+                    self.limiters[bands] = lim
         return lim
 
     def __repr__(self):
@@ -167,10 +172,11 @@ class RateLimiter:
 
     url              HIRATE_URL, else REDIS_URL; None: in memory (each
                      process has its own buckets)
-    default_limits   HIRATE_DEFAULT_LIMITS: Limits (or (capacity, rate)
-                     pairs) for every route that has no limit of its own and
-                     is not exempt; by default one budget per client across
-                     all of them (scope "app")
+    default_limits   HIRATE_DEFAULT_LIMITS: a limit string ("100/hour;
+                     10/second"), or a list of Limits, limit strings and
+                     (capacity, rate) pairs, for every route that has no
+                     limit of its own and is not exempt; by default one
+                     budget per client across all of them (scope "app")
     key              callable(request) -> str | bytes | int | None: the
                      default identity of a client; None (default) is its
                      address
@@ -265,22 +271,24 @@ class RateLimiter:
 
     # -- decorators
 
-    def limit(self, capacity, rate, *, key=None, cost=1, scope=None, name=None,
+    def limit(self, capacity, rate=None, *, key=None, cost=1, scope=None, name=None,
               exempt_when=None):
-        """A decorator that adds a limit to a view function or a Blueprint
-        (see Limit for the arguments). Stacked limits must all pass; a
-        refusal spends nothing on the others. A limit on a view function may
-        go above or below @app.route. scope=None gives the route (or the
-        blueprint, all of its routes together) a bucket of its own."""
-        lim = Limit(capacity, rate, key=key, cost=cost, scope=scope, name=name,
-                    exempt_when=exempt_when)
+        """A decorator that adds a limit to a view function or a Blueprint:
+        limit(capacity, rate, ...), or a limit string, limit("5/minute") or
+        several, limit("10/second; 1000/day") (see Limit for the other
+        arguments). Stacked limits must all pass; a refusal spends nothing
+        on the others. A limit on a view function may go above or below
+        @app.route. scope=None gives the route (or the blueprint, all of its
+        routes together) a bucket of its own."""
+        new = declare(capacity, rate, key=key, cost=cost, scope=scope, name=name,
+                      exempt_when=exempt_when)
 
         def decorator(obj):
             if isinstance(obj, Blueprint):
                 where = "blueprint %r" % obj.name
                 if obj.name in self._blueprint_exempt:
                     raise ValueError("%s is exempt: it cannot have limits too" % where)
-                limits = [lim] + self._blueprint_limits.get(obj.name, [])
+                limits = new + self._blueprint_limits.get(obj.name, [])
                 self._blueprint_limits[obj.name] = check_limits(limits, where)
                 return obj
             if not callable(obj):
@@ -292,7 +300,7 @@ class RateLimiter:
             marks = _mark(obj, _ATTR_LIMITS)
             # Decorators run bottom-up: putting this one first keeps the
             # limits in the order they are written.
-            marks[self] = check_limits([lim] + marks.get(self, []), where)
+            marks[self] = check_limits(new + marks.get(self, []), where)
             return obj
 
         return decorator
@@ -324,26 +332,26 @@ class RateLimiter:
     # -- per request
 
     def _limits_for(self, state):
-        """[(Limit, scope)] for the current request."""
+        """[(Limit, scope)] for the current request, each scope checked."""
         endpoint = request.endpoint
         if endpoint is None:
             return []  # no route matched: 404 or 405 answer without the view
         view = current_app.view_functions.get(endpoint)
-        found = [(lim, "ep:" + _scope_part(endpoint))
+        found = [(lim, _route_scope(lim, "ep:" + _scope_part(endpoint)))
                  for lim in getattr(view, _ATTR_LIMITS, {}).get(self, ())]
         exempt = self in getattr(view, _ATTR_EXEMPT, ())
         for bp in request.blueprints:
             # A nested blueprint is registered as "parent.child"; its own
             # name (which cannot hold a dot) is the last part.
             own = bp.rpartition(".")[2]
-            found += [(lim, "bp:" + _scope_part(bp))
+            found += [(lim, _route_scope(lim, "bp:" + _scope_part(bp)))
                       for lim in self._blueprint_limits.get(own, ())]
             exempt = exempt or own in self._blueprint_exempt
         if found:
             return found
         if exempt or endpoint == "static":
             return []
-        return [(lim, "app") for lim in state.default_limits]
+        return [(lim, lim.scope or "app") for lim in state.default_limits]
 
     def _before_request(self):
         state = self._state()
@@ -353,25 +361,23 @@ class RateLimiter:
         if not applied:
             return None
         address = None
-        checks, calls = [], []
-        for lim, scope in applied:
-            if lim.exempt_when is not None and lim.exempt_when(request):
+        decided, calls = [], []
+        for group in plan(applied, self.key):
+            if group.exempt_when is not None and group.exempt_when(request):
                 continue
-            keyfunc = lim.key or self.key
-            value = keyfunc(request) if keyfunc is not None else None
+            value = group.keyfunc(request) if group.keyfunc is not None else None
             if value is None:
                 if address is None:
                     address = state.client_ip.key(self.client_ip()) or "unknown"
                 ident = ident_for_ip(address)
             else:
                 ident = ident_for_key(value)
-            scope = lim.scope if lim.scope is not None else check_scope(scope, "route scope")
-            checks.append(lim)
-            calls.append((state.limiter(lim), lim.bucket_key(scope, ident),
-                          lim.cost_for(request)))
+            decided.append(group)
+            calls.append((state.limiter(group.bands), group.bucket_key(ident),
+                          group.cost_for(request)))
         if not calls:
             return None
-        result = Result(zip(checks, decide_sync(calls)))
+        result = Result(checks_of(decided, decide_sync(calls), len(applied)))
         # The request's own environ, not g: an app context can outlive a
         # request (tests hold one around several).
         request.environ.setdefault("hirate.results", []).append((self, result))

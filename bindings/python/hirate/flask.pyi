@@ -11,7 +11,7 @@ from ._http import key_header as key_header
 __all__ = ["RateLimiter", "Limit", "Result", "key_header", "current_result"]
 
 _T = TypeVar("_T")
-_LimitSpec = Union[Limit, Tuple[int, float]]
+_LimitSpec = Union[Limit, str, Tuple[int, float]]
 
 def current_result() -> Optional[Result]: ...
 
@@ -23,7 +23,7 @@ class RateLimiter:
         app: Optional[Flask] = None,
         *,
         url: Optional[str] = ...,
-        default_limits: Iterable[_LimitSpec] = ...,
+        default_limits: Union[_LimitSpec, Iterable[_LimitSpec]] = ...,
         key: Optional[Callable[[Request], Any]] = None,
         on_error: str = ...,
         headers: bool = ...,
@@ -47,8 +47,8 @@ class RateLimiter:
     def close(self, app: Optional[Flask] = None) -> None: ...
     def limit(
         self,
-        capacity: int,
-        rate: float,
+        capacity: Union[int, str],
+        rate: Optional[float] = None,
         *,
         key: Optional[Callable[[Request], Any]] = None,
         cost: Union[int, Callable[[Request], int]] = 1,
