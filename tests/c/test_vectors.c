@@ -5,6 +5,13 @@
  * Every field of every decision is compared exactly; a failure names the
  * backend, the case id, the step and the field.
  *
+ * A case of several bands ({"bands": [...]}: hirate_options.bands) is decided
+ * by hirate_decide_at_bands, and its `band` and every band's own figures are
+ * compared too. A "reconfigure" step frees the limiter and makes a new one of
+ * the step's config with the same prefix, over the keys already stored; the
+ * cases holding one are redis_only: the memory backend skips them (and says
+ * how many), every Redis path runs them.
+ *
  *     test_vectors [path/to/token_bucket.json]
  *
  * Without an argument the file is $HIRATE_SOURCE_DIR/tests/vectors/token_bucket.json.
@@ -46,6 +53,13 @@ static const char *g_tls_ca;
 
 /* Refusals the deny cache answered, in place of Redis, with equal values. */
 static int g_cache_hits;
+
+/* Of one run_all: redis_only cases skipped (memory), cases of several bands
+ * run, decisions whose bands were compared, reconfigure steps run. */
+static int g_skipped, g_multi_cases, g_band_steps, g_reconfigures;
+
+/* The file's redis_only cases. */
+static int g_redis_only;
 
 /* The script calls of one run_all, summed over its limiters' counters. */
 static uint64_t g_fcall, g_evalsha, g_eval;
@@ -150,6 +164,38 @@ static int get_rate(const cJSON *j, double *out)
     return 0;
 }
 
+/* A limiter config: {"capacity", "rate"} (*nbands = 0) or {"bands": [{"capacity", "rate",
+ * "name"?}, ...]} into bands[0 .. *nbands) (names point into the JSON). */
+typedef struct config {
+    int64_t capacity;
+    double rate;
+    hirate_band bands[HIRATE_BANDS_MAX];
+    size_t nbands;      /* 0: capacity and rate */
+} config;
+
+static int get_config(const cJSON *j, config *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!cJSON_IsObject(j))
+        return -1;
+    const cJSON *list = field(j, "bands"), *b;
+    if (!list)
+        return get_i64(field(j, "capacity"), &out->capacity) < 0 ||
+               get_rate(field(j, "rate"), &out->rate) < 0 ? -1 : 0;
+    if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) < 1 ||
+        cJSON_GetArraySize(list) > HIRATE_BANDS_MAX)
+        return -1;
+    cJSON_ArrayForEach(b, list) {
+        hirate_band *band = &out->bands[out->nbands++];
+        const cJSON *name = field(b, "name");
+        if (get_i64(field(b, "capacity"), &band->capacity) < 0 ||
+            get_rate(field(b, "rate"), &band->rate) < 0 || (name && !cJSON_IsString(name)))
+            return -1;
+        band->name = name ? name->valuestring : NULL;
+    }
+    return 0;
+}
+
 static int hexval(char c)
 {
     if (c >= '0' && c <= '9') return c - '0';
@@ -213,29 +259,49 @@ static int get_key(const cJSON *j, unsigned char **out, size_t *len)
 
 static int g_steps_run;
 
-/* Compares one decision with its "expect" object. */
-static void compare(const where *w, const cJSON *expect, const hirate_decision *d, int64_t t_us)
+/* A case's limiter, and what it was made with. */
+typedef struct running {
+    hirate_limiter *lim;
+    size_t nbands;      /* of the config in effect: 0 for capacity and rate */
+} running;
+
+/* Compares the five figures of a decision with an "expect" (or one band's)
+ * object; `what` prefixes the field names ("" or "bands[i]."). */
+static void compare_figures(const where *w, const char *what, const cJSON *expect,
+                            const hirate_decision *d)
 {
     const cJSON *allowed = field(expect, "allowed"), *retry = field(expect, "retry_after_us");
     int64_t remaining, reset, limit, retry_us;
+    char name[48];
 
     if (!cJSON_IsBool(allowed) || get_i64(field(expect, "remaining"), &remaining) < 0 ||
         get_i64(field(expect, "reset_after_us"), &reset) < 0 ||
         get_i64(field(expect, "limit"), &limit) < 0) {
-        failf(w, "malformed expect object in the vector file");
+        failf(w, "malformed %sexpect object in the vector file", what);
         return;
     }
     if (cJSON_IsString(retry) && strcmp(retry->valuestring, "never") == 0) {
         retry_us = HIRATE_NEVER;
     } else if (get_i64(retry, &retry_us) < 0) {
-        failf(w, "malformed retry_after_us in the vector file");
+        failf(w, "malformed %sretry_after_us in the vector file", what);
         return;
     }
-    expect_i64(w, "allowed", cJSON_IsTrue(allowed) ? 1 : 0, d->allowed);
-    expect_i64(w, "remaining", remaining, d->remaining);
-    expect_i64(w, "retry_after_us", retry_us, d->retry_after_us);
-    expect_i64(w, "reset_after_us", reset, d->reset_after_us);
-    expect_i64(w, "limit", limit, d->limit);
+#define FIGURE(f, want, got) \
+    (snprintf(name, sizeof name, "%s%s", what, f), expect_i64(w, name, want, got))
+    FIGURE("allowed", cJSON_IsTrue(allowed) ? 1 : 0, d->allowed);
+    FIGURE("remaining", remaining, d->remaining);
+    FIGURE("retry_after_us", retry_us, d->retry_after_us);
+    FIGURE("reset_after_us", reset, d->reset_after_us);
+    FIGURE("limit", limit, d->limit);
+#undef FIGURE
+}
+
+/* Compares one decision with its "expect" object, and each band's with
+ * expect.bands (bands NULL: a one-bucket config, whose band is 0). */
+static void compare(const where *w, const cJSON *expect, const hirate_decision *d, int64_t t_us,
+                    const hirate_decision *bands, size_t nbands)
+{
+    compare_figures(w, "", expect, d);
     expect_i64(w, "time_us", t_us, d->time_us);   /* the injected clock decided */
     if (d->source == HIRATE_SOURCE_CACHE && w->b->deny_cache && !d->allowed) g_cache_hits++;
     if (d->source == w->b->source || (d->source == HIRATE_SOURCE_CACHE && w->b->deny_cache &&
@@ -244,15 +310,44 @@ static void compare(const where *w, const cJSON *expect, const hirate_decision *
                hirate_source_name(d->source), d->source);
     if (d->error == 0) check_passed_++;
     else failf(w, "error: expected 0, got %s (%d)", hirate_err_name(d->error), d->error);
+
+    if (!bands) {
+        expect_i64(w, "band", 0, d->band);
+        return;
+    }
+    int64_t band;
+    const cJSON *list = field(expect, "bands"), *e;
+    if (get_i64(field(expect, "band"), &band) < 0 || !cJSON_IsArray(list) ||
+        (size_t)cJSON_GetArraySize(list) != nbands) {
+        failf(w, "malformed band or bands in the vector file (%zu bands configured)", nbands);
+        return;
+    }
+    expect_i64(w, "band", band, d->band);
+    size_t i = 0;
+    cJSON_ArrayForEach(e, list) {
+        char what[32];
+        snprintf(what, sizeof what, "bands[%zu].", i);
+        compare_figures(w, what, e, &bands[i]);
+        /* source, error and time_us are the whole's */
+        if (bands[i].source == d->source && bands[i].error == d->error &&
+            bands[i].time_us == d->time_us) check_passed_++;
+        else failf(w, "%s source/error/time_us: expected the whole's %s/%d/%" PRId64
+                   ", got %s/%d/%" PRId64, what, hirate_source_name(d->source), d->error,
+                   d->time_us, hirate_source_name(bands[i].source), bands[i].error,
+                   bands[i].time_us);
+        i++;
+    }
+    g_band_steps++;
 }
 
-static void run_step(where *w, hirate_limiter *lim, const cJSON *step)
+static void run_step(where *w, running *run, const cJSON *step)
 {
     const cJSON *op = field(step, "op"), *jcost = field(step, "cost");
     const cJSON *expect = field(step, "expect"), *expect_error = field(step, "expect_error");
     int64_t t_us, cost = 1;
     unsigned char *key = NULL;
     size_t keylen = 0;
+    hirate_limiter *lim = run->lim;
 
     if (!cJSON_IsString(op) || get_i64(field(step, "t_us"), &t_us) < 0 ||
         (jcost && get_i64(jcost, &cost) < 0) || get_key(field(step, "key"), &key, &keylen) < 0) {
@@ -278,9 +373,15 @@ static void run_step(where *w, hirate_limiter *lim, const cJSON *step)
         return;
     }
 
-    hirate_decision d;
-    memset(&d, 0xa5, sizeof d);   /* a field the library forgets cannot match by luck */
-    int rc = hirate_decide_at(lim, key, keylen, cost, spend, t_us, &d);
+    /* A field the library forgets cannot match by luck. */
+    hirate_decision d, bands[HIRATE_BANDS_MAX];
+    memset(&d, 0xa5, sizeof d);
+    memset(bands, 0xa5, sizeof bands);
+    int rc;
+    if (run->nbands)
+        rc = hirate_decide_at_bands(lim, key, keylen, cost, spend, t_us, &d, bands, run->nbands);
+    else
+        rc = hirate_decide_at(lim, key, keylen, cost, spend, t_us, &d);
     free(key);
 
     if (cJSON_IsString(expect_error)) {
@@ -305,24 +406,92 @@ static void run_step(where *w, hirate_limiter *lim, const cJSON *step)
         return;
     }
     check_passed_++;
-    compare(w, expect, &d, t_us);
+    compare(w, expect, &d, t_us, run->nbands ? bands : NULL, run->nbands);
+}
+
+/* Adds a limiter's script calls to the run's, and frees it. */
+static void done_with(hirate_limiter *lim)
+{
+    hirate_counters cnt;
+    hirate_counters_get(lim, &cnt);
+    g_fcall += cnt.fcall;
+    g_evalsha += cnt.evalsha;
+    g_eval += cnt.eval;
+    hirate_limiter_free(lim);
+}
+
+/* Makes the limiter of a config for backend b. 0, or the code of
+ * hirate_limiter_new (failures other than the one a case expects are its
+ * caller's to report). The limiter's bands must be the config's. */
+static int make_limiter(const where *w, const char *prefix, const config *cfg, running *run,
+                        char *why, size_t whylen)
+{
+    const backend *b = w->b;
+    hirate_options o;
+    hirate_options_init(&o);
+    o.url = b->url;
+    if (cfg->nbands) {
+        o.bands = cfg->bands;
+        o.nbands = cfg->nbands;
+    } else {
+        o.capacity = cfg->capacity;
+        o.rate = cfg->rate;
+    }
+    o.prefix = prefix;
+    o.connect_timeout_ms = 5000;   /* a slow CI machine must not turn into a fallback */
+    o.timeout_ms = 5000;
+    o.deny_cache = b->deny_cache;
+    if (b->no_functions) o.functions = 0;
+    if (b->url) o.tls_ca_file = g_tls_ca;
+
+    hirate_limiter *lim = (hirate_limiter *)&o;   /* must become NULL on failure */
+    int rc = hirate_limiter_new(&lim, &o, why, whylen);
+    run->lim = lim;
+    run->nbands = cfg->nbands;
+    if (rc != 0)
+        return rc;
+    /* The limiter holds the config's bands (one for capacity and rate). */
+    size_t n = cfg->nbands ? cfg->nbands : 1;
+    expect_i64(w, "hirate_limiter_nbands", (int64_t)n, (int64_t)hirate_limiter_nbands(lim));
+    for (size_t i = 0; i < n; i++) {
+        hirate_band got;
+        memset(&got, 0, sizeof got);
+        int brc = hirate_limiter_band(lim, i, &got);
+        const hirate_band *want = cfg->nbands ? &cfg->bands[i] : NULL;
+        int64_t cap = want ? want->capacity : cfg->capacity;
+        double rate = want ? want->rate : cfg->rate;
+        if (brc == 0 && got.capacity == cap && got.rate == rate && got.name && got.name[0] &&
+            (!want || !want->name || strcmp(want->name, got.name) == 0)) {
+            check_passed_++;
+        } else {
+            failf(w, "hirate_limiter_band(%zu): rc %d, capacity %" PRId64 ", rate %.17g, name %s;"
+                  " the config says %" PRId64 ", %.17g, %s", i, brc, got.capacity, got.rate,
+                  got.name ? got.name : "(null)", cap, rate,
+                  want && want->name ? want->name : "(default)");
+        }
+    }
+    return 0;
 }
 
 static void run_case(const backend *b, const cJSON *c)
 {
-    const cJSON *id = field(c, "id"), *config = field(c, "config");
+    const cJSON *id = field(c, "id");
     where w = {b, "?", -1};
-    int64_t capacity;
-    double rate;
+    config cfg;
 
     if (cJSON_IsString(id))
         w.case_id = id->valuestring;
-    if (!cJSON_IsString(id) || !cJSON_IsObject(config) ||
-        get_i64(field(config, "capacity"), &capacity) < 0 ||
-        get_rate(field(config, "rate"), &rate) < 0) {
+    if (!cJSON_IsString(id) || get_config(field(c, "config"), &cfg) < 0) {
         failf(&w, "malformed case in the vector file");
         return;
     }
+    /* A memory backend's bands cannot change under it: skipped, and counted. */
+    if (cJSON_IsTrue(field(c, "redis_only")) && !b->url) {
+        g_skipped++;
+        return;
+    }
+    if (cfg.nbands)
+        g_multi_cases++;
 
     char prefix[HIRATE_PREFIX_MAX + 1];
     int n = snprintf(prefix, sizeof prefix, "%s%s:", b->prefix, w.case_id);
@@ -331,33 +500,24 @@ static void run_case(const backend *b, const cJSON *c)
         return;
     }
 
-    hirate_options o;
-    hirate_options_init(&o);
-    o.url = b->url;
-    o.capacity = capacity;
-    o.rate = rate;
-    o.prefix = prefix;
-    o.connect_timeout_ms = 5000;   /* a slow CI machine must not turn into a fallback */
-    o.timeout_ms = 5000;
-    o.deny_cache = b->deny_cache;
-    if (b->no_functions) o.functions = 0;
-    if (b->url) o.tls_ca_file = g_tls_ca;
-
     char why[HIRATE_ERRMSG_SIZE] = "";
-    hirate_limiter *lim = (hirate_limiter *)&w;   /* must become NULL on failure */
-    int rc = hirate_limiter_new(&lim, &o, why, sizeof why);
+    running run;
+    int rc = make_limiter(&w, prefix, &cfg, &run, why, sizeof why);
 
     const cJSON *config_error = field(c, "config_error");
     if (cJSON_IsString(config_error)) {
         expect_str(&w, "hirate_limiter_new", config_error->valuestring, hirate_err_name(rc));
         if (rc < 0) {
-            if (lim == NULL) check_passed_++;
+            if (run.lim == NULL) check_passed_++;
             else failf(&w, "hirate_limiter_new failed but left *out non-NULL");
             if (why[0]) check_passed_++;
             else failf(&w, "hirate_limiter_new failed without a message in errbuf");
+            /* A band's bad number is named by its index. */
+            if (!cfg.nbands || strncmp(why, "bands[", 6) == 0) check_passed_++;
+            else failf(&w, "the message does not start with \"bands[i]: \": %s", why);
         }
         if (rc == 0)
-            hirate_limiter_free(lim);
+            hirate_limiter_free(run.lim);
         return;
     }
     if (rc != 0) {
@@ -371,15 +531,31 @@ static void run_case(const backend *b, const cJSON *c)
         failf(&w, "case has neither steps nor config_error in the vector file");
     w.step = 0;
     cJSON_ArrayForEach(step, steps) {
-        run_step(&w, lim, step);
+        const cJSON *op = field(step, "op");
+        if (cJSON_IsString(op) && strcmp(op->valuestring, "reconfigure") == 0) {
+            /* A new limiter of the step's config, the same prefix: the keys stay. */
+            config next;
+            if (get_config(field(step, "config"), &next) < 0) {
+                failf(&w, "malformed reconfigure step in the vector file");
+                break;
+            }
+            done_with(run.lim);
+            why[0] = '\0';
+            rc = make_limiter(&w, prefix, &next, &run, why, sizeof why);
+            if (rc != 0) {
+                failf(&w, "reconfigure: hirate_limiter_new: expected 0, got %s (%s)",
+                      hirate_err_name(rc), why);
+                return;
+            }
+            check_passed_++;
+            g_steps_run++;
+            g_reconfigures++;
+        } else {
+            run_step(&w, &run, step);
+        }
         w.step++;
     }
-    hirate_counters cnt;
-    hirate_counters_get(lim, &cnt);
-    g_fcall += cnt.fcall;
-    g_evalsha += cnt.evalsha;
-    g_eval += cnt.eval;
-    hirate_limiter_free(lim);
+    done_with(run.lim);
 }
 
 static void run_all(const backend *b, const cJSON *cases)
@@ -388,12 +564,28 @@ static void run_all(const backend *b, const cJSON *cases)
     int before = check_failed_;
     g_steps_run = 0;
     g_fcall = g_evalsha = g_eval = 0;
+    g_skipped = g_multi_cases = g_band_steps = g_reconfigures = 0;
     cJSON_ArrayForEach(c, cases)
         run_case(b, c);
-    printf("%s: %d cases, %d steps, %d failures (%llu FCALL, %llu EVALSHA, %llu EVAL)\n",
-           b->name, cJSON_GetArraySize(cases), g_steps_run, check_failed_ - before,
-           (unsigned long long)g_fcall, (unsigned long long)g_evalsha,
-           (unsigned long long)g_eval);
+    printf("%s: %d cases (%d skipped: redis_only), %d steps, %d failures (%llu FCALL, "
+           "%llu EVALSHA, %llu EVAL); %d cases of bands, %d decisions with bands, "
+           "%d reconfigures\n",
+           b->name, cJSON_GetArraySize(cases) - g_skipped, g_skipped, g_steps_run,
+           check_failed_ - before, (unsigned long long)g_fcall, (unsigned long long)g_evalsha,
+           (unsigned long long)g_eval, g_multi_cases, g_band_steps, g_reconfigures);
+    /* Every path compares bands; only the memory one skips, and only redis_only cases. */
+    if (g_multi_cases > 0 && g_band_steps > 0) check_passed_++;
+    else {
+        check_failed_++;
+        fprintf(stderr, "FAIL [%s] no decision of several bands was compared\n", b->name);
+    }
+    if (b->url ? g_skipped == 0 && g_reconfigures > 0 : g_skipped == g_redis_only &&
+                                                          g_reconfigures == 0) check_passed_++;
+    else {
+        check_failed_++;
+        fprintf(stderr, "FAIL [%s] %d redis_only cases skipped, %d reconfigures run (file: %d"
+                " redis_only cases)\n", b->name, g_skipped, g_reconfigures, g_redis_only);
+    }
     if (g_steps_run > 0) check_passed_++;
     else {
         check_failed_++;
@@ -471,6 +663,11 @@ int main(int argc, char **argv)
         cJSON_Delete(doc);
         return check_summary("test_vectors");
     }
+
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases)
+        g_redis_only += cJSON_IsTrue(field(c, "redis_only"));
+    CHECK(g_redis_only > 0);
 
     static const backend memory = {"memory", NULL, HIRATE_SOURCE_LOCAL, 0, "vec:", 0};
     run_all(&memory, cases);

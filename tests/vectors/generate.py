@@ -9,10 +9,15 @@ step is computed by the reference model in this file, never written by hand.
 The model is an independent transcription of lua/token_bucket.lua: Python
 floats are IEEE doubles, and every expression below performs the script's
 operations in the script's order, so it gives the script's doubles bit for bit.
+It decides one bucket or several bands on one key (docs/semantics.md,
+"Several limits"); one band is the one-bucket model, figure for figure.
+"reconfigure" steps change the limiter over the same stored keys, as a
+deploy that changes the limits does (those cases are redis_only).
 
 --check does four things and exits non-zero if any fails:
   1. validates token_bucket.json against token_bucket.schema.json (jsonschema);
-  2. checks what a schema cannot say: unique ids, sizes, coverage counts;
+  2. checks what a schema cannot say: unique ids, sizes, how each decision's
+     figures hang together (the whole and its bands), coverage counts;
   3. replays the file's own cases through the model and compares every field
      (so a hand edit to an expectation is reported by case, step and field);
   4. regenerates the file from the cases here and compares it byte for byte
@@ -103,51 +108,93 @@ def until_level(s, t0, now, target, rate):
 
 
 class Model:
-    """One limiter: config plus the *stored* state of each key.
+    """One limiter: its bands (capacity, rate) plus the *stored* state of each key.
 
-    self.store maps key bytes to (tokens, ts) as last written by a spend, the
-    only write. The refilled level used to answer a call is a local value and
-    is stored only when the call spends."""
+    self.store maps key bytes to a tuple of (tokens, ts), one per band in
+    order, as last written by a spend, the only write (Redis: one key holding
+    "tokens ts tokens ts ..."; one band writes today's "tokens ts"). The
+    refilled levels used to answer a call are local values, stored only when
+    the call spends. A limiter made with other bands over the same store (a
+    reconfigure) reads stored band i as its band i; bands the key lacks are
+    full at now, stored bands beyond its count are ignored and dropped at its
+    next write (docs/semantics.md, "Several limits")."""
 
-    def __init__(self, capacity, rate):
-        self.cap = float(capacity)
-        self.limit = capacity
-        self.rate = rate
-        self.store = {}
+    def __init__(self, bands, store=None):
+        # (the capacity as a double, as an integer for limit, the rate)
+        self.bands = [(float(capacity), capacity, rate) for capacity, rate in bands]
+        self.store = {} if store is None else store
 
     def reset(self, key):
         self.store.pop(key, None)
 
     def decide(self, key, now_us, cost, spend):
-        rate = self.rate
-        cap = self.cap
+        """The whole's decision (a dict) and each band's (a list of dicts)."""
         now = float(now_us)
         c = float(cost)
-        # The stored state; a missing key is a full bucket at now.
-        tokens, ts = self.store.get(key, (cap, now))
-        # Lua's math.min(capacity, x): the first argument unless x < it.
-        x = level_at(tokens, ts, now, 0.0, rate)
-        level = x if x < cap else cap
-        allowed, retry = False, 0
-        if c > cap:
-            retry = NEVER
-        elif level >= c:
-            allowed = True
-            if spend and c > 0:
-                tokens = level - c
-                if now > ts:
-                    ts = now
-                level = tokens
-                self.store[key] = (tokens, ts)
+        stored = self.store.get(key, ())
+        held = []                       # per band: [tokens, ts, level, ok, retry]
+        for i, (cap, _, rate) in enumerate(self.bands):
+            # The stored state; a missing key or band is a full bucket at now.
+            tokens, ts = stored[i] if i < len(stored) else (cap, now)
+            # Lua's math.min(capacity, x): the first argument unless x < it.
+            x = level_at(tokens, ts, now, 0.0, rate)
+            level = x if x < cap else cap
+            ok, retry = False, 0
+            if c > cap:
+                retry = NEVER
+            elif level >= c:
+                ok = True
+            else:
+                retry = until_level(tokens, ts, now, c, rate)
+            held.append([tokens, ts, level, ok, retry])
+        allowed = all(h[3] for h in held)
+        if allowed and spend and c > 0:
+            for h in held:
+                h[0] = h[2] - c
+                if now > h[1]:
+                    h[1] = now
+                h[2] = h[0]
+            self.store[key] = tuple((h[0], h[1]) for h in held)
+        per = []
+        for (cap, limit, rate), (tokens, ts, level, ok, retry) in zip(self.bands, held):
+            per.append({
+                "allowed": ok,
+                "remaining": int(math.floor(level)),
+                "retry_after_us": retry,
+                "reset_after_us": until_level(tokens, ts, now, cap, rate),
+                "limit": limit,
+            })
+        # The whole: band is the refusing band that waits longest when
+        # refused, the band with the fewest left when allowed; the first of
+        # equals either way (a later band replaces it only if strictly more).
+        band = None
+        if allowed:
+            for i, p in enumerate(per):
+                if band is None or p["remaining"] < per[band]["remaining"]:
+                    band = i
+            retry = 0
         else:
-            retry = until_level(tokens, ts, now, c, rate)
-        return {
+            for i, p in enumerate(per):
+                if p["allowed"]:
+                    continue
+                if band is None or longer(p["retry_after_us"], per[band]["retry_after_us"]):
+                    band = i
+            retry = per[band]["retry_after_us"]
+        whole = {
             "allowed": allowed,
-            "remaining": int(math.floor(level)),
+            "remaining": min(p["remaining"] for p in per),
             "retry_after_us": retry,
-            "reset_after_us": until_level(tokens, ts, now, cap, rate),
-            "limit": self.limit,
+            "reset_after_us": max(p["reset_after_us"] for p in per),
+            "limit": per[band]["limit"],
         }
+        return whole, band, per
+
+
+def longer(a, b):
+    """Whether wait a is strictly longer than wait b ("never" beats any number)."""
+    if a == NEVER:
+        return b != NEVER
+    return b != NEVER and a > b
 
 
 # --------------------------------------------------------------------------
@@ -198,10 +245,11 @@ class Repeat:
 
 class After:
     """A time computed from an earlier step's answer: that step's t_us plus
-    its `field` (retry_after_us or reset_after_us) plus delta. Resolved when
-    the file is generated; the file holds the absolute number."""
-    def __init__(self, field, delta=0, step=-1):
-        self.field, self.delta, self.step = field, delta, step
+    its `field` (retry_after_us or reset_after_us; band i's own with band=i)
+    plus delta. Resolved when the file is generated; the file holds the
+    absolute number."""
+    def __init__(self, field, delta=0, step=-1, band=None):
+        self.field, self.delta, self.step, self.band = field, delta, step, band
 
 
 def allow(t, key, cost=1):
@@ -216,8 +264,35 @@ def reset(t, key):
     return {"t": t, "op": "reset", "key": key}
 
 
+def reconfigure(t, config):
+    """From this step on, a new limiter of config over the same store (the
+    same prefix: the keys already in Redis stay)."""
+    return {"t": t, "op": "reconfigure", "config": config}
+
+
+def one_band(capacity, rate):
+    """The config of one bucket: {"capacity", "rate"}."""
+    return {"capacity": capacity, "rate": rate_to_json(rate)}
+
+
+def bands(*spec):
+    """The config of several bands: each (capacity, rate) or (capacity, rate, name)."""
+    out = []
+    for b in spec:
+        j = {"capacity": b[0], "rate": rate_to_json(b[1])}
+        if len(b) > 2:
+            j["name"] = b[2]
+        out.append(j)
+    return {"bands": out}
+
+
 def case(cid, rule, capacity, rate, steps=()):
-    return {"id": cid, "rule": rule, "capacity": capacity, "rate": rate, "steps": list(steps)}
+    return {"id": cid, "rule": rule, "config": one_band(capacity, rate), "steps": list(steps)}
+
+
+def bands_case(cid, rule, config, steps=()):
+    """A case of any config (bands(...) or one_band(...)), reconfigure steps allowed."""
+    return {"id": cid, "rule": rule, "config": config, "steps": list(steps)}
 
 
 THIRD = 1 / 3                 # the double nearest 1/3: 0.3333333333333333 round-trips
@@ -717,6 +792,228 @@ CASES = [
              allow(EXACT - 1, "k"),
              allow(EXACT, "k"),
          ]),
+    # ------------------------------------------------------ several bands
+    # A config of "bands": every decision also carries "band" (the band
+    # behind limit) and "bands" (each band's own figures).
+    bands_case("bands-burst-band-refuses",
+               "With a burst and a daily band, the burst band refuses once it is empty; the daily band held the cost.",
+               bands((5, 1.0, "burst"), (100, 100 / 86400, "daily")), [
+                   allow(0, "k", 5),
+                   allow(0, "k"),
+                   peek(After("retry_after_us", -1), "k"),
+                   allow(After("retry_after_us", 0, step=1), "k"),
+                   allow(3 * S, "k", 2),
+                   peek(3 * S, "k"),
+               ]),
+    bands_case("bands-daily-band-refuses",
+               "With a burst and a daily band, the daily band refuses once its quota is spent, while the burst band holds the cost.",
+               bands((5, 1.0, "burst"), (8, 8 / 86400, "daily")), [
+                   allow(0, "k", 5),
+                   allow(5 * S, "k", 3),
+                   allow(10 * S, "k"),
+                   peek(After("retry_after_us", -1), "k"),
+                   allow(After("retry_after_us", 0, step=2), "k"),
+                   peek(After("retry_after_us", 0, step=2), "k"),
+               ]),
+    bands_case("bands-cost-above-one-capacity-is-never",
+               "A cost above one band's capacity is refused with never, even where every other band holds it; never outweighs any wait.",
+               bands((10, 1.0), (3, 1.0)), [
+                   allow(0, "k", 5),
+                   peek(0, "k", 4),
+                   allow(0, "k", 3),
+                   allow(0, "k", 8),
+                   allow(0, "k", 4),
+                   allow(S, "k"),
+                   allow(DAY, "k", 4),
+               ]),
+    bands_case("bands-one-refills-while-another-stays-empty",
+               "Each band refills at its own rate: a fast band is full again while a slow one still refuses.",
+               bands((2, 10.0, "fast"), (4, 4 / 60, "slow")), [
+                   allow(0, "k", 2),
+                   allow(200_000, "k", 2),
+                   peek(S, "k"),
+                   allow(5 * S, "k"),
+                   allow(After("retry_after_us", 0, step=2), "k"),
+                   peek(After("retry_after_us", 0, step=2), "k"),
+                   peek(After("reset_after_us", 0), "k", 2),
+               ]),
+    bands_case("bands-peek-spends-nothing",
+               "A peek of several bands answers like allow, per band, and spends nothing in any band.",
+               bands((3, 1.0), (5, 0.1)), [
+                   peek(0, "k"),
+                   peek(0, "k", 3),
+                   allow(0, "k", 3),
+                   peek(0, "k"),
+                   peek(0, "k"),
+                   peek(0, "k", 3),
+                   peek(0, "k", 6),
+                   allow(S, "k"),
+                   peek(S, "k"),
+               ]),
+    bands_case("bands-reset-fills-every-band",
+               "A reset makes every band of the key full again and leaves other keys alone.",
+               bands((3, 1.0), (10, 10 / 3600)), [
+                   allow(0, "a", 3),
+                   allow(0, "b", 2),
+                   allow(0, "a"),
+                   reset(0, "a"),
+                   peek(0, "a", 3),
+                   peek(0, "b"),
+                   allow(0, "a", 3),
+                   reset(0, "never-used"),
+                   peek(0, "never-used"),
+               ]),
+    bands_case("bands-cost-zero",
+               "A cost of 0 passes every band, even empty ones, and stores nothing in any band.",
+               bands((2, 1.0), (3, 1 / 60)), [
+                   allow(0, "k", 2),
+                   allow(0, "k", 0),
+                   allow(0, "k"),
+                   peek(0, "k", 0),
+                   # Had the cost 0 call at 10 s stored (2, 10 s) in band 0,
+                   # the call at 1 s would see 2 there; it sees 0 + 1 s * 1 = 1.
+                   allow(10 * S, "k", 0),
+                   peek(S, "k"),
+                   allow(S, "k"),
+               ]),
+    bands_case("bands-three",
+               "Three bands (second, minute, hour): each refuses in its turn, and the longest wait names the band.",
+               bands((3, 3.0, "second"), (10, 10 / 60, "minute"), (12, 12 / 3600, "hour")), [
+                   allow(0, "k", 3),
+                   allow(S, "k", 3),
+                   allow(2 * S, "k", 3),
+                   allow(3 * S, "k", 3),
+                   allow(MIN, "k", 3),
+                   allow(MIN + 500_000, "k", 3),
+                   allow(2 * MIN, "k"),
+                   peek(2 * MIN, "k", 4),
+                   peek(After("reset_after_us", 0), "k", 12),
+               ]),
+    bands_case("bands-ties-name-the-first-band",
+               "band is the refusing band that waits longest, else the band with the fewest whole tokens left; of equals, the first.",
+               bands((3, 0.5), (2, 1.0)), [
+                   allow(0, "k", 2),
+                   allow(0, "k", 2),
+                   allow(0, "k"),
+                   peek(1_500_000, "k"),
+                   peek(0, "k", 4),
+                   peek(0, "k", 3),
+                   peek(1_500_000, "k", 2),
+               ]),
+    bands_case("bands-equal-bands-name-the-first",
+               "Two equal bands tie in every figure: band is always 0.",
+               bands((4, 1.0, "a"), (4, 1.0, "b")), [
+                   allow(0, "k", 4),
+                   allow(0, "k"),
+                   peek(0, "k", 5),
+                   allow(2 * S, "k"),
+               ]),
+    bands_case("bands-refusal-keeps-the-band-that-held",
+               "A refused call spends nothing in the bands that held its cost: a later call finds them as they were.",
+               bands((10, 1.0, "burst"), (10, 10 / 3600, "hourly")), [
+                   # Spend 10 at 10 s; refused at 14 s (the burst band holds 3 of
+                   # its 4, the hourly band has 0.01); a call at 12 s then finds
+                   # the burst band at 0 + 2 s * 1 = 2. Had the refusal spent 3
+                   # there (1 at 14 s) it would find 1.
+                   allow(10 * S, "k", 10),
+                   allow(14 * S, "k", 3),
+                   peek(12 * S, "k"),
+                   peek(14 * S, "k", 4),
+                   allow(After("retry_after_us", 0, step=1), "k", 3),
+               ]),
+    bands_case("bands-one-band-as-a-list",
+               "A bands config of one band decides as capacity and rate do, with band 0.",
+               bands((10, 1.0)), [
+                   allow(0, "k", 4),
+                   peek(0, "k", 7),
+                   allow(S, "k", 7),
+                   allow(S, "k"),
+                   peek(After("reset_after_us", 0), "k"),
+               ]),
+    bands_case("bands-keys-are-independent",
+               "Each key has its own bands; spending one key's never touches another's.",
+               bands((2, 1.0), (3, 1 / 60)), [
+                   allow(0, "a", 2),
+                   allow(0, "b"),
+                   peek(0, "a"),
+                   peek(0, "b", 2),
+                   peek(0, "c", 2),
+               ]),
+
+    # ------------------------------------- bands on keys that already exist
+    # "reconfigure": from that step on a new limiter of the given config runs
+    # over the same keys (the same prefix). Such cases are redis_only: a
+    # memory backend's bands cannot change under it.
+    bands_case("reconfigure-capacity-raised",
+               "100/minute raised to 200/minute: the stored level is kept and refills at the new rate to the new capacity.",
+               one_band(100, 100 / 60), [
+                   allow(0, "k", 100),
+                   allow(30 * S, "k"),
+                   reconfigure(30 * S, one_band(200, 200 / 60)),
+                   peek(30 * S, "k"),
+                   peek(45 * S, "k"),
+                   allow(45 * S, "k", 99),
+                   peek(After("reset_after_us", 0), "k", 200),
+               ]),
+    bands_case("reconfigure-capacity-lowered",
+               "A lowered capacity caps a stored level above it at once; a level below it is kept.",
+               one_band(10, 1.0), [
+                   allow(0, "k", 2),
+                   reconfigure(0, one_band(5, 1.0)),
+                   peek(0, "k"),
+                   allow(0, "k"),
+                   allow(0, "k", 3),
+                   reconfigure(0, one_band(10, 1.0)),
+                   peek(0, "k"),
+                   peek(S, "k"),
+               ]),
+    bands_case("reconfigure-band-added-at-the-end",
+               "A band added at the end starts full on an existing key; the first band keeps its state.",
+               bands((10, 1.0, "burst")), [
+                   allow(0, "k", 6),
+                   reconfigure(0, bands((10, 1.0, "burst"), (20, 20 / 3600, "hourly"))),
+                   peek(0, "k"),
+                   allow(0, "k", 4),
+                   peek(2 * S, "k"),
+                   allow(2 * S, "k", 2),
+               ]),
+    bands_case("reconfigure-band-removed-from-the-end",
+               "A stored band beyond the limiter's count is ignored, kept by a peek and dropped by the next spend.",
+               bands((10, 1.0), (3, 3 / 60)), [
+                   allow(0, "k", 3),
+                   allow(0, "k"),
+                   reconfigure(0, bands((10, 1.0))),
+                   peek(0, "k"),
+                   reconfigure(0, bands((10, 1.0), (3, 3 / 60))),
+                   peek(0, "k"),
+                   reconfigure(0, bands((10, 1.0))),
+                   allow(0, "k"),
+                   reconfigure(0, bands((10, 1.0), (3, 3 / 60))),
+                   peek(0, "k"),
+               ]),
+    bands_case("reconfigure-one-band-key-to-two-and-back",
+               "A key written by one bucket is band 0 of a two-band limiter, and back: one bucket reads band 0 and writes only it.",
+               one_band(10, 1.0), [
+                   allow(0, "k", 4),
+                   reconfigure(0, bands((10, 1.0), (5, 5 / 60))),
+                   peek(0, "k"),
+                   allow(0, "k", 2),
+                   reconfigure(S, one_band(10, 1.0)),
+                   peek(S, "k"),
+                   allow(S, "k"),
+                   reconfigure(S, bands((10, 1.0), (5, 5 / 60))),
+                   peek(S, "k"),
+               ]),
+
+    bands_case("config-bands-second-capacity-zero",
+               "A band's capacity of 0 is HIRATE_ECAPACITY, whichever band it is.",
+               bands((10, 1.0), (0, 1.0))),
+    bands_case("config-bands-third-rate-nan",
+               "A band's NaN rate is HIRATE_ERATE, whichever band it is.",
+               bands((10, 1.0), (5, 1.0), (5, math.nan))),
+    bands_case("config-bands-fill-time-too-large",
+               "A band that takes over 2^53-1 µs to fill is HIRATE_ERANGE, whichever band it is.",
+               bands((10, 1.0), (1_000_000_000, 0.1))),
 ]
 
 # --------------------------------------------------------------------------
@@ -774,6 +1071,44 @@ HAND_CHECKS = [
     ("clock-backwards-keeps-later-time", 2, {"remaining": 6}),
     # 10^9 at 1000/s: 1 token left at 0; 2 need one more: 1 ms.
     ("capacity-one-billion", 1, {"allowed": False, "remaining": 1, "retry_after_us": 1_000}),
+    # Bands. Burst 5 at 1/s, daily 8 a day: at 10 s the burst band holds
+    # 2 + 5 = 7, capped at 5 (full); the daily band, spent to 0.0005 at 5 s,
+    # lacks the token: refused by band 1 alone, the burst band's held.
+    ("bands-daily-band-refuses", 2,
+     {"allowed": False, "band": 1, "limit": 8, "remaining": 0,
+      "bands": [{"allowed": True, "remaining": 5, "retry_after_us": 0, "reset_after_us": 0},
+                {"allowed": False, "remaining": 0}]}),
+    # Cost 5 over bands of 10 and 3: band 0 holds it, band 1 never can: the
+    # whole is never, named by band 1, nothing spent (10 and 3 remain, full).
+    ("bands-cost-above-one-capacity-is-never", 0,
+     {"allowed": False, "retry_after_us": NEVER, "band": 1, "limit": 3, "remaining": 3,
+      "reset_after_us": 0,
+      "bands": [{"allowed": True, "remaining": 10, "retry_after_us": 0},
+                {"allowed": False, "retry_after_us": NEVER}]}),
+    # Bands 3 at 0.5/s and 2 at 1/s after a spend of 2: 1 and 0. Cost 2:
+    # band 0 lacks 1 token (2 s at 0.5/s), band 1 lacks 2 (2 s at 1/s): a tie,
+    # so band 0 names it, with its limit 3.
+    ("bands-ties-name-the-first-band", 1,
+     {"allowed": False, "retry_after_us": 2_000_000, "band": 0, "limit": 3}),
+    # At 1.5 s the bands hold 1.75 and 1.5: one whole token each, a tie: band 0.
+    ("bands-ties-name-the-first-band", 3, {"allowed": True, "remaining": 1, "band": 0, "limit": 3}),
+    # The refusal at 14 s spent nothing in the burst band: at 12 s it holds
+    # 0 + 2 s * 1 = 2.
+    ("bands-refusal-keeps-the-band-that-held", 2, {"bands": [{"allowed": True, "remaining": 2}]}),
+    # 100/min to 200/min with 49 stored at 30 s: 49 kept, limit 200, full
+    # after (200 - 49) / (200/60) s = 45.3 s; at 45 s 49 + 15 * 200/60 = 99.
+    ("reconfigure-capacity-raised", 3, {"remaining": 49, "limit": 200, "reset_after_us": 45_300_000}),
+    ("reconfigure-capacity-raised", 4, {"remaining": 99}),
+    # 8 stored, capacity lowered to 5: capped at once, full.
+    ("reconfigure-capacity-lowered", 2, {"remaining": 5, "reset_after_us": 0, "limit": 5}),
+    # A band added at the end is full on the existing key.
+    ("reconfigure-band-added-at-the-end", 2,
+     {"bands": [{"remaining": 4}, {"remaining": 20, "reset_after_us": 0}]}),
+    # The one-band spend at step 7 dropped the stored band 1: full again.
+    ("reconfigure-band-removed-from-the-end", 9,
+     {"allowed": True, "bands": [{"remaining": 6}, {"remaining": 3, "reset_after_us": 0}]}),
+    # A peek does not write: stored band 1 is still empty at step 5.
+    ("reconfigure-band-removed-from-the-end", 5, {"allowed": False, "band": 1}),
     # Errors.
     ("cost-negative-is-an-error", 0, "HIRATE_ECOST"),
     ("key-empty-is-an-error", 0, "HIRATE_EKEY"),
@@ -789,40 +1124,92 @@ HAND_CHECKS = [
 # Generation.
 # --------------------------------------------------------------------------
 
+def config_bands(config):
+    """A JSON config -> its bands as a list of (capacity, rate)."""
+    if "bands" in config:
+        return [(b["capacity"], rate_from_json(b["rate"])) for b in config["bands"]]
+    return [(config["capacity"], rate_from_json(config["rate"]))]
+
+
+def config_error_of(config):
+    """The error hirate_limiter_new returns for a JSON config, or None: the
+    first band's that has one (each error case breaks one rule of one band)."""
+    for capacity, rate in config_bands(config):
+        err = config_error(capacity, rate)
+        if err:
+            return err
+    return None
+
+
+def is_multi(config):
+    """A config of bands: its decisions carry "band" and "bands"."""
+    return "bands" in config
+
+
+class Runner:
+    """Runs a case's JSON steps, in order, through the model."""
+
+    def __init__(self, config):
+        self.config = config
+        self.model = Model(config_bands(config))
+
+    def step(self, s):
+        """One JSON step -> ("expect", decision), ("expect_error", name) or None."""
+        op = s["op"]
+        if op == "reconfigure":
+            assert config_error_of(s["config"]) is None
+            self.config = s["config"]
+            self.model = Model(config_bands(s["config"]), self.model.store)
+            return None
+        key = key_from_json(s["key"])
+        if op == "reset":
+            self.model.reset(key)
+            return None
+        cost = s.get("cost", 1)
+        e = call_error(key, cost)
+        if e:
+            return ("expect_error", e)
+        whole, band, per = self.model.decide(key, s["t_us"], cost, op == "allow")
+        if is_multi(self.config):
+            whole["band"] = band
+            whole["bands"] = per
+        return ("expect", whole)
+
+
 def resolve_time(t, steps_out):
     if not isinstance(t, After):
         return t
     ref = steps_out[t.step]
-    value = ref["expect"][t.field]
+    e = ref["expect"] if t.band is None else ref["expect"]["bands"][t.band]
+    value = e[t.field]
     assert isinstance(value, int), "After() needs a numeric %s" % t.field
     return ref["t_us"] + value + t.delta
 
 
 def build_case(c):
     """Authored case -> the JSON object, with expectations from the model."""
-    out = {"id": c["id"], "rule": c["rule"],
-           "config": {"capacity": c["capacity"], "rate": rate_to_json(c["rate"])}}
-    err = config_error(c["capacity"], c["rate"])
+    out = {"id": c["id"], "rule": c["rule"], "config": c["config"]}
+    err = config_error_of(c["config"])
     if err:
         assert not c["steps"], "%s: a config error case has no steps" % c["id"]
         out["config_error"] = err
         return out
     assert c["steps"], "%s: a valid config needs steps" % c["id"]
-    model = Model(c["capacity"], c["rate"])
+    if any(s["op"] == "reconfigure" for s in c["steps"]):
+        out["redis_only"] = True
+    runner = Runner(c["config"])
     steps = []
     for s in c["steps"]:
-        step = {"t_us": resolve_time(s["t"], steps), "op": s["op"], "key": key_to_json(s["key"])}
-        key = key_from_json(step["key"])
-        if s["op"] == "reset":
-            model.reset(key)
+        step = {"t_us": resolve_time(s["t"], steps), "op": s["op"]}
+        if s["op"] == "reconfigure":
+            step["config"] = s["config"]
         else:
-            if s["cost"] != 1:
+            step["key"] = key_to_json(s["key"])
+            if s["op"] != "reset" and s["cost"] != 1:
                 step["cost"] = s["cost"]
-            e = call_error(key, s["cost"])
-            if e:
-                step["expect_error"] = e
-            else:
-                step["expect"] = model.decide(key, step["t_us"], s["cost"], s["op"] == "allow")
+        got = runner.step(step)
+        if got:
+            step[got[0]] = got[1]
         steps.append(step)
     out["steps"] = steps
     return out
@@ -853,6 +1240,8 @@ def dumps(doc):
         fields = ['      "id": %s' % one(c["id"]),
                   '      "rule": %s' % one(c["rule"]),
                   '      "config": %s' % one(c["config"])]
+        if c.get("redis_only"):
+            fields.append('      "redis_only": true')
         if "config_error" in c:
             fields.append('      "config_error": %s' % one(c["config_error"]))
         else:
@@ -872,67 +1261,154 @@ def fail(errors, msg):
     errors.append(msg)
 
 
+# Coverage the file must keep: (what, at least how many).
+COVERAGE = [
+    ("cases", 25),
+    ("steps", 150),
+    ("multi-band cases", 12),
+    ("reconfigure cases", 5),
+    ("multi-band refusals naming band 0", 1),
+    ("multi-band refusals naming band 1", 1),
+    ("multi-band refusals naming band 2", 1),
+    ("multi-band allows naming band 1", 1),
+    ("refusals of never while another band held the cost", 1),
+    ("refusals tied between bands", 1),
+    ("allows tied between bands", 1),
+    ("multi-band peeks", 3),
+    ("multi-band costs of 0", 1),
+    ("multi-band resets", 1),
+]
+
+
 def check_properties(doc, errors):
-    """What the schema cannot say."""
+    """What the schema cannot say. Returns the number of steps."""
     ids = set()
-    nsteps = 0
+    seen = dict.fromkeys((what for what, _ in COVERAGE), 0)
+    seen["cases"] = len(doc["cases"])
     for c in doc["cases"]:
         cid = c["id"]
         if cid in ids:
             fail(errors, "duplicate id %s" % cid)
         ids.add(cid)
-        for i, s in enumerate(c.get("steps", [])):
-            nsteps += 1
+        steps = c.get("steps", [])
+        config = c["config"]
+        reconfigures = [s for s in steps if s["op"] == "reconfigure"]
+        if bool(c.get("redis_only")) != bool(reconfigures):
+            fail(errors, "%s: redis_only must be true exactly when a case reconfigures" % cid)
+        if is_multi(config) or any(is_multi(s["config"]) for s in reconfigures):
+            seen["multi-band cases"] += 1
+        if reconfigures:
+            seen["reconfigure cases"] += 1
+        for i, s in enumerate(steps):
+            seen["steps"] += 1
+            if s["op"] == "reconfigure":
+                config = s["config"]
+                continue
+            if s["op"] == "reset" and is_multi(config):
+                seen["multi-band resets"] += 1
             e = s.get("expect")
             if not e:
                 continue
-            cap = c["config"]["capacity"]
             where = "%s step %d" % (cid, i)
-            if not 0 <= e["remaining"] <= cap:
-                fail(errors, "%s: remaining outside 0..capacity" % where)
-            if e["allowed"] != (e["retry_after_us"] == 0):
-                fail(errors, "%s: retry_after_us must be 0 exactly when allowed" % where)
-            if (e["reset_after_us"] == 0) != (e["remaining"] == cap):
-                fail(errors, "%s: reset_after_us is 0 exactly when full" % where)
-            if e["limit"] != cap:
-                fail(errors, "%s: limit must be the capacity" % where)
-    if len(doc["cases"]) < 25:
-        fail(errors, "only %d cases (at least 25 wanted)" % len(doc["cases"]))
-    if nsteps < 150:
-        fail(errors, "only %d steps (at least 150 wanted)" % nsteps)
-    return nsteps
+            caps = [cap for cap, _ in config_bands(config)]
+            if not (is_multi(config) == ("band" in e) == ("bands" in e)):
+                fail(errors, "%s: band and bands are there exactly when the config has bands" % where)
+                continue
+            per = e.get("bands", [e])          # one bucket: the whole is its band
+            if len(per) != len(caps):
+                fail(errors, "%s: %d bands, the config has %d" % (where, len(per), len(caps)))
+                continue
+            for b, (p, cap) in enumerate(zip(per, caps)):
+                at = where if "bands" not in e else "%s band %d" % (where, b)
+                if not 0 <= p["remaining"] <= cap:
+                    fail(errors, "%s: remaining outside 0..capacity" % at)
+                if p["allowed"] != (p["retry_after_us"] == 0):
+                    fail(errors, "%s: retry_after_us must be 0 exactly when allowed" % at)
+                if (p["reset_after_us"] == 0) != (p["remaining"] == cap):
+                    fail(errors, "%s: reset_after_us is 0 exactly when full" % at)
+                if p["limit"] != cap:
+                    fail(errors, "%s: limit must be the capacity" % at)
+            if "bands" not in e:
+                continue
+            band = e["band"]
+            if not 0 <= band < len(per):
+                fail(errors, "%s: band %d outside the config's bands" % (where, band))
+                continue
+            refusing = [p for p in per if not p["allowed"]]
+            if (e["allowed"] != (not refusing) or e["remaining"] != min(p["remaining"] for p in per)
+                    or e["reset_after_us"] != max(p["reset_after_us"] for p in per)
+                    or e["limit"] != per[band]["limit"]):
+                fail(errors, "%s: the whole is not its bands' allowed, least remaining, "
+                     "longest reset and band's limit" % where)
+            if e["allowed"]:
+                ties = [p for p in per if p["remaining"] == per[band]["remaining"]]
+                if e["retry_after_us"] != 0 or per[band]["remaining"] != e["remaining"]:
+                    fail(errors, "%s: an allowed band is the one with the fewest left" % where)
+                seen["allows tied between bands"] += len(ties) > 1
+                seen["multi-band allows naming band 1"] += band == 1
+            else:
+                longest = per[band]["retry_after_us"]
+                ties = [p for p in refusing if p["retry_after_us"] == longest]
+                if (per[band]["allowed"] or e["retry_after_us"] != longest
+                        or any(longer(p["retry_after_us"], longest) for p in refusing)):
+                    fail(errors, "%s: a refusal's band is the refusing one that waits longest" % where)
+                seen["refusals tied between bands"] += len(ties) > 1
+                key = "multi-band refusals naming band %d" % band
+                if key in seen:
+                    seen[key] += 1
+                if longest == NEVER and len(refusing) < len(per):
+                    seen["refusals of never while another band held the cost"] += 1
+            seen["multi-band peeks"] += s["op"] == "peek"
+            seen["multi-band costs of 0"] += s.get("cost", 1) == 0
+    for what, least in COVERAGE:
+        if seen[what] < least:
+            fail(errors, "only %d %s (at least %d wanted)" % (seen[what], what, least))
+    return seen["steps"]
 
 
 def replay(doc, errors):
     """Run the file's own inputs through the model; report every difference."""
     for c in doc["cases"]:
         cid = c["id"]
-        capacity = c["config"]["capacity"]
-        rate = rate_from_json(c["config"]["rate"])
-        err = config_error(capacity, rate)
+        err = config_error_of(c["config"])
         if err != c.get("config_error"):
             fail(errors, "%s: config_error: file %r, model %r" % (cid, c.get("config_error"), err))
         if err:
             continue
-        model = Model(capacity, rate)
+        runner = Runner(c["config"])
         for i, s in enumerate(c.get("steps", [])):
-            key = key_from_json(s["key"])
-            if s["op"] == "reset":
-                model.reset(key)
+            if s["op"] == "reconfigure" and config_error_of(s["config"]):
+                fail(errors, "%s step %d: reconfigure to a config that is an error" % (cid, i))
+                break
+            got = runner.step(s)
+            if got is None:
                 continue
-            cost = s.get("cost", 1)
-            e = call_error(key, cost)
-            if e != s.get("expect_error"):
-                fail(errors, "%s step %d: expect_error: file %r, model %r"
-                     % (cid, i, s.get("expect_error"), e))
-            if e:
+            kind, value = got
+            model_error = value if kind == "expect_error" else None
+            if model_error or "expect_error" in s:
+                if s.get("expect_error") != model_error:
+                    fail(errors, "%s step %d: expect_error: file %r, model %r"
+                         % (cid, i, s.get("expect_error"), model_error))
                 continue
-            got = model.decide(key, s["t_us"], cost, s["op"] == "allow")
-            want = s.get("expect", {})
-            for field in ("allowed", "remaining", "retry_after_us", "reset_after_us", "limit"):
-                if want.get(field) != got[field]:
-                    fail(errors, "%s step %d: %s: file %r, model %r"
-                         % (cid, i, field, want.get(field), got[field]))
+            compare_decision(errors, "%s step %d" % (cid, i), s.get("expect", {}), value)
+
+
+FIELDS = ("allowed", "remaining", "retry_after_us", "reset_after_us", "limit")
+
+
+def compare_decision(errors, where, want, got):
+    for field in FIELDS + ("band",):
+        if want.get(field) != got.get(field):
+            fail(errors, "%s: %s: file %r, model %r" % (where, field, want.get(field), got.get(field)))
+    wb, gb = want.get("bands"), got.get("bands")
+    if (wb is None) != (gb is None) or (wb is not None and len(wb) != len(gb)):
+        fail(errors, "%s: bands: file %r, model %r" % (where, wb, gb))
+        return
+    for b, (w, g) in enumerate(zip(wb or [], gb or [])):
+        for field in FIELDS:
+            if w.get(field) != g[field]:
+                fail(errors, "%s: bands[%d].%s: file %r, model %r"
+                     % (where, b, field, w.get(field), g[field]))
 
 
 def check_hand(doc, errors):
@@ -953,8 +1429,18 @@ def check_hand(doc, errors):
                 fail(errors, "hand check %s step %d: expect_error %r, by hand %r"
                      % (cid, idx, s.get("expect_error"), want))
             continue
+        expect = s.get("expect", {})
         for field, value in want.items():
-            got = s.get("expect", {}).get(field)
+            if field == "bands":
+                got_bands = expect.get("bands", [])
+                for b, band_want in enumerate(value):
+                    for f, v in band_want.items():
+                        got = got_bands[b].get(f) if b < len(got_bands) else None
+                        if got != v:
+                            fail(errors, "hand check %s step %d: bands[%d].%s is %r, by hand %r"
+                                 % (cid, idx, b, f, got, v))
+                continue
+            got = expect.get(field)
             if got != value:
                 fail(errors, "hand check %s step %d: %s is %r, by hand %r"
                      % (cid, idx, field, got, value))
