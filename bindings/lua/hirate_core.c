@@ -115,6 +115,7 @@ typedef struct op_ud {
     int drop;               /* once answered: the connection must be closed */
     int rc;                 /* once answered: a reset's outcome */
     size_t n;
+    int show_bands;         /* its limiter's: decisions have band */
     size_t nbands;          /* with show_bands: each item's band figures, */
     hirate_decision *bands; /* nbands an item, which the core writes as it
                                decides the item (source 0: not decided) */
@@ -385,16 +386,20 @@ static inline void push_string(lua_State *L, int k)
     lua_pushvalue(L, lua_upvalueindex(k));
 }
 
-/* Pushes a decision as a table with room for fields fields. Only for the
+/* Pushes a decision as a table with room for fields fields, with band (a
+ * limiter made with limits) or without (one of capacity and rate, whose one
+ * band is the whole: its decisions cost what they always did). Only for the
  * functions of a class (new_class gives them the decision strings as
  * upvalues). band is the core's 0-based number, 1-based here as Lua numbers
  * things. */
-static void push_decision_sized(lua_State *L, const hirate_decision *d, int fields)
+static void push_decision_sized(lua_State *L, const hirate_decision *d, int fields, int band)
 {
     lua_createtable(L, 0, fields);
-    push_string(L, UV_BAND);
-    lua_pushinteger(L, (lua_Integer)d->band + 1);
-    lua_rawset(L, -3);
+    if (band) {
+        push_string(L, UV_BAND);
+        lua_pushinteger(L, (lua_Integer)d->band + 1);
+        lua_rawset(L, -3);
+    }
     push_string(L, UV_ALLOWED);
     lua_pushboolean(L, d->allowed);
     lua_rawset(L, -3);
@@ -433,11 +438,12 @@ static void push_decision_sized(lua_State *L, const hirate_decision *d, int fiel
     }
 }
 
-/* Eight fields fill a table's eight slots; error (a policy's decision) is
- * the exception, and makes it grow. */
-static void push_decision(lua_State *L, const hirate_decision *d)
+/* A decision of capacity and rate: seven fields, and error for a policy's
+ * decision, in a table's eight slots. With band (a limiter made with
+ * limits): eight, and error makes it grow. */
+static void push_decision(lua_State *L, const hirate_decision *d, int band)
 {
-    push_decision_sized(L, d, 8);
+    push_decision_sized(L, d, 8, band);
 }
 
 /* Sets `bands` in the decision table on top: an array of each band's own
@@ -451,7 +457,7 @@ static void set_bands(lua_State *L, const hirate_decision *bands, size_t n, int 
     for (size_t i = 0; i < n; i++) {
         hirate_decision b = bands[i];
         b.band = (int)i;
-        push_decision_sized(L, &b, 9);   /* and its name */
+        push_decision_sized(L, &b, 9, 1);   /* and its name */
         push_string(L, UV_NAME);
         lua_rawgeti(L, names, UV_LIM_NAMES + (int)i);
         lua_rawset(L, -3);
@@ -480,7 +486,7 @@ static void push_item_error(lua_State *L, int rc, const char *msg)
 
 /* An array with every item's outcome: its decision, or its error
  * (push_item_error) with the message msg(i). */
-static void push_items(lua_State *L, const hirate_item *items, size_t n,
+static void push_items(lua_State *L, const hirate_item *items, size_t n, int band,
                        const char *(*msg)(const void *ctx, size_t i, int rc), const void *ctx)
 {
     lua_createtable(L, (int)n, 0);
@@ -488,7 +494,7 @@ static void push_items(lua_State *L, const hirate_item *items, size_t n,
         if (items[i].rc < 0)
             push_item_error(L, items[i].rc, msg(ctx, i, items[i].rc));
         else
-            push_decision(L, &items[i].decision);
+            push_decision(L, &items[i].decision, band);
         lua_rawseti(L, -2, (int)i + 1);
     }
 }
@@ -1060,7 +1066,7 @@ static int decide_bands(lua_State *L, limiter_ud *u, const char *key, size_t key
         return emit_logs(L, u, push_failure(L, u, rc));
     hl_getuservalue(L, 1);
     int names = lua_gettop(L);
-    push_decision_sized(L, &d, 9);   /* and bands */
+    push_decision_sized(L, &d, 9, 1);   /* and bands */
     set_bands(L, bands, n, names);
     return emit_logs(L, u, 1);
 }
@@ -1081,7 +1087,7 @@ static int decide(lua_State *L, int spend)
                    : hirate_peek(u->lim, key, keylen, cost, &d);
     if (rc < 0)
         return emit_logs(L, u, push_failure(L, u, rc));
-    push_decision(L, &d);
+    push_decision(L, &d, 0);
     return emit_logs(L, u, 1);
 }
 
@@ -1148,7 +1154,7 @@ static int l_allow_many(lua_State *L)
             b.last_rc = items[i].rc;
     if (b.last_rc)
         hirate_limiter_errmsg(u->lim, b.msg, sizeof b.msg);
-    push_items(L, items, n, batch_msg, &b);
+    push_items(L, items, n, u->show_bands, batch_msg, &b);
     return emit_logs(L, u, 1);
 }
 
@@ -1170,7 +1176,7 @@ static int l_decide_at(lua_State *L)
     int rc = hirate_decide_at(u->lim, key, keylen, cost, spend, now_us, &d);
     if (rc < 0)
         return emit_logs(L, u, push_failure(L, u, rc));
-    push_decision(L, &d);
+    push_decision(L, &d, 0);
     return emit_logs(L, u, 1);
 }
 
@@ -1630,6 +1636,7 @@ static int l_op_start(lua_State *L)
                                           n * nb * sizeof(hirate_decision) + keybytes, OP_MT);
     o->state = OP_DONE;   /* until the core's op exists */
     o->n = n;
+    o->show_bands = u->show_bands;
     o->nbands = nb;
     o->bands = (hirate_decision *)(void *)(o->items + n);
     fill_items(L, 2, o->items, n, (char *)(o->bands + n * nb));
@@ -1849,7 +1856,7 @@ static int l_op_results(lua_State *L)
     if (o->reset)
         return luaL_error(L, "results: a reset op has one result (result())");
     hl_getuservalue(L, 1);
-    push_items(L, o->items, o->n, kept_message, (const void *)(uintptr_t)L);
+    push_items(L, o->items, o->n, o->show_bands, kept_message, (const void *)(uintptr_t)L);
     if (o->nbands) {
         lua_rawgeti(L, -2, UV_OP_LIMITER);
         hl_getuservalue(L, -1);

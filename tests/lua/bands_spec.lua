@@ -143,16 +143,17 @@ describe("bands", function()
             lim:close()
         end)
 
-        it("one band from limits still has bands; capacity and rate have none", function()
+        it("one band from limits still has band and bands; capacity and rate neither", function()
             local one = hirate.new { limits = "5/second" }
             local d = one:allow("k")
             assert.same({ 4, 1, 1 }, { d.remaining, d.band, #d.bands })
             assert.same({ "5-per-1s", 4 }, { d.bands[1].name, d.bands[1].remaining })
             one:close()
+            -- Its one band is the whole: the decision is as it always was.
             local plain = hirate.new { capacity = 5, rate = 5 }
             d = plain:allow("k")
-            assert.same({ 4, 1 }, { d.remaining, d.band })
-            assert.is_nil(d.bands)
+            assert.same({ allowed = true, remaining = 4, limit = 5, retry_after = 0,
+                reset_after = 0.2, source = "local", time = d.time }, d)
             assert.same({ { capacity = 5, rate = 5, name = "5-per-1s" } }, plain:bands())
             plain:close()
         end)

@@ -42,7 +42,7 @@ local mentions = {
 
 -- The figures of a decision or a band the Lua API must give for an expect
 -- object: seconds are the microseconds divided by 1e6, as the binding divides
--- them; band is the vector's 0-based number as Lua numbers it.
+-- them; band (nil: none) is the vector's 0-based number as Lua numbers it.
 local function figures(e, band, source, t_us)
     return {
         allowed = e.allowed,
@@ -52,14 +52,16 @@ local function figures(e, band, source, t_us)
         reset_after = e.reset_after_us / 1e6,
         source = source,
         time = t_us / 1e6,   -- the injected time, on every path
-        band = band + 1,
+        band = band and band + 1,
     }
 end
 
--- The decision: the whole's figures, and in multi-band cases each band's,
--- named as the limiter names its bands (names: lim:bands()).
+-- The decision: the whole's figures, and in multi-band cases (a limiter
+-- made with limits) band and each band's figures, named as the limiter
+-- names its bands (names: lim:bands()). A limiter of capacity and rate
+-- gives neither.
 local function wanted(e, source, t_us, names)
-    local d = figures(e, e.band or 0, source, t_us)
+    local d = figures(e, e.bands and (e.band or 0), source, t_us)
     if e.bands then
         d.bands = {}
         for i, b in ipairs(e.bands) do

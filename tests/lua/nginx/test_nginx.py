@@ -770,14 +770,15 @@ class Vectors(unittest.TestCase):
     @staticmethod
     def wanted(expect):
         """The decision for an expect object: seconds as the binding gives
-        them, band 0 unless the vector names one (0-based, as the handler
-        sends it); in multi-band cases each band's figures, band i."""
+        them; in multi-band cases (a limiter made with limits) band (0-based,
+        as the handler sends it) and each band's figures, band i."""
         out = dict(expect)
         out["retry_after"] = seconds(out.pop("retry_after_us"))
         out["reset_after"] = seconds(out.pop("reset_after_us"))
-        out.setdefault("band", 0)
         if "bands" in expect:
-            out["bands"] = [dict(Vectors.wanted(b), band=i) for i, b in enumerate(expect["bands"])]
+            out.setdefault("band", 0)
+            out["bands"] = [dict(Vectors.wanted(b), band=i)
+                            for i, b in enumerate(expect["bands"])]
         return out
 
     def test_every_vector_without_the_deny_cache(self):
