@@ -38,11 +38,14 @@ local nargs = #ARGV
 local n = math.floor((nargs - 2) / 2)
 local cost = tonumber(ARGV[2 * n + 1])
 local spend = ARGV[2 * n + 2] == "1"
-local caps, rates = {}, {}
 
 if n < 1 then
   return redis.error_reply("ERR hirate: the call needs a capacity and a rate, a cost and a spend flag")
 end
+-- Every band's figures in one flat table, six a band (fewer tables: a
+-- script's every table costs the server an allocation and its collection):
+-- capacity, rate, then tokens, ts, level and retry below.
+local b = {}
 for i = 1, n do
   local capacity, rate = tonumber(ARGV[2 * i - 1]), tonumber(ARGV[2 * i])
   if not (capacity and capacity >= 1 and capacity <= EXACT and capacity % 1 == 0) then
@@ -51,7 +54,7 @@ for i = 1, n do
   if not (rate and rate > 0 and rate < math.huge and capacity * 1000000 / rate <= EXACT) then
     return redis.error_reply("ERR hirate: rate must be positive and refill the bucket in under 2^53 us")
   end
-  caps[i], rates[i] = capacity, rate
+  b[6 * i - 5], b[6 * i - 4] = capacity, rate
 end
 if not (cost and cost >= 0 and cost <= EXACT and cost % 1 == 0) then
   return redis.error_reply("ERR hirate: cost must be a whole number from 0 to 2^53-1")
@@ -97,63 +100,62 @@ local function until_level(s, t0, target, rate)
   return r
 end
 
--- The stored state, a band each; a missing key or band is a full bucket at now.
-local tokens, ts = {}, {}
+-- The stored state, a band each; a missing key or band is a full bucket at
+-- now. Each band looks first; the cost is spent only when every band holds it.
 local state = redis.call("GET", key)
-local pos = 1
+local pos, allowed = 1, 1
 for i = 1, n do
-  local a, b
+  local o = 6 * i - 6
+  local capacity, rate = b[o + 1], b[o + 2]
+  local tokens, ts = capacity, now
   if state and pos <= #state then
-    a, b, pos = string.match(state, "^(%S+) (%d+)()", pos)
-    a, b = tonumber(a), tonumber(b)
-    if not (a and b) or (pos <= #state and string.byte(state, pos) ~= 32) then
+    local a, c
+    a, c, pos = string.match(state, "^(%S+) (%d+)()", pos)
+    tokens, ts = tonumber(a), tonumber(c)
+    if not (tokens and ts) or (pos <= #state and string.byte(state, pos) ~= 32) then
       return redis.error_reply("ERR hirate: bucket state is corrupt")
     end
     pos = pos + 1
   end
-  tokens[i], ts[i] = a or caps[i], b or now
+  local level = math.min(capacity, level_at(tokens, ts, 0, rate))
+  local retry = 0
+  if cost > capacity then
+    retry, allowed = -1, 0
+  elseif level < cost then
+    retry, allowed = until_level(tokens, ts, cost, rate), 0
+  end
+  b[o + 3], b[o + 4], b[o + 5], b[o + 6] = tokens, ts, level, retry
 end
 
--- Each band looks first; the cost is spent only when every band holds it.
-local level, retry = {}, {}
-local allowed = 1
+local spent = allowed == 1 and spend and cost > 0
+local reply = {allowed, 0, 0, 0, 0, 0, now, key}
+local stored, ttl_ms = nil, 0
 for i = 1, n do
-  level[i] = math.min(caps[i], level_at(tokens[i], ts[i], 0, rates[i]))
-  if cost > caps[i] then
-    retry[i] = -1
-    allowed = 0
-  elseif level[i] >= cost then
-    retry[i] = 0
-  else
-    retry[i] = until_level(tokens[i], ts[i], cost, rates[i])
-    allowed = 0
+  local o = 6 * i - 6
+  local capacity, rate, tokens, ts, level = b[o + 1], b[o + 2], b[o + 3], b[o + 4], b[o + 5]
+  if spent then
+    tokens = level - cost
+    if now > ts then ts = now end
+    level = tokens
   end
-end
-
-local reply = {allowed}
-local parts, ttl_ms = {}, 0
-for i = 1, n do
-  if allowed == 1 and spend and cost > 0 then
-    tokens[i] = level[i] - cost
-    if now > ts[i] then ts[i] = now end
-    level[i] = tokens[i]
-  end
-  local reset = until_level(tokens[i], ts[i], caps[i], rates[i])
-  local t = string.format("%.17g", tokens[i])
-  parts[i] = t .. " " .. string.format("%d", ts[i])
-  local ms = math.ceil(reset / 1000)
-  if ms > ttl_ms then ttl_ms = ms end
+  local reset = until_level(tokens, ts, capacity, rate)
+  local t = string.format("%.17g", tokens)
   local at = i == 1 and 2 or 5 * i - 1
   reply[at], reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] =
-    math.floor(level[i]), retry[i], reset, t, ts[i]
+    math.floor(level), b[o + 6], reset, t, ts
+  if spent then
+    local band = t .. " " .. string.format("%d", ts)
+    stored = stored and stored .. " " .. band or band
+    local ms = math.ceil(reset / 1000)
+    if ms > ttl_ms then ttl_ms = ms end
+  end
 end
-reply[7], reply[8] = now, key
 
-if allowed == 1 and spend and cost > 0 then
+if spent then
   -- An injected clock runs apart from the real one, which the TTL counts
   -- in: keep such keys for a minute more so a test cannot see them expire.
   if nargs % 2 == 1 then ttl_ms = ttl_ms + 60000 end
-  redis.call("SET", key, table.concat(parts, " "), "PX", ttl_ms)
+  redis.call("SET", key, stored, "PX", ttl_ms)
 end
 
 return reply

@@ -137,15 +137,10 @@ void hirate_bands_combine(const hirate_decision *per, size_t n, hirate_decision 
     whole->reset_after_us = reset;
 }
 
-int hirate_bands_decide(const hirate_bucket_cfg *cfg, size_t n, hirate_bucket *b, int64_t now,
-                        int64_t cost, int spend, hirate_decision *whole, hirate_decision *per)
+int hirate_bands_decide_many(const hirate_bucket_cfg *cfg, size_t n, hirate_bucket *b,
+                             int64_t now, int64_t cost, int spend, hirate_decision *whole,
+                             hirate_decision *per)
 {
-    if (n == 1) {
-        int changed = hirate_bucket_decide(cfg, b, now, cost, spend, whole);
-        if (per)
-            per[0] = *whole;
-        return changed;
-    }
     hirate_decision own[HIRATE_BANDS_MAX];
     if (!per)
         per = own;

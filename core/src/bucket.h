@@ -42,8 +42,22 @@ int hirate_bucket_decide(const hirate_bucket_cfg *cfg, hirate_bucket *b, int64_t
  * with each band's own figures (docs/semantics.md, "Several limits").
  * Returns 1 when b[] changed and must be stored, 0 when not. With n == 1
  * it is hirate_bucket_decide. */
-int hirate_bands_decide(const hirate_bucket_cfg *cfg, size_t n, hirate_bucket *b, int64_t now,
-                        int64_t cost, int spend, hirate_decision *whole, hirate_decision *per);
+int hirate_bands_decide_many(const hirate_bucket_cfg *cfg, size_t n, hirate_bucket *b,
+                             int64_t now, int64_t cost, int spend, hirate_decision *whole,
+                             hirate_decision *per);
+
+static inline int hirate_bands_decide(const hirate_bucket_cfg *cfg, size_t n, hirate_bucket *b,
+                                      int64_t now, int64_t cost, int spend,
+                                      hirate_decision *whole, hirate_decision *per)
+{
+    if (__builtin_expect(n == 1, 1)) {
+        int changed = hirate_bucket_decide(cfg, b, now, cost, spend, whole);
+        if (per)
+            per[0] = *whole;
+        return changed;
+    }
+    return hirate_bands_decide_many(cfg, n, b, now, cost, spend, whole, per);
+}
 
 /* The whole decision from the n bands' own ones (per[i] filled, each with
  * its allowed, limit, remaining, retry and reset): see hirate_decision. */

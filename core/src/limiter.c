@@ -478,13 +478,14 @@ static int64_t redis_ahead(hirate_limiter *l, int64_t observed, int64_t now)
 /* Remembers, from a Redis decision, a bucket that would refuse the same cost
  * now: the stored state moved from Redis' clock to ours by the most Redis
  * can be ahead, which can only overstate the tokens. */
-static void learn(hirate_limiter *l, const hirate_item *it, const hirate_bucket *state,
-                  int64_t sent, int known, uint64_t epoch)
+static inline __attribute__((always_inline)) void
+learn_n(hirate_limiter *l, const hirate_item *it, const hirate_bucket *state, int64_t sent,
+        int known, uint64_t epoch, size_t n)
 {
     int64_t ahead = redis_ahead(l, it->decision.time_us - sent, sent);
     hirate_bucket local[HIRATE_BANDS_MAX];
     int short_of_cost = 0;
-    for (size_t i = 0; i < l->nbands; i++) {
+    for (size_t i = 0; i < n; i++) {
         local[i] = (hirate_bucket){state[i].tokens, state[i].ts - ahead};
         /* tokens is NAN when the reply showed every band kept the cost. */
         short_of_cost |= !isnan(local[i].tokens) &&
@@ -497,6 +498,23 @@ static void learn(hirate_limiter *l, const hirate_item *it, const hirate_bucket 
     } else if (known) {
         hirate_memory_reset(l->cache, it->key, it->keylen);
     }
+}
+
+static __attribute__((noinline)) void learn_bands(hirate_limiter *l, const hirate_item *it,
+                                                  const hirate_bucket *state, int64_t sent,
+                                                  int known, uint64_t epoch)
+{
+    learn_n(l, it, state, sent, known, epoch, l->nbands);
+}
+
+/* One band, the common case, inlined with its loop unrolled away. */
+static inline void learn(hirate_limiter *l, const hirate_item *it, const hirate_bucket *state,
+                         int64_t sent, int known, uint64_t epoch)
+{
+    if (__builtin_expect(l->nbands == 1, 1))
+        learn_n(l, it, state, sent, known, epoch, 1);
+    else
+        learn_bands(l, it, state, sent, known, epoch);
 }
 
 /* The code and message for a bad key or cost, kept out of the hot path. */
@@ -818,21 +836,18 @@ static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int sp
     batch_free(&b);
 }
 
-static int decide(hirate_limiter *l, const void *key, size_t keylen, int64_t cost, int spend,
-                  int64_t now_us, hirate_decision *out, hirate_decision *bands, size_t nbands)
+/* A decision whose bands the caller wants in bands[0 .. nbands): they go
+ * there when it has room for all, else through room of ours; with one band
+ * they are the decision. */
+static __attribute__((noinline)) int decide_bands(hirate_limiter *l, const void *key,
+                                                  size_t keylen, int64_t cost, int spend,
+                                                  int64_t now_us, hirate_decision *out,
+                                                  hirate_decision *bands, size_t nbands)
 {
-    if (!l)
-        return HIRATE_EINVAL;
-    if (!out)
-        return remember(l, HIRATE_EINVAL, "the decision pointer is NULL");
-    /* Each band's figures go to bands when it has room for all, else
-     * through room of ours; with one band they are the decision. */
     hirate_decision room[HIRATE_BANDS_MAX];
-    hirate_decision *per = !bands || l->nbands == 1 ? NULL
-                           : nbands >= l->nbands    ? bands
-                                                    : room;
+    hirate_decision *per = l->nbands == 1 ? NULL : nbands >= l->nbands ? bands : room;
     int rc;
-    if (!l->node0.redis) {   /* the in-memory hot path: no batch bookkeeping */
+    if (!l->node0.redis) {
         rc = decide_in_memory(l, key, keylen, cost, spend, now_us, out, per);
     } else {
         hirate_item it = {key, keylen, cost, 0, {0}};
@@ -840,13 +855,32 @@ static int decide(hirate_limiter *l, const void *key, size_t keylen, int64_t cos
         if ((rc = it.rc) == 0)
             *out = it.decision;
     }
-    if (rc == 0 && bands && nbands) {
+    if (rc == 0 && nbands) {
         if (l->nbands == 1)
             bands[0] = *out;
         else if (per == room)
             memcpy(bands, room, nbands * sizeof *bands);
     }
     return rc;
+}
+
+static inline __attribute__((always_inline)) int
+decide(hirate_limiter *l, const void *key, size_t keylen, int64_t cost, int spend,
+       int64_t now_us, hirate_decision *out, hirate_decision *bands, size_t nbands)
+{
+    if (!l)
+        return HIRATE_EINVAL;
+    if (!out)
+        return remember(l, HIRATE_EINVAL, "the decision pointer is NULL");
+    if (bands)
+        return decide_bands(l, key, keylen, cost, spend, now_us, out, bands, nbands);
+    if (!l->node0.redis)   /* the in-memory hot path: no batch bookkeeping */
+        return decide_in_memory(l, key, keylen, cost, spend, now_us, out, NULL);
+    hirate_item it = {key, keylen, cost, 0, {0}};
+    decide_items(l, &it, 1, spend, now_us, NULL);
+    if (it.rc == 0)
+        *out = it.decision;
+    return it.rc;
 }
 
 int hirate_allow(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,

@@ -484,15 +484,34 @@ void hirate_memory_free(hirate_memory *m)
     free(m);
 }
 
-/* Decides on e's bands (under its lock) and stores what changed. */
+static __attribute__((noinline)) void decide_bands(hirate_memory *m, entry *e,
+                                                  const hirate_bucket_cfg *cfg, int64_t now,
+                                                  int64_t cost, int spend, hirate_decision *d,
+                                                  hirate_decision *per)
+{
+    hirate_bucket b[HIRATE_BANDS_MAX];
+    load_bands(m, e, b);
+    if (hirate_bands_decide_many(cfg, m->nbands, b, now, cost, spend, d, per))
+        store_bands(m, e, b);
+}
+
+/* Decides on e's bands (under its lock) and stores what changed; one band,
+ * the common case, without copying it out and back. */
 static inline void decide_entry(hirate_memory *m, entry *e, const hirate_bucket_cfg *cfg,
                                 int64_t now, int64_t cost, int spend, hirate_decision *d,
                                 hirate_decision *per)
 {
-    hirate_bucket b[HIRATE_BANDS_MAX];
-    load_bands(m, e, b);
-    if (hirate_bands_decide(cfg, m->nbands, b, now, cost, spend, d, per))
-        store_bands(m, e, b);
+    if (__builtin_expect(m->nbands == 1, 1)) {
+        hirate_bucket b = {e->tokens, e->ts};
+        if (hirate_bucket_decide(cfg, &b, now, cost, spend, d)) {
+            e->tokens = b.tokens;
+            e->ts = b.ts;
+        }
+        if (per)
+            per[0] = *d;
+    } else {
+        decide_bands(m, e, cfg, now, cost, spend, d, per);
+    }
     touch(e);
 }
 

@@ -472,13 +472,15 @@ static int read_level(const hirate_reply_elem *e, double *out)
     return *end != '\0' || !(*out >= 0) || !isfinite(*out) ? -1 : 0;
 }
 
-int hirate_proto_decision(const hirate_reply *r, const hirate_call *c,
-                          const hirate_bucket_cfg *cfg, hirate_decision *d, hirate_decision *per,
-                          hirate_bucket *state, const char **why)
+/* hirate_proto_decision for n bands: inlined twice, for n == 1 (the common
+ * case, whose loops the compiler then unrolls away) and for any n. */
+static inline __attribute__((always_inline)) int
+decision(const hirate_reply *r, const hirate_call *c, const hirate_bucket_cfg *cfg,
+         hirate_decision *d, hirate_decision *per, hirate_bucket *state, const char **why,
+         size_t n)
 {
     static const char shape[] = "::::$::$", band_shape[] = ":::$:";
     const hirate_reply_elem *e = r->elem;
-    size_t n = (size_t)c->nbands;
     hirate_decision own[HIRATE_BANDS_MAX];
     if (!per && n > 1)
         per = own;
@@ -490,10 +492,18 @@ int hirate_proto_decision(const hirate_reply *r, const hirate_call *c,
                       : "the script's reply does not hold every band";
         return HIRATE_EPROTO;
     }
-    for (size_t i = 0; i < r->nelem; i++) {
-        if (e[i].type != (i < 8 ? shape[i] : band_shape[(i - 8) % 5])) {
+    for (size_t i = 0; i < 8; i++) {
+        if (e[i].type != shape[i]) {
             *why = "the script's reply has an element of the wrong type";
             return HIRATE_EPROTO;
+        }
+    }
+    for (size_t i = 8; i < 8 + 5 * (n - 1); i += 5) {
+        for (size_t k = 0; k < 5; k++) {
+            if (e[i + k].type != band_shape[k]) {
+                *why = "the script's reply has an element of the wrong type";
+                return HIRATE_EPROTO;
+            }
         }
     }
     /* The echoed key proves that this reply answers this call. */
@@ -557,6 +567,15 @@ int hirate_proto_decision(const hirate_reply *r, const hirate_call *c,
         hirate_bands_combine(per, n, d);
     }
     return 0;
+}
+
+int hirate_proto_decision(const hirate_reply *r, const hirate_call *c,
+                          const hirate_bucket_cfg *cfg, hirate_decision *d, hirate_decision *per,
+                          hirate_bucket *state, const char **why)
+{
+    if (__builtin_expect(c->nbands == 1, 1))
+        return decision(r, c, cfg, d, per, state, why, 1);
+    return decision(r, c, cfg, d, per, state, why, (size_t)c->nbands);
 }
 
 int hirate_proto_error_reply(const hirate_reply *rep, int *drop, char *err, size_t errlen)
