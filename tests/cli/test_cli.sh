@@ -256,6 +256,14 @@ assert b["allowed"] + b["refused"] == b["decisions"], b
 assert set(b["latency_us"]) == {"p50", "p90", "p99", "p99.9", "max"}, b
 '; then ok; else bad "bench --json prints one JSON object" "exit 0, JSON"; fi
 
+run "$H" bench --json --duration 0.3 --threads 2 --keys 10 --limit "100/s; 1000/minute"
+if [ "$rc" = 0 ] && printf '%s\n' "$out" | python3 -c '
+import json, sys
+b = json.load(sys.stdin)
+assert b["decisions"] > 0 and b["errors"] == 0, b
+assert b["allowed"] + b["refused"] == b["decisions"], b
+'; then ok; else bad "bench takes --limit" "exit 0, JSON"; fi
+
 # ---- against Redis -----------------------------------------------------------
 
 port=$(free_port)
