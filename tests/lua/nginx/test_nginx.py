@@ -287,7 +287,8 @@ class Headers(unittest.TestCase):
         key = fresh("bands")
         before = self.script_calls()
         a, b, c = (get(S.port, f"/limit/bands?k={key}") for _ in range(3))
-        # One script call a request, on one key that holds both bands.
+        # One script call a request (the deny cache is off, or it would
+        # answer the third), on one key that holds both bands.
         self.assertEqual(self.script_calls() - before, 3)
         self.assertEqual(redis_commands(S.redis.port, ("KEYS", "t-bands:*"))[0],
                          [f"t-bands:{{k:{key}}}"])

@@ -85,8 +85,9 @@ local limits = {
         end },
     memory = { limiter = hirate.new { capacity = 3, rate = 0.001 }, key = "var:arg_k" },
     -- Several limits on one key, one decision: the limiter's options, made
-    -- by limit{} itself, with names of their own ...
-    bands = { limiter = { url = url, prefix = "t-bands:", limits = {
+    -- by limit{} itself, with names of their own (no deny cache, so that
+    -- every request is one script call) ...
+    bands = { limiter = { url = url, prefix = "t-bands:", deny_cache = false, limits = {
         { capacity = 2, rate = 0.5, name = "burst" }, { capacity = 3, rate = 0.001,
             name = "daily" } } }, key = "var:arg_k" },
     -- ... or a limit string and the core's names.
