@@ -3,6 +3,8 @@
 --
 --     local hirate = require "hirate"
 --     local lim = hirate.new{ url = "redis://127.0.0.1:6379", capacity = 10, rate = 2 }
+--     -- or several limits on each key, decided all or nothing:
+--     --   hirate.new{ url = ..., limits = "10/second; 1000/day" }
 --     local d, err, code = lim:allow("alice")
 --     if not d then ... err, e.g. a wrong password (code "EAUTH")
 --     elseif d.allowed then ... serve
@@ -29,11 +31,16 @@ local hirate = {
     -- "10/second; 1000/day" as the core reads it: an array of
     -- {capacity=, rate=, count=, window=} (docs/semantics.md, "Limit strings").
     parse_limits = core.parse_limits,
+    -- Whole seconds an empty bucket of capacity takes to fill at rate,
+    -- rounded up: the "w" of a RateLimit-Policy header, the core's.
+    refill_seconds = core.refill_seconds,
     -- The core's limits: a key's bytes, a prefix's bytes, and the largest
     -- capacity or cost (2^53-1, exact in every Lua).
     KEY_MAX = core.KEY_MAX,
     PREFIX_MAX = core.PREFIX_MAX,
     EXACT_MAX = core.EXACT_MAX,
+    -- The most bands (limits) one limiter has.
+    BANDS_MAX = core.BANDS_MAX,
 }
 
 -- Chosen once, when the module is loaded: a module loaded by nginx's Lua sees

@@ -90,14 +90,18 @@ typedef struct limiter_ud {
     int closed;             /* close() was called: every call answers ECLOSED */
     int users;              /* ops and handshakes still holding lim: it outlives them */
     int has_redis;
-    int64_t capacity;
-    double rate;
+    size_t nbands;          /* the limiter's bands: 1 for capacity and rate */
+    int show_bands;         /* made with limits: allow and peek give each
+                               band's figures too (`bands`), even of one band;
+                               capacity and rate keep the shorter path */
     log_queue *logq;        /* with a log function: in this userdata, after where */
     char where[];           /* "memory", or the URL with the password as *** */
 } limiter_ud;
 
-/* The limiter's uservalue: [1] its log function, when it has one. */
-enum { UV_LIM_LOG = 1 };
+/* The limiter's uservalue: [1] its log function, when it has one; [2] what
+ * tostring shows of its limit; with show_bands, [3 + i] band i's name,
+ * interned once so that a decision's band tables get it without hashing. */
+enum { UV_LIM_LOG = 1, UV_LIM_DESC, UV_LIM_NAMES };
 
 /* Zeroed memory is an op that is done with nothing held: what __gc meets
  * when making the op's userdata raised (out of memory) halfway. */
@@ -111,7 +115,12 @@ typedef struct op_ud {
     int drop;               /* once answered: the connection must be closed */
     int rc;                 /* once answered: a reset's outcome */
     size_t n;
-    hirate_item items[];    /* then the keys' bytes: the core points into them */
+    int show_bands;         /* its limiter's: decisions have band */
+    size_t nbands;          /* with show_bands: each item's band figures, */
+    hirate_decision *bands; /* nbands an item, which the core writes as it
+                               decides the item (source 0: not decided) */
+    hirate_item items[];    /* then the band figures, then the keys' bytes:
+                               the core points into them */
 } op_ud;
 
 /* An op's uservalue: [1] its limiter's userdata; once the op is answered,
@@ -357,11 +366,11 @@ static void fill_items(lua_State *L, int arg, hirate_item *items, size_t n, char
  * call, which lua_setfield would do. The sources follow the field names in
  * the order of HIRATE_SOURCE_* (1..5). */
 static const char *const decision_strings[] = {
-    "allowed", "remaining", "limit", "retry_after", "reset_after", "source", "time", "error",
-    "redis", "local", "cache", "fail_open", "fail_closed", "message"};
+    "allowed", "remaining", "limit", "retry_after", "reset_after", "source", "time", "band",
+    "bands", "name", "error", "redis", "local", "cache", "fail_open", "fail_closed", "message"};
 enum {
     UV_ALLOWED = 1, UV_REMAINING, UV_LIMIT, UV_RETRY_AFTER, UV_RESET_AFTER, UV_SOURCE, UV_TIME,
-    UV_ERROR,
+    UV_BAND, UV_BANDS, UV_NAME, UV_ERROR,
     UV_SOURCES = UV_ERROR,   /* + HIRATE_SOURCE_*: the source's name */
     UV_MESSAGE = UV_SOURCES + HIRATE_SOURCE_FAIL_CLOSED + 1,
     UV_COUNT = (int)(sizeof decision_strings / sizeof *decision_strings),
@@ -377,11 +386,20 @@ static inline void push_string(lua_State *L, int k)
     lua_pushvalue(L, lua_upvalueindex(k));
 }
 
-/* Pushes a decision as a table. Only for the functions of a class
- * (new_class gives them the decision strings as upvalues). */
-static void push_decision(lua_State *L, const hirate_decision *d)
+/* Pushes a decision as a table with room for fields fields, with band (a
+ * limiter made with limits) or without (one of capacity and rate, whose one
+ * band is the whole: its decisions cost what they always did). Only for the
+ * functions of a class (new_class gives them the decision strings as
+ * upvalues). band is the core's 0-based number, 1-based here as Lua numbers
+ * things. */
+static void push_decision_sized(lua_State *L, const hirate_decision *d, int fields, int band)
 {
-    lua_createtable(L, 0, 8);
+    lua_createtable(L, 0, fields);
+    if (band) {
+        push_string(L, UV_BAND);
+        lua_pushinteger(L, (lua_Integer)d->band + 1);
+        lua_rawset(L, -3);
+    }
     push_string(L, UV_ALLOWED);
     lua_pushboolean(L, d->allowed);
     lua_rawset(L, -3);
@@ -420,6 +438,34 @@ static void push_decision(lua_State *L, const hirate_decision *d)
     }
 }
 
+/* A decision of capacity and rate: seven fields, and error for a policy's
+ * decision, in a table's eight slots. With band (a limiter made with
+ * limits): eight, and error makes it grow. */
+static void push_decision(lua_State *L, const hirate_decision *d, int band)
+{
+    push_decision_sized(L, d, 8, band);
+}
+
+/* Sets `bands` in the decision table on top: an array of each band's own
+ * figures, bands[0 .. n), each a decision table of its own (band is its own
+ * number) with the band's name. names is the stack index of the limiter's
+ * uservalue, which holds the names (UV_LIM_NAMES). */
+static void set_bands(lua_State *L, const hirate_decision *bands, size_t n, int names)
+{
+    push_string(L, UV_BANDS);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        hirate_decision b = bands[i];
+        b.band = (int)i;
+        push_decision_sized(L, &b, 9, 1);   /* and its name */
+        push_string(L, UV_NAME);
+        lua_rawgeti(L, names, UV_LIM_NAMES + (int)i);
+        lua_rawset(L, -3);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_rawset(L, -3);
+}
+
 /* An item of a batch that failed: {allowed = false, error = code, message =
  * msg}. No source, since nothing decided it; error is a code's name, as in a
  * decision the policy made; allowed is false, so that `if d.allowed` admits
@@ -440,7 +486,7 @@ static void push_item_error(lua_State *L, int rc, const char *msg)
 
 /* An array with every item's outcome: its decision, or its error
  * (push_item_error) with the message msg(i). */
-static void push_items(lua_State *L, const hirate_item *items, size_t n,
+static void push_items(lua_State *L, const hirate_item *items, size_t n, int band,
                        const char *(*msg)(const void *ctx, size_t i, int rc), const void *ctx)
 {
     lua_createtable(L, (int)n, 0);
@@ -448,8 +494,23 @@ static void push_items(lua_State *L, const hirate_item *items, size_t n,
         if (items[i].rc < 0)
             push_item_error(L, items[i].rc, msg(ctx, i, items[i].rc));
         else
-            push_decision(L, &items[i].decision);
+            push_decision(L, &items[i].decision, band);
         lua_rawseti(L, -2, (int)i + 1);
+    }
+}
+
+/* Adds to the array on top each item's band figures that the op kept
+ * (allow and peek of a limiter made with limits); names is the stack index
+ * of the limiter's uservalue. */
+static void add_item_bands(lua_State *L, const op_ud *o, int names)
+{
+    for (size_t i = 0; i < o->n; i++) {
+        const hirate_decision *b = o->bands + i * o->nbands;
+        if (o->items[i].rc < 0 || b->source == 0)
+            continue;
+        lua_rawgeti(L, -1, (int)i + 1);
+        set_bands(L, b, o->nbands, names);
+        lua_pop(L, 1);
     }
 }
 
@@ -599,7 +660,7 @@ static void redact_url(const char *url, char *out)
 /* The option names new() knows, so that a misspelt one is an error, not a
  * silent default. */
 static const char *const option_names[] = {
-    "url", "capacity", "rate", "prefix", "on_error", "instances", "timeout",
+    "url", "capacity", "rate", "limits", "prefix", "on_error", "instances", "timeout",
     "connect_timeout", "deny_cache", "max_keys", "pool_size", "tls_ca_file", "tls_ca_dir",
     "tls_cert_file", "tls_key_file", "tls_server_name", "tls_verify", "sentinel_username",
     "sentinel_password", "functions", "log", NULL};
@@ -669,11 +730,207 @@ static int opt_seconds(lua_State *L, const char *name, int dflt_ms)
     return (int)floor(ms + 0.5);
 }
 
-/* hirate.new{url = ..., capacity = ..., rate = ..., ...} */
+/* ---- the limit: capacity and rate, or limits ------------------------------------- */
+
+/* The capacity at idx (what: "capacity", "limits[2]: capacity"), converted
+ * as every capacity is; the core checks its range. */
+static int64_t check_capacity(lua_State *L, int idx, const char *what)
+{
+    char buf[64];
+    int64_t v;
+    if (beyond_int64(L, idx))
+        arg_errorf(L, 1, "%s must be a whole number from 1 to 2^53-1, got %s", what,
+                   describe(L, idx, buf, sizeof buf));
+    check_int(L, idx, 1, what, &v);
+    return v;
+}
+
+static double check_rate(lua_State *L, int idx, const char *what)
+{
+    if (lua_type(L, idx) != LUA_TNUMBER)
+        arg_errorf(L, 1, "%s must be a number, got %s", what, luaL_typename(L, idx));
+    return (double)lua_tonumber(L, idx);
+}
+
+/* A string at idx with no NUL byte inside (the core reads C strings). */
+static const char *check_cstring(lua_State *L, int idx, const char *what)
+{
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    if (strlen(s) != len)
+        arg_errorf(L, 1, "%s contains a NUL byte", what);
+    return s;
+}
+
+/* Limit string `text` (entry `entry` of limits) as the core reads it into
+ * out; returns how many limits it holds. */
+static size_t parse_entry(lua_State *L, const char *text, int entry, hirate_limit *out)
+{
+    size_t n;
+    char err[HIRATE_ERRMSG_SIZE];
+    if (hirate_limits_parse(text, out, HIRATE_LIMITS_MAX, &n, err, sizeof err) < 0)
+        arg_errorf(L, 1, "limits[%d]: %s", entry, err);
+    return n;
+}
+
+/* Entry i of the limits table at t, a table {capacity =, rate =, name =}:
+ * its fields converted into *b (name points into the table's string). */
+static void check_band_entry(lua_State *L, int t, int i, hirate_band *b)
+{
+    static const char *const fields[] = {"capacity", "rate", "name", NULL};
+    char what[48];
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        int known = 0;
+        lua_pop(L, 1);
+        if (lua_type(L, -1) == LUA_TSTRING)
+            for (int f = 0; fields[f] && !known; f++)
+                known = strcmp(lua_tostring(L, -1), fields[f]) == 0 &&
+                        strlen(fields[f]) == hl_rawlen(L, -1);
+        if (!known) {
+            if (lua_type(L, -1) == LUA_TSTRING)
+                arg_errorf(L, 1, "limits[%d]: unknown field '%.40s' (capacity, rate, name)", i,
+                           lua_tostring(L, -1));
+            arg_errorf(L, 1, "limits[%d]: unknown field of type %s (capacity, rate, name)", i,
+                       luaL_typename(L, -1));
+        }
+    }
+    lua_pushliteral(L, "capacity");
+    lua_rawget(L, t);
+    if (lua_isnil(L, -1))
+        arg_errorf(L, 1, "limits[%d]: capacity is required", i);
+    snprintf(what, sizeof what, "limits[%d]: capacity", i);
+    b->capacity = check_capacity(L, -1, what);
+    lua_pushliteral(L, "rate");
+    lua_rawget(L, t);
+    if (lua_isnil(L, -1))
+        arg_errorf(L, 1, "limits[%d]: rate is required", i);
+    snprintf(what, sizeof what, "limits[%d]: rate", i);
+    b->rate = check_rate(L, -1, what);
+    lua_pushliteral(L, "name");
+    lua_rawget(L, t);
+    b->name = NULL;   /* the core's default name */
+    if (!lua_isnil(L, -1)) {
+        snprintf(what, sizeof what, "limits[%d]: name", i);
+        if (lua_type(L, -1) != LUA_TSTRING)
+            arg_errorf(L, 1, "%s must be a string, got %s", what, luaL_typename(L, -1));
+        b->name = check_cstring(L, -1, what);   /* the table keeps it alive */
+    }
+    lua_pop(L, 3);
+}
+
+/* The bands of a limits table at t, in a userdata pushed for them (scratch
+ * space: an error raised meanwhile leaks nothing): each entry a table
+ * {capacity =, rate =, name =} or a limit string, which gives a band for each
+ * limit it holds, named by the core. (*from)[k] is the entry band k came
+ * from, so that the core's message about band k can name the entry. How
+ * many there may be is the core's to say. */
+static hirate_band *check_bands(lua_State *L, int t, size_t *nbands, int **from)
+{
+    hirate_limit parsed[HIRATE_LIMITS_MAX];
+    size_t n = 0, entries = hl_rawlen(L, t);
+    if (entries > INT_MAX / 2)
+        arg_errorf(L, 1, "limits has too many entries");
+    /* Every key is an entry: a misspelt {capcity = 10} is not an empty list. */
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        lua_pop(L, 1);
+        int64_t k;
+        if (lua_type(L, -1) != LUA_TNUMBER || !hl_toint64(L, -1, &k) || k < 1 ||
+            (uint64_t)k > entries)
+            arg_errorf(L, 1, "limits must be an array of limits ({capacity =, rate =, "
+                             "name =} or limit strings), or a limit string");
+    }
+    for (size_t i = 1; i <= entries; i++) {
+        lua_rawgeti(L, t, (int)i);
+        if (lua_type(L, -1) == LUA_TSTRING) {
+            char what[32];
+            snprintf(what, sizeof what, "limits[%d]", (int)i);
+            n += parse_entry(L, check_cstring(L, -1, what), (int)i, parsed);
+        } else if (lua_type(L, -1) == LUA_TTABLE) {
+            n++;
+        } else {
+            arg_errorf(L, 1, "limits[%d] must be a table {capacity =, rate =, name =} or a "
+                             "limit string, got %s", (int)i, luaL_typename(L, -1));
+        }
+        lua_pop(L, 1);
+    }
+    size_t room = n ? n : 1;
+    hirate_band *bands = (hirate_band *)lua_newuserdata(L, room * (sizeof *bands + sizeof(int)));
+    *from = (int *)(void *)(bands + room);
+    size_t k = 0;
+    for (size_t i = 1; i <= entries; i++) {
+        lua_rawgeti(L, t, (int)i);
+        if (lua_type(L, -1) == LUA_TTABLE) {
+            check_band_entry(L, lua_gettop(L), (int)i, &bands[k]);
+            (*from)[k++] = (int)i;
+        } else {
+            size_t got = parse_entry(L, lua_tostring(L, -1), (int)i, parsed);
+            for (size_t j = 0; j < got; j++) {
+                bands[k].capacity = parsed[j].capacity;
+                bands[k].rate = parsed[j].rate;
+                bands[k].name = NULL;
+                (*from)[k++] = (int)i;
+            }
+        }
+        lua_pop(L, 1);
+    }
+    *nbands = n;
+    return bands;
+}
+
+/* Raises the core's message about the options. In one about the bands of
+ * a limits table, each "bands[k]" (the core's 0-based band) becomes the
+ * entry of limits it came from, as Lua numbers them: "limits[2]: limits[1]
+ * has the same name, 'a'". */
+static int raise_option_error(lua_State *L, const char *why, const int *from, size_t nbands)
+{
+    if (!from || !strstr(why, "bands["))
+        return luaL_argerror(L, 1, why);   /* the core's message names the option */
+    char msg[HIRATE_ERRMSG_SIZE + 64];
+    size_t at = 0;
+    for (const char *p = why; *p && at + 24 < sizeof msg;) {
+        char *end;
+        unsigned long k = strncmp(p, "bands[", 6) == 0 ? strtoul(p + 6, &end, 10) : nbands;
+        if (k < nbands && end != p + 6 && *end == ']' && (p == why || p[-1] == ' ')) {
+            at += (size_t)snprintf(msg + at, sizeof msg - at, "limits[%d]", from[k]);
+            p = end + 1;
+        } else {
+            msg[at++] = *p++;
+        }
+    }
+    msg[at] = '\0';
+    return luaL_argerror(L, 1, msg);
+}
+
+/* What tostring shows of the limit: "capacity=10, rate=2", or each band's
+ * name, capacity and rate. Pushed as a string. */
+static void push_limit_desc(lua_State *L, hirate_limiter *lim, size_t nbands)
+{
+    luaL_Buffer b;
+    char line[HIRATE_BAND_NAME_MAX + 96], rate[64];
+    luaL_buffinit(L, &b);
+    for (size_t i = 0; i < nbands; i++) {
+        hirate_band band;
+        if (hirate_limiter_band(lim, i, &band) < 0)
+            break;
+        format_double(rate, sizeof rate, band.rate);
+        if (nbands == 1)
+            snprintf(line, sizeof line, "capacity=%lld, rate=%s", (long long)band.capacity,
+                     rate);
+        else
+            snprintf(line, sizeof line, "%s\"%s\" capacity=%lld rate=%s", i ? ", " : "bands: ",
+                     band.name, (long long)band.capacity, rate);
+        luaL_addstring(&b, line);
+    }
+    luaL_pushresult(&b);
+}
+
+/* hirate.new{url = ..., capacity = ..., rate = ..., ...}, or limits = ...
+ * instead of capacity and rate */
 static int l_new(lua_State *L)
 {
     hirate_options o;
-    char buf[64];
 
     hirate_options_init(&o);
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -682,18 +939,28 @@ static int l_new(lua_State *L)
     check_option_names(L);
 
     o.url = opt_string(L, "url", NULL);
-    if (get_option(L, "capacity") == LUA_TNIL)
-        arg_errorf(L, 1, "capacity is required");
-    if (beyond_int64(L, -1))
-        arg_errorf(L, 1, "capacity must be a whole number from 1 to 2^53-1, got %s",
-                   describe(L, -1, buf, sizeof buf));
-    check_int(L, -1, 1, "capacity", &o.capacity);
-    int t = get_option(L, "rate");
-    if (t == LUA_TNIL)
+    /* The limit: capacity and rate, or limits (a string, or a table of
+     * bands). Given both, the core says which to leave out. */
+    int *from = NULL;
+    int t = get_option(L, "limits");
+    int limits = t != LUA_TNIL;
+    if (t == LUA_TSTRING)
+        o.limits = check_cstring(L, -1, "limits");
+    else if (t == LUA_TTABLE)
+        o.bands = check_bands(L, lua_gettop(L), &o.nbands, &from);
+    else if (limits)
+        arg_errorf(L, 1, "limits must be a limit string (\"10/second; 1000/day\") or a table "
+                         "of limits, got %s", luaL_typename(L, -1));
+    t = get_option(L, "capacity");
+    if (t == LUA_TNIL && !limits)
+        arg_errorf(L, 1, "capacity is required (or limits)");
+    if (t != LUA_TNIL)
+        o.capacity = check_capacity(L, -1, "capacity");
+    t = get_option(L, "rate");
+    if (t == LUA_TNIL && !limits)
         arg_errorf(L, 1, "rate is required");
-    if (t != LUA_TNUMBER)
-        arg_errorf(L, 1, "rate must be a number, got %s", luaL_typename(L, -1));
-    o.rate = (double)lua_tonumber(L, -1);
+    if (t != LUA_TNIL)
+        o.rate = check_rate(L, -1, "rate");
     o.prefix = opt_string(L, "prefix", o.prefix);
     const char *policy = opt_string(L, "on_error", "local");
     if ((o.on_error = hirate_on_error_from_name(policy)) < 0)
@@ -735,6 +1002,7 @@ static int l_new(lua_State *L)
     size_t qat = (sizeof(limiter_ud) + wlen + 15) & ~(size_t)15;
     limiter_ud *u = (limiter_ud *)lua_newuserdata(L, log_at ? qat + sizeof(log_queue)
                                                             : sizeof *u + wlen);
+    int ud_at = lua_gettop(L);
     memset(u, 0, sizeof *u);
     if (o.url)
         redact_url(o.url, u->where);
@@ -742,7 +1010,7 @@ static int l_new(lua_State *L)
         strcpy(u->where, "memory");
     luaL_getmetatable(L, LIMITER_MT);
     lua_setmetatable(L, -2);
-    lua_createtable(L, 1, 0);
+    lua_createtable(L, 2, 0);
     if (log_at) {
         u->logq = (log_queue *)(void *)((char *)u + qat);
         memset(u->logq, 0, sizeof *u->logq);
@@ -759,13 +1027,48 @@ static int l_new(lua_State *L)
     if (rc == HIRATE_ENOMEM)
         return luaL_error(L, "hirate.new: %s", why);
     if (rc < 0)
-        return luaL_argerror(L, 1, why);   /* the core's message names the option */
+        return raise_option_error(L, why, from, o.nbands);
     u->lim = lim;
-    u->has_redis = o.url != NULL;
-    u->capacity = o.capacity;
-    u->rate = o.rate;
     __atomic_fetch_add(&live_limiters, 1, __ATOMIC_RELAXED);
+    u->has_redis = o.url != NULL;
+    u->nbands = hirate_limiter_nbands(lim);
+    hl_getuservalue(L, ud_at);
+    push_limit_desc(L, lim, u->nbands);
+    lua_rawseti(L, -2, UV_LIM_DESC);
+    u->show_bands = limits;
+    for (size_t i = 0; u->show_bands && i < u->nbands; i++) {
+        hirate_band band;
+        hirate_limiter_band(lim, i, &band);
+        lua_pushstring(L, band.name);
+        lua_rawseti(L, -2, UV_LIM_NAMES + (int)i);
+    }
+    lua_settop(L, ud_at);
     return 1;
+}
+
+/* A decision of a limiter made with limits, with each band's figures:
+ * hirate_allow_bands or hirate_peek_bands, or at an injected time now_us
+ * (not -1). One of capacity and rate keeps the shorter path of
+ * hirate_allow. */
+static int decide_bands(lua_State *L, limiter_ud *u, const char *key, size_t keylen,
+                        int64_t cost, int spend, int64_t now_us)
+{
+    hirate_decision d, bands[HIRATE_BANDS_MAX];
+    size_t n = u->nbands < HIRATE_BANDS_MAX ? u->nbands : HIRATE_BANDS_MAX;
+    int rc;
+    if (now_us >= 0)
+        rc = hirate_decide_at_bands(u->lim, key, keylen, cost, spend, now_us, &d, bands, n);
+    else if (spend)
+        rc = hirate_allow_bands(u->lim, key, keylen, cost, &d, bands, n);
+    else
+        rc = hirate_peek_bands(u->lim, key, keylen, cost, &d, bands, n);
+    if (rc < 0)
+        return emit_logs(L, u, push_failure(L, u, rc));
+    hl_getuservalue(L, 1);
+    int names = lua_gettop(L);
+    push_decision_sized(L, &d, 9, 1);   /* and bands */
+    set_bands(L, bands, n, names);
+    return emit_logs(L, u, 1);
 }
 
 /* lim:allow(key, cost) and lim:peek(key, cost) */
@@ -778,11 +1081,13 @@ static int decide(lua_State *L, int spend)
     if (u->closed)
         return push_closed(L);
     hirate_decision d;
+    if (u->show_bands)
+        return decide_bands(L, u, key, keylen, cost, spend, -1);
     int rc = spend ? hirate_allow(u->lim, key, keylen, cost, &d)
                    : hirate_peek(u->lim, key, keylen, cost, &d);
     if (rc < 0)
         return emit_logs(L, u, push_failure(L, u, rc));
-    push_decision(L, &d);
+    push_decision(L, &d, 0);
     return emit_logs(L, u, 1);
 }
 
@@ -849,7 +1154,7 @@ static int l_allow_many(lua_State *L)
             b.last_rc = items[i].rc;
     if (b.last_rc)
         hirate_limiter_errmsg(u->lim, b.msg, sizeof b.msg);
-    push_items(L, items, n, batch_msg, &b);
+    push_items(L, items, n, u->show_bands, batch_msg, &b);
     return emit_logs(L, u, 1);
 }
 
@@ -865,11 +1170,13 @@ static int l_decide_at(lua_State *L)
     int64_t now_us = check_now_us(L, 5);
     if (u->closed)
         return push_closed(L);
+    if (u->show_bands)
+        return decide_bands(L, u, key, keylen, cost, spend, now_us);
     hirate_decision d;
     int rc = hirate_decide_at(u->lim, key, keylen, cost, spend, now_us, &d);
     if (rc < 0)
         return emit_logs(L, u, push_failure(L, u, rc));
-    push_decision(L, &d);
+    push_decision(L, &d, 0);
     return emit_logs(L, u, 1);
 }
 
@@ -1007,11 +1314,35 @@ static int l_endpoint(lua_State *L)
 static int l_tostring(lua_State *L)
 {
     limiter_ud *u = check_limiter(L);
-    char rate[64], cap[32];
-    format_double(rate, sizeof rate, u->rate);
-    snprintf(cap, sizeof cap, "%lld", (long long)u->capacity);
-    lua_pushfstring(L, "hirate.limiter(%s, capacity=%s, rate=%s%s)", u->where, cap, rate,
+    hl_getuservalue(L, 1);
+    lua_rawgeti(L, -1, UV_LIM_DESC);
+    const char *desc = lua_tostring(L, -1);
+    lua_pushfstring(L, "hirate.limiter(%s, %s%s)", u->where, desc ? desc : "?",
                     u->closed ? ", closed" : "");
+    return 1;
+}
+
+/* lim:bands() -> { {capacity =, rate =, name =}, ... }: the limiter's bands,
+ * as the core holds them (a name the core gave is its default name). */
+static int l_bands(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    if (u->closed)
+        return push_closed(L);
+    lua_createtable(L, (int)u->nbands, 0);
+    for (size_t i = 0; i < u->nbands; i++) {
+        hirate_band band;
+        if (hirate_limiter_band(u->lim, i, &band) < 0)
+            break;
+        lua_createtable(L, 0, 3);
+        hl_pushint64(L, band.capacity);
+        lua_setfield(L, -2, "capacity");
+        lua_pushnumber(L, (lua_Number)band.rate);
+        lua_setfield(L, -2, "rate");
+        lua_pushstring(L, band.name);
+        lua_setfield(L, -2, "name");
+        lua_rawseti(L, -2, (int)i + 1);
+    }
     return 1;
 }
 
@@ -1285,7 +1616,9 @@ static int op_started(lua_State *L, limiter_ud *u, op_ud *o, int rc, hirate_op *
     return 1;
 }
 
-/* lim:_op_start(items, spend, now_us) -> op */
+/* lim:_op_start(items, spend, now_us, with_bands) -> op; with_bands true:
+ * the decisions of a limiter made with limits carry each band's figures
+ * (allow and peek), else only the whole's (allow_many, as in plain Lua). */
 static int l_op_start(lua_State *L)
 {
     limiter_ud *u = check_limiter(L);
@@ -1293,16 +1626,25 @@ static int l_op_start(lua_State *L)
     size_t n = check_items(L, 2, &keybytes);
     int spend = check_boolean(L, 3, 3, "spend");
     int64_t now_us = lua_isnoneornil(L, 4) ? -1 : check_now_us(L, 4);
+    int with_bands = !lua_isnoneornil(L, 5) && check_boolean(L, 5, 5, "with_bands");
     check_redis(L, u, "_op_start");
     if (u->closed)
         return push_closed(L);
 
-    op_ud *o = (op_ud *)new_holder(L, sizeof *o + n * sizeof(hirate_item) + keybytes, OP_MT);
+    size_t nb = with_bands && u->show_bands ? u->nbands : 0;
+    op_ud *o = (op_ud *)new_holder(L, sizeof *o + n * sizeof(hirate_item) +
+                                          n * nb * sizeof(hirate_decision) + keybytes, OP_MT);
     o->state = OP_DONE;   /* until the core's op exists */
     o->n = n;
-    fill_items(L, 2, o->items, n, (char *)(o->items + n));
+    o->show_bands = u->show_bands;
+    o->nbands = nb;
+    o->bands = (hirate_decision *)(void *)(o->items + n);
+    fill_items(L, 2, o->items, n, (char *)(o->bands + n * nb));
     hirate_op *op = NULL;
-    int rc = hirate_op_start(u->lim, o->items, n, spend, now_us, &op);
+    /* The band figures go straight into the op's userdata, whether the
+     * core decides an item at once or once Redis answers. */
+    int rc = nb ? hirate_op_start_bands(u->lim, o->items, n, spend, now_us, o->bands, &op)
+                : hirate_op_start(u->lim, o->items, n, spend, now_us, &op);
     return op_started(L, u, o, rc, op);
 }
 
@@ -1514,7 +1856,14 @@ static int l_op_results(lua_State *L)
     if (o->reset)
         return luaL_error(L, "results: a reset op has one result (result())");
     hl_getuservalue(L, 1);
-    push_items(L, o->items, o->n, kept_message, (const void *)(uintptr_t)L);
+    push_items(L, o->items, o->n, o->show_bands, kept_message, (const void *)(uintptr_t)L);
+    if (o->nbands) {
+        lua_rawgeti(L, -2, UV_OP_LIMITER);
+        hl_getuservalue(L, -1);
+        int names = lua_gettop(L);
+        lua_pushvalue(L, -3);   /* the array */
+        add_item_bands(L, o, names);
+    }
     return 1;
 }
 
@@ -1598,6 +1947,19 @@ static int l_parse_limits(lua_State *L)
     return 1;
 }
 
+/* hirate.refill_seconds(capacity, rate) -> whole seconds an empty bucket
+ * takes to fill, rounded up: the core's, the "w" of a RateLimit-Policy
+ * header (0 for a capacity or rate no limiter takes). */
+static int l_refill_seconds(lua_State *L)
+{
+    int64_t capacity;
+    check_int(L, 1, 1, "capacity", &capacity);
+    if (lua_type(L, 2) != LUA_TNUMBER)
+        arg_errorf(L, 2, "rate must be a number, got %s", luaL_typename(L, 2));
+    hl_pushint64(L, hirate_refill_seconds(capacity, (double)lua_tonumber(L, 2)));
+    return 1;
+}
+
 static int l_script_source(lua_State *L)
 {
     size_t len;
@@ -1675,6 +2037,7 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"peek", l_peek},
         {"reset", l_reset},
         {"allow_many", l_allow_many},
+        {"bands", l_bands},
         {"close", l_close},
         {"_op_start", l_op_start},
         {"_op_start_reset", l_op_start_reset},
@@ -1722,6 +2085,7 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"function_name", l_function_name},
         {"version", l_version},
         {"parse_limits", l_parse_limits},
+        {"refill_seconds", l_refill_seconds},
         {"_live", l_live},
         {NULL, NULL}};
 
@@ -1747,5 +2111,7 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
     lua_setfield(L, -2, "IO_NODES_MAX");
     hl_pushint64(L, HIRATE_ERRMSG_SIZE);
     lua_setfield(L, -2, "ERRMSG_SIZE");
+    hl_pushint64(L, HIRATE_BANDS_MAX);
+    lua_setfield(L, -2, "BANDS_MAX");
     return 1;
 }

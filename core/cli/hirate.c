@@ -1,7 +1,7 @@
 /*
  * hirate: the command-line tool. It spends, inspects and resets the same
- * buckets as every application that uses the same Redis, prefix, capacity
- * and rate, so a shell script, a cron job or an operator can take part in a
+ * buckets as every application that uses the same Redis, prefix and limits
+ * (a capacity and a rate, or --limit "10/s; 1000/day"), so a shell script, a cron job or an operator can take part in a
  * limit; it prints the Redis script for operators who preload it; and it
  * generates load (bench.c).
  *
@@ -63,7 +63,7 @@ static void usage(FILE *f)
         "usage: hirate [OPTIONS] COMMAND [ARGS]\n"
         "\n"
         "Spend, inspect or reset a token bucket shared with every program that uses\n"
-        "hirate with the same Redis, prefix, capacity and rate.\n"
+        "hirate with the same Redis, prefix and limits.\n"
         "\n"
         "Commands:\n"
         "  allow KEY         spend --cost tokens of KEY's bucket if it holds them\n"
@@ -83,8 +83,14 @@ static void usage(FILE *f)
         "                        26379; rediss+sentinel://... over TLS);\n"
         "                        default $REDIS_URL, else in memory (\"\" also means\n"
         "                        in memory)\n"
-        "  --capacity N          bucket size, whole tokens (required: allow, peek, bench)\n"
-        "  --rate R              tokens added per second (required: allow, peek, bench)\n"
+        "  --capacity N          bucket size, whole tokens (required: allow, peek, bench,\n"
+        "                        unless --limit is given)\n"
+        "  --rate R              tokens added per second: a number (0.5) or a fraction\n"
+        "                        N/M (1/3: one token every 3 seconds); required with\n"
+        "                        --capacity\n"
+        "  --limit LIMITS        instead of --capacity and --rate: one or more limits,\n"
+        "                        e.g. \"100/minute\", \"10/s; 1000/day\", \"100/hour burst 20\";\n"
+        "                        several are one all-or-nothing decision\n"
         "  --cost N              tokens to spend, or for peek to test; default 1\n"
         "  --prefix P            prepended to every key in Redis; default \"%s\"\n"
         "  --on-error POLICY     when Redis fails: local, open or closed; default %s\n"
@@ -171,6 +177,43 @@ static int parse_num(const char *opt, const char *s, double *out)
     return 0;
 }
 
+/* A rate: a number, or a fraction N/M of two numbers (1/3 is a third of a
+ * token a second), computed as a double division, as 1/3 is in C, Python
+ * and Lua. The library checks the range of the result. */
+static int parse_rate(const char *s, double *out)
+{
+    const char *slash = strchr(s, '/');
+    if (!slash)
+        return parse_num("--rate", s, out);
+    char num[64];
+    double n, m;
+    size_t len = (size_t)(slash - s);
+    int bad = len == 0 || len >= sizeof num || strchr(slash + 1, '/') != NULL;
+    if (!bad) {
+        memcpy(num, s, len);
+        num[len] = '\0';
+        bad = strspn(num, "0123456789+-.eE") != len || slash[1] == '\0' ||
+              strspn(slash + 1, "0123456789+-.eE") != strlen(slash + 1);
+    }
+    if (bad) {
+        cli_error("--rate: \"%s\" is not a number or a fraction N/M (a limit such as "
+                  "\"10/minute\" goes in --limit)", s);
+        return -1;
+    }
+    if (parse_num("--rate", num, &n) < 0 || parse_num("--rate", slash + 1, &m) < 0)
+        return -1;
+    if (m == 0) {
+        cli_error("--rate: %s divides by zero", s);
+        return -1;
+    }
+    *out = n / m;
+    if (!isfinite(*out)) {
+        cli_error("--rate: %s is out of range", s);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- decisions ---------------------------------------------------------- */
 
 /* us as seconds, exactly: integer arithmetic, at most 6 decimals, trailing
@@ -188,25 +231,38 @@ static void seconds(char *buf, size_t len, int64_t us, int min_decimals)
              n ? "." : "", frac);
 }
 
-static void print_decision(const hirate_decision *d, int json)
+/* A band's name as a JSON string: names are printable ASCII, so only '"'
+ * and '\\' need escaping. */
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            putchar('\\');
+        putchar(*s);
+    }
+    putchar('"');
+}
+
+/* The figures every decision shows, as JSON members (without the braces). */
+static void json_figures(const hirate_decision *d)
 {
     char retry[32], reset[32];
-    const char *source = hirate_source_name(d->source);
-    if (json) {
-        if (d->retry_after_us == HIRATE_NEVER)
-            snprintf(retry, sizeof retry, "null");
-        else
-            seconds(retry, sizeof retry, d->retry_after_us, 0);
-        seconds(reset, sizeof reset, d->reset_after_us, 0);
-        printf("{\"allowed\":%s,\"remaining\":%lld,\"limit\":%lld,\"retry_after\":%s,"
-               "\"reset_after\":%s,\"source\":\"%s\"",
-               d->allowed ? "true" : "false", (long long)d->remaining, (long long)d->limit,
-               retry, reset, source);
-        if (d->error)
-            printf(",\"error\":\"%s\"", hirate_err_name(d->error));
-        printf("}\n");
-        return;
-    }
+    if (d->retry_after_us == HIRATE_NEVER)
+        snprintf(retry, sizeof retry, "null");
+    else
+        seconds(retry, sizeof retry, d->retry_after_us, 0);
+    seconds(reset, sizeof reset, d->reset_after_us, 0);
+    printf("\"allowed\":%s,\"remaining\":%lld,\"limit\":%lld,\"retry_after\":%s,"
+           "\"reset_after\":%s",
+           d->allowed ? "true" : "false", (long long)d->remaining, (long long)d->limit, retry,
+           reset);
+}
+
+/* The same as text: "allowed  remaining=4 limit=5 reset_after=0.200s". */
+static void text_figures(const hirate_decision *d)
+{
+    char retry[32], reset[32];
     printf("%s  remaining=%lld limit=%lld", d->allowed ? "allowed" : "refused",
            (long long)d->remaining, (long long)d->limit);
     if (!d->allowed) {
@@ -218,10 +274,50 @@ static void print_decision(const hirate_decision *d, int json)
         }
     }
     seconds(reset, sizeof reset, d->reset_after_us, 3);
-    printf(" reset_after=%ss source=%s", reset, source);
+    printf(" reset_after=%ss", reset);
+}
+
+/* A decision: the whole's line (or object); with several bands (nbands >
+ * 1, names[i] band i's name) the band behind the limit, then each band's own
+ * figures, a line each (or in "bands"). One band prints only the whole. */
+static void print_decision(const hirate_decision *d, const hirate_decision *bands,
+                           const char *const *names, size_t nbands, int json)
+{
+    const char *source = hirate_source_name(d->source);
+    if (json) {
+        putchar('{');
+        json_figures(d);
+        printf(",\"source\":\"%s\"", source);
+        if (d->error)
+            printf(",\"error\":\"%s\"", hirate_err_name(d->error));
+        if (nbands > 1) {
+            printf(",\"band\":");
+            json_string(names[d->band]);
+            printf(",\"bands\":[");
+            for (size_t i = 0; i < nbands; i++) {
+                printf(i ? ",{\"name\":" : "{\"name\":");
+                json_string(names[i]);
+                putchar(',');
+                json_figures(&bands[i]);
+                putchar('}');
+            }
+            putchar(']');
+        }
+        printf("}\n");
+        return;
+    }
+    text_figures(d);
+    printf(" source=%s", source);
     if (d->error)
         printf(" error=%s", hirate_err_name(d->error));
+    if (nbands > 1)
+        printf(" band=%s", names[d->band]);
     printf("\n");
+    for (size_t i = 0; nbands > 1 && i < nbands; i++) {
+        printf("  band=%s ", names[i]);
+        text_figures(&bands[i]);
+        printf("\n");
+    }
 }
 
 /* allow, peek and reset: one call on one key. */
@@ -230,15 +326,23 @@ static int cmd_key(const cli_config *c, const char *cmd, const char *key)
     hirate_limiter *lim;
     if (cli_limiter_new(&c->opts, &lim) < 0)
         return CLI_ERROR;
-    hirate_decision d;
+    hirate_decision d, bands[HIRATE_BANDS_MAX];
+    const char *names[HIRATE_BANDS_MAX];
     size_t keylen = strlen(key);
+    size_t nbands = hirate_limiter_nbands(lim);
+    if (nbands > HIRATE_BANDS_MAX)
+        nbands = HIRATE_BANDS_MAX;
+    for (size_t i = 0; i < nbands; i++) {
+        hirate_band band;
+        names[i] = hirate_limiter_band(lim, i, &band) == 0 ? band.name : "?";
+    }
     int rc;
     if (strcmp(cmd, "reset") == 0)
         rc = hirate_reset(lim, key, keylen);
     else if (strcmp(cmd, "peek") == 0)
-        rc = hirate_peek(lim, key, keylen, c->cost, &d);
+        rc = hirate_peek_bands(lim, key, keylen, c->cost, &d, bands, nbands);
     else
-        rc = hirate_allow(lim, key, keylen, c->cost, &d);
+        rc = hirate_allow_bands(lim, key, keylen, c->cost, &d, bands, nbands);
     int status;
     if (rc < 0) {
         char why[HIRATE_ERRMSG_SIZE];
@@ -256,7 +360,7 @@ static int cmd_key(const cli_config *c, const char *cmd, const char *key)
         printf(c->json ? "{\"reset\":true}\n" : "reset\n");
         status = CLI_ALLOWED;
     } else {
-        print_decision(&d, c->json);
+        print_decision(&d, bands, names, nbands, c->json);
         status = d.allowed ? CLI_ALLOWED : CLI_REFUSED;
     }
     hirate_limiter_free(lim);
@@ -284,13 +388,14 @@ enum {
     OPT_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_JSON, OPT_VERSION, OPT_SHA1,
     OPT_THREADS, OPT_KEYS, OPT_DURATION, OPT_BATCH,
     OPT_TLS_CA_FILE, OPT_TLS_CA_DIR, OPT_TLS_CERT_FILE, OPT_TLS_KEY_FILE, OPT_TLS_SERVER_NAME,
-    OPT_TLS_NO_VERIFY, OPT_SENTINEL_USER, OPT_SENTINEL_PASSWORD, OPT_NO_FUNCTIONS
+    OPT_TLS_NO_VERIFY, OPT_SENTINEL_USER, OPT_SENTINEL_PASSWORD, OPT_NO_FUNCTIONS, OPT_LIMIT
 };
 
 static const struct option long_options[] = {
     {"url", required_argument, NULL, OPT_URL},
     {"capacity", required_argument, NULL, OPT_CAPACITY},
     {"rate", required_argument, NULL, OPT_RATE},
+    {"limit", required_argument, NULL, OPT_LIMIT},
     {"cost", required_argument, NULL, OPT_COST},
     {"prefix", required_argument, NULL, OPT_PREFIX},
     {"on-error", required_argument, NULL, OPT_ON_ERROR},
@@ -345,7 +450,7 @@ typedef struct cli_args {
     const char *pos[3];   /* the command and its arguments */
     int npos;             /* how many there were (may exceed 3) */
     int help, version;
-    int have_capacity, have_rate, have_url;
+    int have_capacity, have_rate, have_limit, have_url;
     const char *url;
     const char *bench_opt; /* the last bench-only option given, to name it */
 } cli_args;
@@ -360,7 +465,10 @@ static int take_option(int opt, const char *v, cli_config *c, cli_args *a)
     case OPT_CAPACITY:
         a->have_capacity = 1;
         return parse_int("--capacity", v, INT64_MIN, INT64_MAX, &c->opts.capacity);
-    case OPT_RATE: a->have_rate = 1; return parse_num("--rate", v, &c->opts.rate);
+    case OPT_RATE: a->have_rate = 1; return parse_rate(v, &c->opts.rate);
+    /* The library reads the limits, and words what is wrong with them;
+     * given with --capacity or --rate, it says which to leave out. */
+    case OPT_LIMIT: a->have_limit = 1; c->opts.limits = v; return 0;
     case OPT_COST: return parse_int("--cost", v, INT64_MIN, INT64_MAX, &c->cost);
     case OPT_PREFIX: c->opts.prefix = v; return 0;
     case OPT_ON_ERROR:
@@ -493,9 +601,9 @@ static int check_command(const cli_config *c, const cli_args *a, const char *cmd
         cli_error("--json does not apply to script");
         return -1;
     }
-    if (strcmp(cmd, "reset") != 0 && !script) {
+    if (strcmp(cmd, "reset") != 0 && !script && !a->have_limit) {
         if (!a->have_capacity) {
-            cli_error("%s needs --capacity N (the bucket size)", cmd);
+            cli_error("%s needs --capacity N (the bucket size) and --rate R, or --limit", cmd);
             return -1;
         }
         if (!a->have_rate) {
@@ -546,7 +654,7 @@ int main(int argc, char **argv)
     const char *sentinel_password = getenv("HIRATE_SENTINEL_PASSWORD");
     if (sentinel_password && sentinel_password[0])
         c.opts.sentinel_password = sentinel_password; /* empty: none */
-    if (strcmp(cmd, "reset") == 0) {
+    if (strcmp(cmd, "reset") == 0 && !a.have_limit) {
         /* reset needs no bucket size, but a limiter needs valid ones */
         if (!a.have_capacity)
             c.opts.capacity = 1;

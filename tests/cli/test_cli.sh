@@ -62,6 +62,18 @@ expect() {
     fi
 }
 
+# expect_lines NAME RC TEXT CMD...: exit status RC, stdout exactly TEXT (lines).
+expect_lines() {
+    name=$1 want_rc=$2 want_out=$3
+    shift 3
+    run "$@"
+    if [ "$rc" = "$want_rc" ] && [ "$out" = "$want_out" ]; then
+        ok
+    else
+        bad "$name" "exit $want_rc, stdout $want_out"
+    fi
+}
+
 # expect_re NAME RC REGEX CMD...: exit status RC, stdout one line matching the
 # extended regular expression REGEX in full.
 expect_re() {
@@ -134,6 +146,71 @@ expect "an empty REDIS_URL means in memory" 0 \
     '{"allowed":true,"remaining":4,"limit":5,"retry_after":0,"reset_after":0.5,"source":"local"}' \
     env REDIS_URL= "$H" --json allow alice $MEM
 
+# --limit: the core reads the limits; several are one decision, shown whole
+# and band by band. 2/s and 4/16s (0.25 token/s): whole seconds and halves.
+TWO="--limit 2/s;4/16s"
+expect_lines "--limit with two limits shows the whole, then each band" 0 \
+'allowed  remaining=1 limit=2 reset_after=4.000s source=local band=2-per-1s
+  band=2-per-1s allowed  remaining=1 limit=2 reset_after=0.500s
+  band=4-per-16s allowed  remaining=3 limit=4 reset_after=4.000s' \
+    "$H" allow alice $TWO
+expect "--limit --json has the band behind the limit and each band's figures" 0 \
+    '{"allowed":true,"remaining":1,"limit":2,"retry_after":0,"reset_after":4,"source":"local","band":"2-per-1s","bands":[{"name":"2-per-1s","allowed":true,"remaining":1,"limit":2,"retry_after":0,"reset_after":0.5},{"name":"4-per-16s","allowed":true,"remaining":3,"limit":4,"retry_after":0,"reset_after":4}]}' \
+    "$H" --json allow alice --limit "2/second; 4 per 16s"
+expect_lines "--limit: a cost above one band's capacity is never, and the other band held it" 1 \
+'refused  remaining=2 limit=2 retry_after=never reset_after=0.000s source=local band=2-per-1s
+  band=2-per-1s refused  remaining=2 limit=2 retry_after=never reset_after=0.000s
+  band=4-per-16s allowed  remaining=4 limit=4 reset_after=0.000s' \
+    "$H" allow alice $TWO --cost 3
+expect "--limit of one limit prints what --capacity and --rate print" 0 \
+    'allowed  remaining=4 limit=5 reset_after=2.000s source=local' "$H" allow alice --limit 5/10s
+expect "--limit of one limit, --json: the same as --capacity and --rate" 0 \
+    '{"allowed":true,"remaining":5,"limit":5,"retry_after":0,"reset_after":0,"source":"local"}' \
+    "$H" --json peek alice --limit "5 per 10 seconds"
+expect "--limit burst: the bucket is the burst" 0 \
+    'allowed  remaining=1 limit=2 reset_after=2.000s source=local' \
+    "$H" allow alice --limit "5/10s burst 2"
+expect "reset takes --limit" 0 'reset' "$H" reset alice $TWO
+expect_error "--limit names the part that is wrong" \
+    "^hirate: limit '100/fortnight': unknown unit 'fortnight' \\(second, minute, hour or day\\)\$" \
+    "$H" allow k --limit 100/fortnight
+expect_error "an empty --limit is refused" '^hirate: the limit string is empty$' \
+    "$H" allow k --limit ''
+expect_error "--limit with --capacity is one limit too many" \
+    '^hirate: set the limit once: capacity and rate, bands, or limits$' \
+    "$H" allow k --limit 1/s --capacity 3
+expect_error "--limit with --rate too" \
+    '^hirate: set the limit once: capacity and rate, bands, or limits$' \
+    "$H" allow k --limit 1/s --rate 3
+expect_error "without --capacity or --limit, both are named" \
+    '^hirate: allow needs --capacity N \(the bucket size\) and --rate R, or --limit$' "$H" allow k
+
+# --rate N/M: N/M tokens a second, the double 1/3 is in C, Lua and Python.
+expect "--rate 1/3 is a token every 3 seconds" 0 \
+    'allowed  remaining=1 limit=2 reset_after=3.000s source=local' \
+    "$H" allow alice --capacity 2 --rate 1/3
+expect "--rate 1/3 --json" 0 \
+    '{"allowed":true,"remaining":1,"limit":2,"retry_after":0,"reset_after":3,"source":"local"}' \
+    "$H" --json allow alice --capacity 2 --rate 1/3
+expect "--rate 1/3 is the double 0.3333333333333333" 0 \
+    "$("$H" --json allow alice --capacity 7 --rate 0.3333333333333333 --cost 5)" \
+    "$H" --json allow alice --capacity 7 --rate 1/3 --cost 5
+expect "--rate 5/2 is 2.5 a second" 0 \
+    'allowed  remaining=4 limit=5 reset_after=0.400s source=local' \
+    "$H" allow alice --capacity 5 --rate 5/2
+expect_error "--rate 1/0 divides by zero" '^hirate: --rate: 1/0 divides by zero$' \
+    "$H" allow k --capacity 2 --rate 1/0
+expect_error "--rate 10/s points to --limit" \
+    '^hirate: --rate: "10/s" is not a number or a fraction N/M \(a limit such as "10/minute" goes in --limit\)$' \
+    "$H" allow k --capacity 2 --rate 10/s
+expect_error "--rate 1/3/4 is not a fraction" '"1/3/4" is not a number or a fraction N/M' \
+    "$H" allow k --capacity 2 --rate 1/3/4
+expect_error "--rate /3 is not a fraction" '"/3" is not a number or a fraction N/M' \
+    "$H" allow k --capacity 2 --rate /3
+expect_error "--rate -1/3 is refused by the library, in its words" \
+    '^hirate: rate must be a finite number of tokens per second above 0, got -0.333333$' \
+    "$H" allow k --capacity 2 --rate -1/3
+
 run "$H" script
 if [ "$rc" = 0 ] && cmp -s "$tmp/out" "$SCRIPT_FILE"; then ok; else
     bad "script prints the script byte for byte" "stdout = $SCRIPT_FILE"; fi
@@ -178,6 +255,14 @@ assert b["decisions"] > 0 and b["errors"] == 0, b
 assert b["allowed"] + b["refused"] == b["decisions"], b
 assert set(b["latency_us"]) == {"p50", "p90", "p99", "p99.9", "max"}, b
 '; then ok; else bad "bench --json prints one JSON object" "exit 0, JSON"; fi
+
+run "$H" bench --json --duration 0.3 --threads 2 --keys 10 --limit "100/s; 1000/minute"
+if [ "$rc" = 0 ] && printf '%s\n' "$out" | python3 -c '
+import json, sys
+b = json.load(sys.stdin)
+assert b["decisions"] > 0 and b["errors"] == 0, b
+assert b["allowed"] + b["refused"] == b["decisions"], b
+'; then ok; else bad "bench takes --limit" "exit 0, JSON"; fi
 
 # ---- against Redis -----------------------------------------------------------
 
@@ -248,6 +333,44 @@ expect "REDIS_URL from the environment is used without --url" 0 \
 expect "--url '' overrides REDIS_URL: in memory" 0 \
     '{"allowed":true,"remaining":4,"limit":5,"retry_after":0,"reset_after":0.5,"source":"local"}' \
     env REDIS_URL="$URL" "$H" --json allow frank --url '' $MEM
+
+# Two limits in Redis: one key holds both bands; one script call decides.
+# 2/s and 4/1024s (1/256 token/s): times whole or halves, as far as the
+# milliseconds between the calls allow.
+RB="--url $URL --limit 2/s;4/1024s"
+expect_lines "redis: --limit spends from both bands" 0 \
+'allowed  remaining=1 limit=2 reset_after=256.000s source=redis band=2-per-1s
+  band=2-per-1s allowed  remaining=1 limit=2 reset_after=0.500s
+  band=4-per-1024s allowed  remaining=3 limit=4 reset_after=256.000s' \
+    "$H" allow gina $RB
+if [ "$(redis-cli -p "$port" get rl:gina | wc -w)" = 4 ]; then ok; else
+    bad "redis: one key holds both bands, tokens and time of each" "4 fields in rl:gina"; fi
+"$H" allow gina $RB >/dev/null
+run "$H" allow gina $RB
+S='\.[0-9]{3,6}s'
+if [ "$rc" = 1 ] && [ "$(wc -l <"$tmp/out")" -eq 3 ] && printf '%s\n' "$out" | sed -n 1p |
+    grep -Eqx "refused  remaining=0 limit=2 retry_after=0$S reset_after=(51[01]|512)$S source=redis band=2-per-1s" &&
+    printf '%s\n' "$out" | sed -n 2p |
+    grep -Eqx "  band=2-per-1s refused  remaining=0 limit=2 retry_after=0$S reset_after=[01]$S" &&
+    printf '%s\n' "$out" | sed -n 3p |
+    grep -Eqx "  band=4-per-1024s allowed  remaining=2 limit=4 reset_after=(51[01]|512)$S"; then
+    ok; else bad "redis: the burst band refuses; the other held the cost" "exit 1, 3 lines"; fi
+run "$H" --json peek gina $RB
+if [ "$rc" = 1 ] && printf '%s\n' "$out" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["source"] == "redis" and d["band"] == "2-per-1s", d
+assert [b["name"] for b in d["bands"]] == ["2-per-1s", "4-per-1024s"], d
+assert [b["allowed"] for b in d["bands"]] == [False, True], d
+assert [b["remaining"] for b in d["bands"]] == [0, 2], d
+'; then ok; else bad "redis: peek --json gives each band; the refused call spent nothing" "exit 1"; fi
+expect "redis: reset forgets every band" 0 'reset' "$H" reset gina $RB
+expect_re "redis: after reset both bands are full" 0 \
+    '\{"allowed":true,"remaining":2,"limit":2,.*"bands":\[\{"name":"2-per-1s","allowed":true,"remaining":2,.*\{"name":"4-per-1024s","allowed":true,"remaining":4,.*' \
+    "$H" --json peek gina $RB
+expect "redis: --rate 1/3 in Redis" 0 \
+    '{"allowed":true,"remaining":1,"limit":2,"retry_after":0,"reset_after":3,"source":"redis"}' \
+    "$H" --json allow hank --url "$URL" --capacity 2 --rate 1/3
 
 expect "script --sha1 is the SHA1 Redis gives the script" 0 \
     "$(redis-cli -p "$port" -x script load <"$SCRIPT_FILE")" "$H" script --sha1

@@ -8,7 +8,8 @@
  * of those paths fails the run. A limiter that is never freed would not show
  * as a leak (the core keeps every live limiter on its fork list), so the
  * program is linked with -Wl,--wrap for hirate_limiter_new/_free,
- * hirate_op_start/_start_reset/_free and hirate_handshake_start/_free,
+ * hirate_op_start/_start_bands/_start_reset/_free and
+ * hirate_handshake_start/_free,
  * counts what the module makes and frees, and after each lua_close() every
  * count must be back to 0.
  *
@@ -53,6 +54,8 @@ int __real_hirate_limiter_new(hirate_limiter **out, const hirate_options *o, cha
 void __real_hirate_limiter_free(hirate_limiter *lim);
 int __real_hirate_op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
                            int64_t now_us, hirate_op **op);
+int __real_hirate_op_start_bands(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
+                                 int64_t now_us, hirate_decision *bands, hirate_op **op);
 int __real_hirate_op_start_reset(hirate_limiter *lim, const void *key, size_t keylen,
                                  hirate_op **op);
 void __real_hirate_op_free(hirate_op *op);
@@ -64,6 +67,8 @@ int __wrap_hirate_limiter_new(hirate_limiter **out, const hirate_options *o, cha
 void __wrap_hirate_limiter_free(hirate_limiter *lim);
 int __wrap_hirate_op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
                            int64_t now_us, hirate_op **op);
+int __wrap_hirate_op_start_bands(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
+                                 int64_t now_us, hirate_decision *bands, hirate_op **op);
 int __wrap_hirate_op_start_reset(hirate_limiter *lim, const void *key, size_t keylen,
                                  hirate_op **op);
 void __wrap_hirate_op_free(hirate_op *op);
@@ -89,6 +94,14 @@ int __wrap_hirate_op_start(hirate_limiter *lim, hirate_item *items, size_t n, in
                            int64_t now_us, hirate_op **op)
 {
     int rc = __real_hirate_op_start(lim, items, n, spend, now_us, op);
+    live_ops += rc == 1;
+    return rc;
+}
+
+int __wrap_hirate_op_start_bands(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
+                                 int64_t now_us, hirate_decision *bands, hirate_op **op)
+{
+    int rc = __real_hirate_op_start_bands(lim, items, n, spend, now_us, bands, op);
     live_ops += rc == 1;
     return rc;
 }

@@ -77,6 +77,28 @@ local limits = assert(core.parse_limits("10/second; 1000/day burst 5"))
 assert(#limits == 2 and limits[2].capacity == 5 and limits[1].window == 1)
 assert(select(3, core.parse_limits("100/fortnight")) == "EOPTION")
 assert(not pcall(core.parse_limits, 10))          -- an argument error, raised
+-- Several limits: a table of bands and limit strings, each decision with
+-- each band's figures, the bands, a band's error; on Redis, an op's band
+-- figures (decided by the policy, the breaker being open).
+local banded = core.new { limits = { { capacity = 3, rate = 1, name = "burst" }, "10/minute" } }
+local bd = assert(banded:allow("k", 2))
+assert(bd.band == 1 and #bd.bands == 2 and bd.bands[2].name == "10-per-60s")
+assert(banded:peek("k").bands[1].remaining == 1)
+assert(banded:_decide_at("j", 1, true, 1000).bands[2].remaining == 9)
+assert(banded:allow_many({ { "k", 1 } })[1].band == 1)
+assert(#banded:bands() == 2 and tostring(banded):find("burst", 1, true))
+assert(not pcall(core.new, { limits = { "1/s", { capacity = 0, rate = 1 } } }))
+assert(not pcall(core.new, { limits = { { capacity = 1, rate = 1, name = "a" },
+    { capacity = 2, rate = 1, name = "a" } } }))
+banded:close()
+local rbanded = core.new { url = "redis://127.0.0.1:1", limits = "2/s; 5/minute",
+    on_error = "open", connect_timeout = 0.05 }
+assert(rbanded:allow("k").source == "fail_open")
+op = rbanded:_op_start({ { "k", 1 } }, true, nil, true)
+assert(op:request() == nil and #op:results()[1].bands == 2)
+op:free()
+rbanded:close()
+assert(core.refill_seconds(10, 2) == 5)
 -- And one open limiter for lua_close to collect.
 core.new { capacity = 1, rate = 1 }:allow("x")
 return "done"

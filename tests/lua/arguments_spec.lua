@@ -22,7 +22,7 @@ local new_cases = {
     { "a misspelt option", with { capactiy = 10 }, "unknown option 'capactiy'" },
     { "an option name that is not a string", with { [1] = "x" },
         "option names must be strings, got number" },
-    { "no capacity", { rate = 1 }, "capacity is required" },
+    { "no capacity", { rate = 1 }, "capacity is required (or limits)" },
     { "a capacity that is a string", with { capacity = "10" },
         "capacity must be an integer, got string" },
     { "a fractional capacity", with { capacity = 1.5 }, "capacity must be an integer, got 1.5" },

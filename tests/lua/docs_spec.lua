@@ -1,4 +1,5 @@
--- The plain-Lua examples of docs/lua.md (Quick start, Limit strings) run as
+-- The plain-Lua examples of docs/lua.md (Quick start, Limit strings, Several
+-- limits) run as
 -- written, each as a program of its own under the interpreter running the
 -- specs, and print what the page says they print.
 local support = require "helpers.support"
@@ -19,8 +20,12 @@ local function blocks_of(text)
     end
     return found
 end
+local bands_section = assert(doc:match("\n### Several limits\n(.-)\n##"),
+    "docs/lua.md has no Several limits section")
+
 local blocks = blocks_of(section)
 local limits_blocks = blocks_of(limits_section)
+local bands_blocks = blocks_of(bands_section)
 
 local function quote(s)
     return "'" .. s:gsub("'", "'\\''") .. "'"
@@ -69,5 +74,12 @@ describe("docs/lua.md", function()
         local out, ok = run(limits_blocks[1].text)
         assert.truthy(ok, out)
         assert.equal(limits_blocks[2].text, out)
+    end)
+
+    it("runs the several limits example, which prints what the page shows", function()
+        assert.same({ "lua", "" }, { bands_blocks[1].lang, bands_blocks[2].lang })
+        local out, ok = run(bands_blocks[1].text)
+        assert.truthy(ok, out)
+        assert.equal(bands_blocks[2].text, out)
     end)
 end)

@@ -1,6 +1,7 @@
 -- hirate.headers: the RateLimit headers of a decision, value for value as the
--- Python package (bindings/python/hirate/_http.py) writes them. Pure Lua:
--- runs under Lua 5.4 and LuaJIT (tests/lua/nginx/run.sh).
+-- Python package (bindings/python/hirate/_http.py) writes them, one item per
+-- band for a limiter of several. Runs under Lua 5.4 and LuaJIT
+-- (tests/lua/nginx/run.sh); w is the core's (hirate.core).
 local headers = require "hirate.headers"
 
 local NEVER = math.huge
@@ -13,8 +14,7 @@ end
 describe("hirate.headers", function()
     describe("window: seconds to refill an empty bucket, rounded up", function()
         -- capacity, rate, w: the core's reset_after from 0 tokens, rounded up
-        -- (Python's refill_seconds gives the same; checked against it on
-        -- thousands of pairs when this was written).
+        -- (hirate_refill_seconds, which window is).
         local cases = {
             { 10, 2, 5 }, { 2, 0.5, 4 }, { 4, 0.001, 4000 }, { 1, 1, 1 },
             { 3, 0.1, 30 },                       -- 3 / 0.1 is 29.999999999999996
@@ -28,9 +28,8 @@ describe("hirate.headers", function()
         end
     end)
 
-    it("names a policy <capacity>-per-<w>s by default", function()
-        assert.equal("10-per-5s", headers.default_name(10, 2))
-        assert.equal("4-per-4000s", headers.default_name(4, 0.001))
+    it("is the core's hirate_refill_seconds", function()
+        assert.equal(require("hirate.core").refill_seconds, headers.window)
     end)
 
     describe("quote", function()
@@ -103,6 +102,40 @@ describe("hirate.headers", function()
         end)
     end)
 
+    describe("several bands", function()
+        local quoted = { headers.quote("burst"), headers.quote("daily") }
+        local bands = { { capacity = 2 }, { capacity = 1000 } }
+        local function band(allowed, remaining, retry_after, reset_after, name)
+            return { allowed = allowed, remaining = remaining, retry_after = retry_after,
+                     reset_after = reset_after, name = name }
+        end
+
+        it("lists one policy per band, in order", function()
+            assert.equal('"burst";q=2;w=1, "daily";q=1000;w=86400',
+                headers.policies(quoted, bands, { 1, 86400 }))
+        end)
+
+        it("gives each band's remaining and t", function()
+            local d = { allowed = true, bands = { band(true, 1, 0, 0.5, "burst"),
+                band(true, 998, 0, 172.8, "daily") } }
+            assert.equal('"burst";r=1;t=1, "daily";r=998;t=173', headers.items(d, quoted))
+        end)
+
+        it("a band that held the cost of a refusal says when it is full", function()
+            local d = { allowed = false, bands = { band(false, 0, 0.25, 2, "burst"),
+                band(true, 998, 0, 172.8, "daily") } }
+            assert.equal('"burst";r=0;t=1, "daily";r=998;t=173', headers.items(d, quoted))
+            assert.same({ "burst" }, headers.refused(d))
+        end)
+
+        it("a band that can never pass has no t", function()
+            local d = { allowed = false, bands = { band(false, 2, NEVER, 0, "burst"),
+                band(false, 1, 3, 10, "daily") } }
+            assert.equal('"burst";r=2, "daily";r=1;t=3', headers.items(d, quoted))
+            assert.same({ "burst", "daily" }, headers.refused(d))
+        end)
+    end)
+
     describe("refusal_text", function()
         local cases = {
             { decision(false, 0, 0.4, 5), "Too many requests; retry in 1 second.\n" },
@@ -110,6 +143,16 @@ describe("hirate.headers", function()
             { decision(false, 3, NEVER, 0),
               "Too many requests; this request exceeds the limit and can never pass.\n" },
             { decision(false, 0, 0.1, 0.1, "fail_closed"),
+              "The rate limit cannot be checked now; retry in 1 second.\n" },
+            -- Several bands: the ones that refused, by name.
+            { { allowed = false, remaining = 0, retry_after = 0.5, source = "redis",
+                bands = { { allowed = false, name = "burst" }, { allowed = true, name = "day" } } },
+              "Too many requests (burst); retry in 1 second.\n" },
+            { { allowed = false, remaining = 0, retry_after = 30, source = "cache",
+                bands = { { allowed = false, name = "burst" }, { allowed = false, name = "day" } } },
+              "Too many requests (burst, day); retry in 30 seconds.\n" },
+            { { allowed = false, remaining = 0, retry_after = 1, source = "fail_closed",
+                bands = { { allowed = false, name = "burst" }, { allowed = false, name = "day" } } },
               "The rate limit cannot be checked now; retry in 1 second.\n" },
         }
         for _, c in ipairs(cases) do

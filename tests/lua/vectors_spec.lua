@@ -40,9 +40,10 @@ local mentions = {
     HIRATE_EKEY = "key",
 }
 
--- The decision the Lua API must give for an expect object: seconds are the
--- microseconds divided by 1e6, as the binding divides them.
-local function wanted(e, source, t_us)
+-- The figures of a decision or a band the Lua API must give for an expect
+-- object: seconds are the microseconds divided by 1e6, as the binding divides
+-- them; band (nil: none) is the vector's 0-based number as Lua numbers it.
+local function figures(e, band, source, t_us)
     return {
         allowed = e.allowed,
         remaining = e.remaining,
@@ -51,16 +52,58 @@ local function wanted(e, source, t_us)
         reset_after = e.reset_after_us / 1e6,
         source = source,
         time = t_us / 1e6,   -- the injected time, on every path
+        band = band and band + 1,
     }
+end
+
+-- The decision: the whole's figures, and in multi-band cases (a limiter
+-- made with limits) band and each band's figures, named as the limiter
+-- names its bands (names: lim:bands()). A limiter of capacity and rate
+-- gives neither.
+local function wanted(e, source, t_us, names)
+    local d = figures(e, e.bands and (e.band or 0), source, t_us)
+    if e.bands then
+        d.bands = {}
+        for i, b in ipairs(e.bands) do
+            d.bands[i] = figures(b, i - 1, source, t_us)
+            d.bands[i].name = names[i]
+        end
+    end
+    return d
+end
+
+-- A vector's config as hirate.new's options: capacity and rate, or limits
+-- (the bands, each {capacity =, rate =, name =}).
+local function limit_options(config, opts)
+    if config.bands then
+        local limits = {}
+        for i, b in ipairs(config.bands) do
+            limits[i] = { capacity = b.capacity, rate = rate_of(b.rate), name = b.name }
+        end
+        opts.limits = limits
+    else
+        opts.capacity = config.capacity
+        opts.rate = rate_of(config.rate)
+    end
+    return opts
+end
+
+local function names_of(lim)
+    local names = {}
+    for i, b in ipairs(lim:bands()) do
+        names[i] = b.name
+    end
+    return names
 end
 
 -- Runs one case; backend is {url=, deny_cache=, prefix=, source=,
 -- tls_ca_file=, functions=}. On Redis, the calls must have gone the
 -- backend's way: FCALL only, or EVALSHA (and EVAL) only.
 local function run_case(c, backend)
-    local opts = {
-        capacity = c.config.capacity,
-        rate = rate_of(c.config.rate),
+    if c.redis_only and not backend.url then
+        return 0   -- its bands change under a key: a memory backend's cannot
+    end
+    local opts = limit_options(c.config, {
         url = backend.url,
         prefix = backend.prefix .. c.id .. ":",
         deny_cache = backend.deny_cache,
@@ -69,7 +112,7 @@ local function run_case(c, backend)
         -- A slow machine must not turn into a fallback.
         timeout = 5,
         connect_timeout = 5,
-    }
+    })
     if c.config_error then
         local err = support.error_of(hirate.new, opts)
         assert.truthy(err:find("bad argument #1 to '", 1, true), err)
@@ -78,11 +121,20 @@ local function run_case(c, backend)
         return 0
     end
     local lim = hirate.new(opts)
-    local hits, decided = 0, 0
+    local names = names_of(lim)
+    local hits, decided, stats = 0, 0, {}
     for i, step in ipairs(c.steps) do
         local where = ("case %s, step %d"):format(c.id, i - 1)
-        local key = key_of(step.key)
-        if step.op == "reset" then
+        local key = step.key and key_of(step.key)
+        if step.op == "reconfigure" then
+            -- A new limiter of the step's config on the same prefix: the
+            -- keys already in Redis stay.
+            stats[#stats + 1] = lim:_stats()
+            lim:close()
+            opts.capacity, opts.rate, opts.limits = nil, nil, nil
+            lim = hirate.new(limit_options(step.config, opts))
+            names = names_of(lim)
+        elseif step.op == "reset" then
             assert.is_true(lim:reset(key), where)
         elseif step.expect_error then
             local err = support.error_of(function()
@@ -102,13 +154,17 @@ local function run_case(c, backend)
             else
                 decided = decided + 1
             end
-            assert.same(wanted(step.expect, source, step.t_us), d, where)
+            assert.same(wanted(step.expect, source, step.t_us, names), d, where)
         end
     end
     if backend.url then
-        local s = lim:_stats()
-        local script = { fcall = s.fcall, function_loads = s.function_loads,
-            evalsha = s.evalsha, eval = s.eval }
+        local script = { fcall = 0, function_loads = 0, evalsha = 0, eval = 0 }
+        stats[#stats + 1] = lim:_stats()
+        for _, s in ipairs(stats) do
+            for k in pairs(script) do
+                script[k] = script[k] + s[k]
+            end
+        end
         if backend.functions == false then
             assert.same({ 0, 0 }, { script.fcall, script.function_loads }, c.id)
             assert.is_true(script.evalsha >= decided, c.id)

@@ -1,27 +1,36 @@
 --[[
 hirate.headers: the response headers that describe a decision, as the IETF
 httpapi rate-limit headers draft (structured-field lists) defines them,
-mapped onto a token bucket. Pure Lua (5.1-5.4, LuaJIT). The values are the
-ones the Python package sends (bindings/python/hirate/_http.py):
+mapped onto a token bucket. The values are the ones the Python package
+sends (bindings/python/hirate/_http.py):
 
   RateLimit-Policy: "<name>";q=<capacity>;w=<seconds to refill from empty>
   RateLimit:        "<name>";r=<remaining>;t=<seconds>
   Retry-After:      <seconds>                      (refusals only)
 
-t is the time until the bucket is full when the request was allowed, and the
-time until the same request could pass when it was refused. Seconds are
-rounded up, so that a client who waits that long is never early. A request
-that can never pass (its cost is above the capacity) gets neither t nor
-Retry-After: waiting would not help. The default name is
-"<capacity>-per-<w>s".
+A limiter of several bands sends one item per band in each list, in the
+limiter's order ("burst";q=10;w=1, "daily";q=1000;w=86400), each with the
+band's own figures; Retry-After is the whole decision's.
+
+t is the time until the bucket is full when the request was allowed (for a
+band: when the band held the cost), and the time until the same request
+could pass when it was refused. Seconds are rounded up, so that a client who
+waits that long is never early. A request that can never pass (its cost is
+above the capacity) gets neither t nor Retry-After: waiting would not help.
+Names and w are the core's (lim:bands(), hirate.refill_seconds): nothing
+here restates how a bucket refills.
 
 With legacy = true, X-RateLimit-Limit, X-RateLimit-Remaining and
-X-RateLimit-Reset (the same t) are added.
+X-RateLimit-Reset (the same t) are added, for the whole decision.
 ]]
 
 local ceil, floor, huge, max = math.ceil, math.floor, math.huge, math.max
+local ipairs = ipairs
 local format, find, gsub, type, error, tostring = string.format, string.find, string.gsub, type,
     error, tostring
+local concat = table.concat
+
+local core = require "hirate.core"
 
 local _M = {}
 
@@ -47,43 +56,9 @@ end
 
 local ceil_s = _M.ceil_seconds
 
---- w: whole seconds to refill an empty bucket, rounded up. The same double
---- arithmetic as the core's reset_after from 0 tokens (bucket.c,
---- hirate_bucket_until), so that w is what a drained bucket says.
-function _M.window(capacity, rate)
-    local target = capacity + 0.0
-    local function level(r)
-        return 0.0 + r * rate / 1000000.0
-    end
-    local r = ceil(target * 1000000.0 / rate)
-    for _ = 1, 64 do
-        if level(r) >= target then
-            break
-        end
-        r = r + 1
-    end
-    for _ = 1, 64 do
-        if not (r > 1 and level(r - 1) >= target) then
-            break
-        end
-        r = r - 1
-    end
-    -- r / 1e6 rounded up, exactly: r is a whole number below 2^53, but the
-    -- quotient of a large one may round to a whole number from below.
-    local q = floor(r / 1000000)
-    while q * 1000000 < r do
-        q = q + 1
-    end
-    while q > 0 and (q - 1) * 1000000 >= r do
-        q = q - 1
-    end
-    return q
-end
-
---- The default policy name: "<capacity>-per-<w>s".
-function _M.default_name(capacity, rate)
-    return int(capacity) .. "-per-" .. int(_M.window(capacity, rate)) .. "s"
-end
+--- w: whole seconds to refill an empty bucket, rounded up: the core's
+--- hirate_refill_seconds, so that w is what a drained bucket says.
+_M.window = core.refill_seconds
 
 --- Checks a policy name (a structured-field string holds printable ASCII
 --- only) and returns it quoted.
@@ -138,10 +113,51 @@ function _M.build(d, quoted, capacity, w, legacy, out)
     return out
 end
 
---- The text of a refusal, as the Python package writes it.
+--- The RateLimit-Policy value of several bands: quoted[i] is band i's
+--- quote(name), bands[i] its {capacity =}, ws[i] its window.
+function _M.policies(quoted, bands, ws)
+    local out = {}
+    for i = 1, #quoted do
+        out[i] = _M.policy(quoted[i], bands[i].capacity, ws[i])
+    end
+    return concat(out, ", ")
+end
+
+--- The RateLimit value of decision d of a limiter of several bands: one
+--- item per band, from d.bands (each band's own remaining and t).
+function _M.items(d, quoted)
+    local out, bands = {}, d.bands
+    for i = 1, #quoted do
+        local b = bands[i]
+        out[i] = _M.item(quoted[i], b.remaining, _M.t(b))
+    end
+    return concat(out, ", ")
+end
+
+--- The names of the bands that refused decision d (of several bands), in
+--- the limiter's order.
+function _M.refused(d)
+    local out = {}
+    for _, b in ipairs(d.bands) do
+        if not b.allowed then
+            out[#out + 1] = b.name
+        end
+    end
+    return out
+end
+
+--- The text of a refusal, as the Python package writes it. With several
+--- bands, a refusal by the limits (not by an outage) names the bands that
+--- refused: "Too many requests (burst, daily); retry in 2 seconds."
 function _M.refusal_text(d)
     local head = d.source == "fail_closed" and "The rate limit cannot be checked now"
         or "Too many requests"
+    if d.bands and d.source ~= "fail_closed" then
+        local names = _M.refused(d)
+        if names[1] then
+            head = head .. " (" .. concat(names, ", ") .. ")"
+        end
+    end
     local t = _M.t(d)
     if not t then
         return head .. "; this request exceeds the limit and can never pass.\n"

@@ -58,7 +58,9 @@ with ngx.timer.at(0, ...). A limiter without a URL (in memory) does no I/O
 and works in every phase.
 
 limit{...} applies a limit to the current request from access_by_lua* (see
-docs/lua.md, "OpenResty").
+docs/lua.md, "OpenResty"): a limiter's one decision, of one band or of
+several (hirate.new{limits = ...}), with RateLimit headers that list every
+band.
 ]]
 
 local core = require "hirate.core"
@@ -621,9 +623,10 @@ local function result(op)
 end
 
 -- Every item's outcome, or nil, message, code when nothing was tried (a
--- closed limiter).
-local function run_items(self, items, spend, now_us)
-    local op, msg, code = self.lim:_op_start(items, spend, now_us)
+-- closed limiter). with_bands: a decision of several bands has each band's
+-- figures (allow, peek), as in plain Lua; allow_many's have the whole's.
+local function run_items(self, items, spend, now_us, with_bands)
+    local op, msg, code = self.lim:_op_start(items, spend, now_us, with_bands)
     if not op then
         return nil, msg, code
     end
@@ -640,7 +643,7 @@ local function decide(self, key, cost, spend, now_us, fname)
     local items = self.items
     local item = items[1]
     item[1], item[2] = key, cost
-    local ds, msg, code = run_items(self, items, spend, now_us)
+    local ds, msg, code = run_items(self, items, spend, now_us, true)
     item[1] = nil
     if not ds then
         return nil, msg, code
@@ -737,8 +740,6 @@ function _M.new(opts)
     end
     local self = setmetatable({
         lim = lim,
-        capacity = opts.capacity,
-        rate = opts.rate,
         items = { {} },
         log = writer,
     }, limiter_mt)
@@ -880,6 +881,12 @@ function Limiter:_decide_at(key, cost, spend, now_us)
     return decide(self, key, cost, spend, now_us, "_decide_at")
 end
 
+--- bands(): the limiter's bands, { {capacity =, rate =, name =}, ... }
+--- (one for capacity and rate), as the core holds them.
+function Limiter:bands()
+    return self.lim:bands()
+end
+
 function Limiter:_stats()
     return self.lim:_stats()
 end
@@ -925,10 +932,19 @@ local function compile(opts)
         end
     end
     local lim = opts.limiter
-    if getmetatable(lim) ~= limiter_mt then
-        limit_error("limiter must be a limiter from hirate.new, got " .. type(lim))
+    if type(lim) == "table" and getmetatable(lim) == nil then
+        -- The options of one: made here, once per worker (as the options
+        -- table is compiled once), e.g. with limits = "10/second; 1000/day".
+        local made, l = pcall(_M.new, lim)
+        if not made then
+            limit_error("limiter: " .. gsub(tostring(l), "^[^\n]-:%d+: ", "", 1))
+        end
+        lim = l
+    elseif getmetatable(lim) ~= limiter_mt then
+        limit_error("limiter must be a limiter from hirate.new or the options of one, got "
+            .. type(lim))
     end
-    local c = { limiter = lim, capacity = lim.capacity, rate = lim.rate }
+    local c = { limiter = lim }
 
     local key = opts.key
     if key == nil or key == "remote_addr" then
@@ -983,15 +999,31 @@ local function compile(opts)
     -- ngx.ctx costs its first user in a request a table and a registry
     -- slot: only when asked for.
     c.ctx = opts.ctx == true
-    c.window = headers.window(c.capacity, c.rate)
-    local quoted
-    ok, quoted = pcall(headers.quote, opts.name == nil
-        and headers.default_name(c.capacity, c.rate) or opts.name)
-    if not ok then
-        limit_error(quoted)
+    -- The headers describe the limiter's bands, by the core's names and
+    -- windows: one item per band.
+    local bands = lim:bands()
+    if #bands > 1 then
+        if opts.name ~= nil then
+            limit_error("name: a limiter of several bands names each of them (hirate.new{ "
+                .. "limits = { {capacity =, rate =, name =}, ... } })")
+        end
+        c.multi, c.quoted, c.windows = true, {}, {}
+        for i, b in ipairs(bands) do
+            c.quoted[i] = headers.quote(b.name)
+            c.windows[i] = headers.window(b.capacity, b.rate)
+        end
+        c.policy = headers.policies(c.quoted, bands, c.windows)
+    else
+        local b = bands[1]
+        c.capacity = b.capacity
+        local quoted
+        ok, quoted = pcall(headers.quote, opts.name == nil and b.name or opts.name)
+        if not ok then
+            limit_error(quoted)
+        end
+        c.quoted = quoted
+        c.policy = headers.policy(quoted, b.capacity, headers.window(b.capacity, b.rate))
     end
-    c.quoted = quoted
-    c.policy = headers.policy(quoted, c.capacity, c.window)
     c.memo, c.memo_n = {}, 0
     local body = opts.body
     if body ~= nil and type(body) ~= "string" and type(body) ~= "function" then
@@ -1132,10 +1164,11 @@ function _M.limit(opts)
     local t = headers.t(d)
     if c.headers then
         ngx_header["RateLimit-Policy"] = c.policy
-        ngx_header["RateLimit"] = headers.item(c.quoted, d.remaining, t)
+        ngx_header["RateLimit"] = c.multi and headers.items(d, c.quoted)
+            or headers.item(c.quoted, d.remaining, t)
     end
     if c.legacy then
-        ngx_header["X-RateLimit-Limit"] = headers.int(c.capacity)
+        ngx_header["X-RateLimit-Limit"] = headers.int(c.multi and d.limit or c.capacity)
         ngx_header["X-RateLimit-Remaining"] = headers.int(max(0, d.remaining))
         ngx_header["X-RateLimit-Reset"] = t and headers.int(t) or nil
     end

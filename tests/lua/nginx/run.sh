@@ -44,10 +44,10 @@ cmake --build "$build" -j "${JOBS:-2}" --target $targets >/dev/null
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hirate-resty.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-for run in "lua5.4 $l54_path" "luajit $jit_path"; do
+for run in "lua5.4 $l54_path $l54_cpath" "luajit $jit_path $jit_cpath"; do
     set -- $run
     printf '\n== hirate.headers and hirate.client_ip under %s\n' "$1"
-    (cd "$tmp" && LUA_PATH="$2/?.lua;$root/tests/lua/?.lua;;" \
+    (cd "$tmp" && LUA_PATH="$2/?.lua;$root/tests/lua/?.lua;;" LUA_CPATH="$3/?.so;;" \
         "$1" /usr/bin/busted "$root"/tests/lua/resty_*_spec.lua)
 done
 

@@ -150,6 +150,29 @@ class ClusterTest(unittest.TestCase):
                               "remaining": CAPACITY - 2 * cost if again else CAPACITY - cost,
                               "source": "redis"}, second[i], k)
 
+    def test_several_limits_on_every_node_are_one_decision(self):
+        keys = [f"b{i}" for i in range(30)]
+        self.assertEqual(3, len(keys_by_master(self.c, "b:", keys)))   # every master
+        # 3 and 2 per 1000 s: the second band refuses the third call, which
+        # the first band held (and keeps: nothing was spent).
+        want = [
+            {"allowed": True, "remaining": 1, "source": "redis", "band": 2,
+             "bands": [{"allowed": True, "remaining": 2}, {"allowed": True, "remaining": 1}]},
+            {"allowed": True, "remaining": 0, "source": "redis", "band": 2,
+             "bands": [{"allowed": True, "remaining": 1}, {"allowed": True, "remaining": 0}]},
+            {"allowed": False, "remaining": 0, "source": "redis", "band": 2,
+             "bands": [{"allowed": True, "remaining": 1}, {"allowed": False, "remaining": 0}]},
+        ]
+        for k in keys:
+            out = call("allow", url=self.c.url, prefix="b:", key=k, times=3,
+                       limits="3/1000s; 2/1000s")
+            self.assertEqual(want, out, k)
+        # allow_many across the nodes: the whole's figures and band.
+        out = call("many", url=self.c.url, prefix="b:", items=",".join(f"{k}:1" for k in keys),
+                   limits="3/1000s; 2/1000s")
+        self.assertEqual([{"allowed": False, "remaining": 0, "source": "redis", "band": 2}] * 30,
+                         out)
+
     def test_a_replica_as_the_only_seed(self):
         replica = next(n for n in self.c.nodes if n.role == "replica")
         url = f"redis+cluster://127.0.0.1:{replica.port}"

@@ -278,6 +278,47 @@ class Headers(unittest.TestCase):
         self.assertEqual((r.header("X-RateLimit-Limit"), r.header("X-RateLimit-Remaining"),
                           r.header("X-RateLimit-Reset")), ("2", "1", "2"))
 
+    def script_calls(self):
+        stats = redis_commands(S.redis.port, ("INFO", "commandstats"))[0]
+        return sum(int(n) for n in re.findall(r"cmdstat_(?:fcall|evalsha|eval):calls=(\d+)",
+                                               stats))
+
+    def test_several_limits_are_one_decision_with_headers_for_each_band(self):
+        key = fresh("bands")
+        before = self.script_calls()
+        a, b, c = (get(S.port, f"/limit/bands?k={key}") for _ in range(3))
+        # One script call a request (the deny cache is off, or it would
+        # answer the third), on one key that holds both bands.
+        self.assertEqual(self.script_calls() - before, 3)
+        self.assertEqual(redis_commands(S.redis.port, ("KEYS", "t-bands:*"))[0],
+                         [f"t-bands:{{k:{key}}}"])
+        # burst: 2, 0.5 token/s (w = 4 s); daily: 3, 0.001 token/s (w = 3000 s).
+        policy = '"burst";q=2;w=4, "daily";q=3;w=3000'
+        self.assertEqual((a.status, a.header("RateLimit-Policy"), a.header("RateLimit")),
+                         (200, policy, '"burst";r=1;t=2, "daily";r=2;t=1000'))
+        self.assertEqual((b.status, b.header("RateLimit")),
+                         (200, '"burst";r=0;t=4, "daily";r=1;t=2000'))
+        # burst refuses; daily held the cost, which it keeps: nothing spent.
+        self.assertEqual(c.status, 429)
+        self.assertEqual(c.header("RateLimit-Policy"), policy)
+        self.assertEqual(c.header("RateLimit"), '"burst";r=0;t=2, "daily";r=1;t=2000')
+        self.assertEqual(c.header("Retry-After"), "2")
+        self.assertEqual(c.body, b"Too many requests (burst); retry in 2 seconds.\n")
+
+    def test_a_limit_string_gives_the_cores_names_and_legacy_headers_of_the_whole(self):
+        r = get(S.port, f"/limit/bands_text?k={fresh('btext')}")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.header("RateLimit-Policy"), '"2-per-4s";q=2;w=4, "3-per-1000s";q=3;w=1000')
+        self.assertEqual(r.header("RateLimit"), '"2-per-4s";r=1;t=2, "3-per-1000s";r=2;t=334')
+        # The whole: the fewest left (burst's 1 of 2), full again in 334 s.
+        self.assertEqual((r.header("X-RateLimit-Limit"), r.header("X-RateLimit-Remaining"),
+                          r.header("X-RateLimit-Reset")), ("2", "1", "334"))
+
+    def test_a_policy_name_for_several_bands_raises(self):
+        r = get(S.port, f"/limit/bands_named?k={fresh('bnamed')}&raises=1")
+        self.assertIn(b"hirate.resty.limit: name: a limiter of several bands names each of them",
+                      r.body)
+
     def test_without_headers_a_refusal_still_says_when_to_retry(self):
         key = fresh("bare")
         a, b = (get(S.port, f"/limit/bare?k={key}") for _ in range(2))
@@ -486,7 +527,11 @@ class Api(unittest.TestCase):
                   "lua_ssl_verify_depth); name the file there and leave {0} out)")
         self.assertEqual(got, [
             'hirate.resty.limit: unknown option "keyy"',
-            "hirate.resty.limit: limiter must be a limiter from hirate.new, got table",
+            # A table that is not a limiter is the options of one.
+            "hirate.resty.limit: limiter: bad argument #1 to 'new' (capacity is required (or "
+            "limits))",
+            "hirate.resty.limit: limiter must be a limiter from hirate.new or the options of "
+            "one, got number",
             'hirate.resty.limit: key must be "remote_addr", "header:<name>", '
             '"var:<nginx variable>" or a function, got "cookie:x"',
             "hirate.resty.limit: cost must be a whole number from 0 to 2^53-1 or a function, "
@@ -686,30 +731,56 @@ class Vectors(unittest.TestCase):
         self.assertEqual(want["version"], 1)
         self.assertEqual([g["id"] for g in got], [c["id"] for c in want["cases"]])
         steps = 0
+        sources = {"redis", "cache"} if deny_cache else {"redis"}
         for case, g in zip(want["cases"], got):
             if "config_error" in case:
                 self.assertIn(Vectors.ERROR_WORDS[case["config_error"]], g.get("config_error", ""),
                               case["id"])
                 continue
             self.assertNotIn("config_error", g, case["id"])
+            config = case["config"]
             for i, (step, res) in enumerate(zip(case["steps"], g["steps"])):
                 where = f"{case['id']} step {i + 1}"
                 steps += 1
                 if step["op"] == "reset":
                     self.assertEqual(res, {"reset": True}, where)
+                elif step["op"] == "reconfigure":
+                    self.assertEqual(res, {"reconfigured": True}, where)
+                    config = step["config"]
                 elif "expect_error" in step:
                     self.assertIn("raised", res, where)
                     self.assertIn(Vectors.ERROR_WORDS[step["expect_error"]], res["raised"], where)
                 else:
                     d = decision(res)
-                    sources = {"redis", "cache"} if deny_cache else {"redis"}
-                    self.assertIn(d.pop("source"), sources, where)
+                    source = d.pop("source")
+                    self.assertIn(source, sources, where)
                     self.assertIsNone(d.pop("error", None), where)
-                    expect = dict(step["expect"])
-                    expect["retry_after"] = seconds(expect.pop("retry_after_us"))
-                    expect["reset_after"] = seconds(expect.pop("reset_after_us"))
-                    self.assertEqual(d, expect, where)
+                    if "bands" in d:
+                        d["bands"] = [decision(b) for b in d["bands"]]
+                        # Each band's source is the whole's.
+                        self.assertEqual({b.pop("source") for b in d["bands"]}, {source}, where)
+                        names = [b.pop("name") for b in d["bands"]]
+                        for name, band in zip(names, config["bands"]):
+                            if "name" in band:
+                                self.assertEqual(name, band["name"], where)
+                            else:   # the core's default
+                                self.assertRegex(name, r"^[0-9]+-per-[0-9]+s$", where)
+                    self.assertEqual(d, Vectors.wanted(step["expect"]), where)
         self.assertEqual(steps, sum(len(c.get("steps", [])) for c in want["cases"]))
+
+    @staticmethod
+    def wanted(expect):
+        """The decision for an expect object: seconds as the binding gives
+        them; in multi-band cases (a limiter made with limits) band (0-based,
+        as the handler sends it) and each band's figures, band i."""
+        out = dict(expect)
+        out["retry_after"] = seconds(out.pop("retry_after_us"))
+        out["reset_after"] = seconds(out.pop("reset_after_us"))
+        if "bands" in expect:
+            out.setdefault("band", 0)
+            out["bands"] = [dict(Vectors.wanted(b), band=i)
+                            for i, b in enumerate(expect["bands"])]
+        return out
 
     def test_every_vector_without_the_deny_cache(self):
         self.run_vectors(0)

@@ -18,9 +18,12 @@ local function limiter()
     local url, prefix = args.url, args.prefix
     local capacity = tonumber(args.capacity) or 3
     local id = url .. "\n" .. prefix .. "\n" .. capacity .. "\n" .. (args.server_name or "")
+        .. "\n" .. (args.limits or "")
     local lim = limiters[id]
     if not lim then
-        lim = hirate.new { url = url, prefix = prefix, capacity = capacity, rate = 0.001,
+        -- limits= (a limit string): several bands instead of capacity.
+        lim = hirate.new { url = url, prefix = prefix, limits = args.limits,
+            capacity = not args.limits and capacity or nil, rate = not args.limits and 0.001 or nil,
             deny_cache = false, timeout = tonumber(args.timeout) or 1, connect_timeout = 0.5,
             tls_server_name = args.server_name }
         limiters[id] = lim
@@ -32,8 +35,15 @@ local function outcome(d, err, code)
     if not d then
         return { error = code, message = err }
     end
-    return { allowed = d.allowed, remaining = d.remaining, source = d.source, error = d.error,
-        message = d.message }
+    local out = { allowed = d.allowed, remaining = d.remaining, source = d.source,
+        error = d.error, message = d.message, band = d.band }
+    if d.bands then
+        out.bands = {}
+        for i, b in ipairs(d.bands) do
+            out.bands[i] = { allowed = b.allowed, remaining = b.remaining }
+        end
+    end
+    return out
 end
 
 local function say(v)

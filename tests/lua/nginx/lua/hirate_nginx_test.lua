@@ -84,6 +84,18 @@ local limits = {
             return ngx.var.arg_k
         end },
     memory = { limiter = hirate.new { capacity = 3, rate = 0.001 }, key = "var:arg_k" },
+    -- Several limits on one key, one decision: the limiter's options, made
+    -- by limit{} itself, with names of their own (no deny cache, so that
+    -- every request is one script call) ...
+    bands = { limiter = { url = url, prefix = "t-bands:", deny_cache = false, limits = {
+        { capacity = 2, rate = 0.5, name = "burst" }, { capacity = 3, rate = 0.001,
+            name = "daily" } } }, key = "var:arg_k" },
+    -- ... or a limit string and the core's names.
+    bands_text = { limiter = redis { limits = "2/4s; 3/1000s", prefix = "t-btext:" },
+        key = "var:arg_k", legacy_headers = true },
+    -- A policy's name is a band's: several bands cannot take one.
+    bands_named = { limiter = redis { limits = "2/4s; 3/1000s", prefix = "t-bnamed:" },
+        key = "var:arg_k", name = "api" },
     -- The certificate is for localhost: the name checked, while the
     -- cosocket connects to the address (no resolver needed).
     exact_tls = { limiter = redis { url = tls_url, tls_server_name = "localhost",
@@ -160,6 +172,11 @@ for name, opts in pairs(limits) do
 end
 
 function M.limit(name)
+    if ngx.var.arg_raises then
+        local ok, err = pcall(resty.limit, limits[name])
+        ngx.say(ok and "no error" or tostring(err))
+        return ngx.exit(ngx.HTTP_OK)
+    end
     return resty.limit(limits[name])
 end
 
@@ -191,12 +208,22 @@ local function seconds(s)
     return string.format("%.17g", s)
 end
 
+-- band: 0-based, as the vectors number bands (the binding's is 1-based);
+-- bands: each band's figures, with its name, when the decision has them.
 local function plain_decision(d)
-    return {
+    local out = {
         allowed = d.allowed, remaining = int(d.remaining), limit = int(d.limit),
         retry_after = seconds(d.retry_after), reset_after = seconds(d.reset_after),
-        source = d.source, error = d.error,
+        source = d.source, error = d.error, band = d.band and d.band - 1,
     }
+    if d.bands then
+        out.bands = {}
+        for i, b in ipairs(d.bands) do
+            out.bands[i] = plain_decision(b)
+            out.bands[i].name = b.name
+        end
+    end
+    return out
 end
 
 -- An item of allow_many: its decision, or its error.
@@ -282,6 +309,7 @@ function M.call(name)
             local l = limits.exact.limiter
             try(resty.limit, { limiter = l, keyy = "remote_addr" })
             try(resty.limit, { limiter = {} })
+            try(resty.limit, { limiter = 5 })
             try(resty.limit, { limiter = l, key = "cookie:x" })
             try(resty.limit, { limiter = l, cost = -1 })
             try(resty.limit, { limiter = l, status = 200 })
@@ -363,16 +391,29 @@ function M.vectors()
     local doc = assert(json.decode(f:read("*a")))
     f:close()
     local out = {}
-    for _, case in ipairs(doc.cases) do
-        local rate = RATES[case.config.rate] or case.config.rate
-        local over_tls = ngx.var.arg_tls == "1"
-        local ok, lim = pcall(redis, {
-            capacity = case.config.capacity, rate = rate, deny_cache = deny_cache,
+    local over_tls = ngx.var.arg_tls == "1"
+    -- A config as hirate.new's options: capacity and rate, or limits.
+    local function limiter(config, case)
+        local opts = {
+            deny_cache = deny_cache,
             prefix = "vec" .. (deny_cache and "1" or "0") .. (over_tls and "t" or "") .. ":"
                 .. case.id .. ":",
             url = over_tls and tls_url or nil,
             tls_server_name = over_tls and "localhost" or nil,
-        })
+        }
+        if config.bands then
+            opts.limits = {}
+            for i, b in ipairs(config.bands) do
+                opts.limits[i] = { capacity = b.capacity, rate = RATES[b.rate] or b.rate,
+                    name = b.name }
+            end
+        else
+            opts.capacity, opts.rate = config.capacity, RATES[config.rate] or config.rate
+        end
+        return pcall(redis, opts)
+    end
+    for _, case in ipairs(doc.cases) do
+        local ok, lim = limiter(case.config, case)
         local got = { id = case.id }
         out[#out + 1] = got
         if not ok then
@@ -380,9 +421,14 @@ function M.vectors()
         else
             got.steps = {}
             for i, step in ipairs(case.steps or {}) do
-                local key = vector_key(step.key)
+                local key = step.key and vector_key(step.key)
                 local r
-                if step.op == "reset" then
+                if step.op == "reconfigure" then
+                    -- A new limiter of the step's config, on the same prefix.
+                    lim:close()
+                    ok, lim = limiter(step.config, case)
+                    r = ok and { reconfigured = true } or { raised = tostring(lim) }
+                elseif step.op == "reset" then
                     local done, err, code = lim:reset(key)
                     r = done and { reset = true } or { err = err, code = code }
                 else
