@@ -233,7 +233,7 @@ static void bytes_per_key(size_t nkeys, const char *summary)
         exit(1);
     }
     size_t rss0 = rss_bytes();
-    hirate_memory *m = hirate_memory_new(2 * nkeys);
+    hirate_memory *m = hirate_memory_new(2 * nkeys, 1);
     if (!m) {
         fprintf(stderr, "bench_memory: out of memory\n");
         exit(1);
@@ -242,7 +242,7 @@ static void bytes_per_key(size_t nkeys, const char *summary)
     int64_t t0 = bench_now_ns();
     for (size_t i = 0; i < nkeys; i++) {
         snprintf(key, sizeof key, "key:%012zu", i % 1000000000000u);
-        if (hirate_memory_decide(m, &cfg, key, KEYLEN, now, 1, 1, &d) < 0) {
+        if (hirate_memory_decide(m, &cfg, key, KEYLEN, now, 1, 1, &d, NULL) < 0) {
             fprintf(stderr, "bench_memory: out of memory at key %zu\n", i);
             exit(1);
         }

@@ -192,8 +192,14 @@ typedef struct hirate_options {
                                host:port[,host:port...] (seeds; any node of the
                                cluster, a replica too), rediss+cluster://...;
                                NULL: in-memory (default) */
-    int64_t capacity;       /* bucket size, 1..2^53-1 (required) */
-    double rate;            /* tokens added per second, > 0 (required) */
+    /* The limit: capacity and rate (one band), or bands, or limits; exactly
+     * one of the three. */
+    int64_t capacity;       /* bucket size, 1..2^53-1 */
+    double rate;            /* tokens added per second, > 0 */
+    const hirate_band *bands; /* several limits: bands[0 .. nbands), copied; */
+    size_t nbands;          /* 1..HIRATE_BANDS_MAX (0: not set) */
+    const char *limits;     /* or as text: "10/second; 1000/day" (the grammar
+                               of hirate_limits_parse), one band a limit */
     const char *prefix;     /* prepended to every key; default "rl:" */
     int connect_timeout_ms; /* default 250 */
     int timeout_ms;         /* per command; default 100 */

@@ -201,6 +201,13 @@ typedef struct hirate_op hirate_op;
  * 1 when *op has a request to send, or HIRATE_EINVAL (no URL, NULL items). */
 HIRATE_EXPORT int hirate_op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
                                   int64_t now_us, hirate_op **op);
+/* The same, and each item's band figures (as hirate_allow_bands gives them)
+ * written to bands[i * B .. i * B + B), B = hirate_limiter_nbands(lim), as
+ * the item is decided: at once, or by the op (bands must then outlive it).
+ * bands NULL: as hirate_op_start. */
+HIRATE_EXPORT int hirate_op_start_bands(hirate_limiter *lim, hirate_item *items, size_t n,
+                                        int spend, int64_t now_us, hirate_decision *bands,
+                                        hirate_op **op);
 /* hirate_reset() as an op: checks the key (its HIRATE_EKEY is returned at
  * once), forgets it in the deny cache and the local buckets, and returns 1
  * with *op holding the DEL to send. hirate_op_result() gives its outcome. */
@@ -235,7 +242,9 @@ HIRATE_EXPORT int hirate_op_next(hirate_op *op);
 HIRATE_EXPORT const char *hirate_op_errmsg(const hirate_op *op, size_t i);
 /* After DONE: item i's band figures (as hirate_allow_bands gives them) in
  * bands[0 .. min(nbands, the limiter's band count)); returns how many, or
- * HIRATE_EINVAL when item i has no decision (its rc is not 0, or no item i). */
+ * HIRATE_EINVAL when item i has no decision (its rc is not 0, or no item i).
+ * Items decided without Redis (hirate_op_start returned 0: no op) have
+ * theirs only through hirate_op_start_bands. */
 HIRATE_EXPORT int hirate_op_bands(const hirate_op *op, size_t i, hirate_decision *bands,
                                   size_t nbands);
 /* A reset op's outcome: 0 or its code. A batch's: 0. */

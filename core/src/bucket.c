@@ -82,6 +82,7 @@ double hirate_bucket_level(const hirate_bucket_cfg *cfg, const hirate_bucket *b,
 int hirate_bucket_decide(const hirate_bucket_cfg *cfg, hirate_bucket *b, int64_t now,
                          int64_t cost, int spend, hirate_decision *d)
 {
+    d->band = 0;
     double level = hirate_bucket_level(cfg, b, now);
     int changed = 0;
 
@@ -108,4 +109,67 @@ int hirate_bucket_decide(const hirate_bucket_cfg *cfg, hirate_bucket *b, int64_t
     d->reset_after_us = until(cfg, b, now, cfg->capacity_d);
     d->time_us = now;
     return changed;
+}
+
+void hirate_bands_combine(const hirate_decision *per, size_t n, hirate_decision *whole)
+{
+    int allowed = 1;
+    for (size_t i = 0; i < n; i++)
+        allowed &= per[i].allowed;
+    /* The band behind the figures: when refused, the refusing band that
+     * waits longest; when allowed, the one left with the fewest tokens; the
+     * first of equals. */
+    size_t band = 0;
+    int64_t remaining = per[0].remaining, reset = per[0].reset_after_us;
+    for (size_t i = 1; i < n; i++) {
+        const hirate_decision *d = &per[i], *b = &per[band];
+        if (allowed ? d->remaining < b->remaining
+                    : !d->allowed && (b->allowed || d->retry_after_us > b->retry_after_us))
+            band = i;
+        if (d->remaining < remaining)
+            remaining = d->remaining;
+        if (d->reset_after_us > reset)
+            reset = d->reset_after_us;
+    }
+    *whole = per[band];
+    whole->band = (int)band;
+    whole->remaining = remaining;
+    whole->reset_after_us = reset;
+}
+
+int hirate_bands_decide(const hirate_bucket_cfg *cfg, size_t n, hirate_bucket *b, int64_t now,
+                        int64_t cost, int spend, hirate_decision *whole, hirate_decision *per)
+{
+    if (n == 1) {
+        int changed = hirate_bucket_decide(cfg, b, now, cost, spend, whole);
+        if (per)
+            per[0] = *whole;
+        return changed;
+    }
+    hirate_decision own[HIRATE_BANDS_MAX];
+    if (!per)
+        per = own;
+    /* Each band as a peek first; the cost is spent only when all hold it,
+     * each band then moving as its own bucket would. */
+    int allowed = 1;
+    for (size_t i = 0; i < n; i++)
+        allowed &= (hirate_bucket_decide(&cfg[i], &b[i], now, cost, 0, &per[i]), per[i].allowed);
+    int changed = 0;
+    if (allowed && spend && cost > 0)
+        for (size_t i = 0; i < n; i++)
+            changed |= hirate_bucket_decide(&cfg[i], &b[i], now, cost, 1, &per[i]);
+    for (size_t i = 0; i < n; i++)
+        per[i].band = (int)i;
+    hirate_bands_combine(per, n, whole);
+    return changed;
+}
+
+int64_t hirate_refill_seconds(int64_t capacity, double rate)
+{
+    hirate_bucket_cfg cfg;
+    if (hirate_bucket_cfg_init(&cfg, capacity, rate, NULL, 0) < 0)
+        return 0;
+    hirate_bucket empty = {0, 0};
+    int64_t us = until(&cfg, &empty, 0, cfg.capacity_d);
+    return us / 1000000 + (us % 1000000 != 0);
 }

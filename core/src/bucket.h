@@ -35,6 +35,20 @@ int hirate_bucket_check_cost(int64_t cost, char *err, size_t errlen);
 int hirate_bucket_decide(const hirate_bucket_cfg *cfg, hirate_bucket *b, int64_t now,
                          int64_t cost, int spend, hirate_decision *d);
 
+/* Decides cost at now for the n bands of one key, all or nothing: the cost
+ * passes when every band holds it, and is then spent in each; otherwise
+ * nothing is spent. b[i] is band i's stored state (a full bucket at now
+ * when it has none). Fills *whole and, when per is not NULL, per[0 .. n)
+ * with each band's own figures (docs/semantics.md, "Several limits").
+ * Returns 1 when b[] changed and must be stored, 0 when not. With n == 1
+ * it is hirate_bucket_decide. */
+int hirate_bands_decide(const hirate_bucket_cfg *cfg, size_t n, hirate_bucket *b, int64_t now,
+                        int64_t cost, int spend, hirate_decision *whole, hirate_decision *per);
+
+/* The whole decision from the n bands' own ones (per[i] filled, each with
+ * its allowed, limit, remaining, retry and reset): see hirate_decision. */
+void hirate_bands_combine(const hirate_decision *per, size_t n, hirate_decision *whole);
+
 /* The level at now, without storing anything. */
 double hirate_bucket_level(const hirate_bucket_cfg *cfg, const hirate_bucket *b, int64_t now);
 

@@ -22,12 +22,15 @@
 
 struct hirate_limiter {
     hirate_fork_node fork;      /* first: the fork hooks get this pointer */
-    hirate_bucket_cfg cfg;
-    hirate_bucket_cfg local_cfg;/* the LOCAL fallback's share of the limit */
+    size_t nbands;              /* 1..HIRATE_BANDS_MAX */
+    int64_t cap_min;            /* the least capacity: a cost above it never passes */
+    hirate_bucket_cfg cfg[HIRATE_BANDS_MAX];
+    hirate_bucket_cfg local_cfg[HIRATE_BANDS_MAX];/* the LOCAL fallback's share */
     char prefix[HIRATE_PREFIX_MAX + 1];
     size_t prefixlen;
-    char args[96];              /* capacity and rate as RESP bulk strings */
+    char args[HIRATE_BANDS_MAX * 64];/* each band's capacity and rate as RESP bulk strings */
     size_t argslen;
+    char names[HIRATE_BANDS_MAX][HIRATE_BAND_NAME_MAX + 1];
     int on_error;
     hirate_node node0;          /* with a URL: where Redis is (a cluster's
                                    first seed), its backoff, breaker and pool;
@@ -150,10 +153,96 @@ static int check_range(const char *what, long long v, long long lo, long long hi
     return 0;
 }
 
-static int check_options(const hirate_options *o, hirate_bucket_cfg *cfg, char *err, size_t errlen)
+/* A band's name: 1..HIRATE_BAND_NAME_MAX printable ASCII bytes, or NULL
+ * for "<capacity>-per-<w>s". */
+static int band_name(const char *name, const hirate_bucket_cfg *cfg, char *out, const char *what,
+                     char *err, size_t errlen)
+{
+    if (!name) {
+        snprintf(out, HIRATE_BAND_NAME_MAX + 1, "%lld-per-%llds", (long long)cfg->capacity,
+                 (long long)hirate_refill_seconds(cfg->capacity, cfg->rate));
+        return 0;
+    }
+    size_t len = strlen(name);
+    if (len == 0 || len > HIRATE_BAND_NAME_MAX)
+        return hirate__fail(err, errlen, HIRATE_EOPTION,
+                            "%s: a band's name must be 1 to %d bytes, got %zu", what,
+                            HIRATE_BAND_NAME_MAX, len);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)name[i] < 0x20 || (unsigned char)name[i] > 0x7e)
+            return hirate__fail(err, errlen, HIRATE_EOPTION,
+                                "%s: a band's name must be printable ASCII (it is sent in "
+                                "headers)", what);
+    memcpy(out, name, len + 1);
+    return 0;
+}
+
+/* The limit: capacity and rate, bands, or limits (exactly one), into the
+ * limiter's bands. */
+static int check_limit(const hirate_options *o, hirate_limiter *l, char *err, size_t errlen)
+{
+    int given = (o->capacity != 0 || o->rate != 0) + (o->bands != NULL || o->nbands != 0) +
+                (o->limits != NULL);
+    if (given > 1)
+        return hirate__fail(err, errlen, HIRATE_EOPTION,
+                            "set the limit once: capacity and rate, bands, or limits");
+    char why[HIRATE_ERRMSG_SIZE], what[32];
+    int rc;
+    if (o->limits) {
+        hirate_limit lim[HIRATE_BANDS_MAX];
+        size_t n;
+        if ((rc = hirate_limits_parse(o->limits, lim, HIRATE_BANDS_MAX, &n, err, errlen)) < 0)
+            return rc;
+        for (size_t i = 0; i < n; i++) {
+            if ((rc = hirate_bucket_cfg_init(&l->cfg[i], lim[i].capacity, lim[i].rate, err,
+                                             errlen)) < 0)
+                return rc;
+            band_name(NULL, &l->cfg[i], l->names[i], NULL, NULL, 0);
+        }
+        l->nbands = n;
+    } else if (o->bands || o->nbands) {
+        if (!o->bands || o->nbands > HIRATE_BANDS_MAX)
+            return hirate__fail(err, errlen, HIRATE_EOPTION,
+                                "bands must be 1 to %d bands, got %zu%s", HIRATE_BANDS_MAX,
+                                o->nbands, o->bands ? "" : " and no array");
+        for (size_t i = 0; i < o->nbands; i++) {
+            snprintf(what, sizeof what, "bands[%zu]", i);
+            if ((rc = hirate_bucket_cfg_init(&l->cfg[i], o->bands[i].capacity, o->bands[i].rate,
+                                             why, sizeof why)) < 0)
+                return hirate__fail(err, errlen, rc, "%s: %s", what, why);
+            if ((rc = band_name(o->bands[i].name, &l->cfg[i], l->names[i], what, err,
+                                errlen)) < 0)
+                return rc;
+            for (size_t k = 0; k < i; k++)
+                if (strcmp(l->names[k], l->names[i]) == 0)
+                    return hirate__fail(err, errlen, HIRATE_EOPTION,
+                                        "%s: bands[%zu] has the same name, '%s'", what, k,
+                                        l->names[i]);
+        }
+        l->nbands = o->nbands;
+    } else {
+        if ((rc = hirate_bucket_cfg_init(&l->cfg[0], o->capacity, o->rate, err, errlen)) < 0)
+            return rc;
+        band_name(NULL, &l->cfg[0], l->names[0], NULL, NULL, 0);
+        l->nbands = 1;
+    }
+    /* Limits and their default names: two limits of the same numbers. */
+    for (size_t i = 1; o->limits && i < l->nbands; i++)
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(l->names[k], l->names[i]) == 0)
+                return hirate__fail(err, errlen, HIRATE_EOPTION,
+                                    "limits: two limits are the same (%s)", l->names[i]);
+    l->cap_min = l->cfg[0].capacity;
+    for (size_t i = 1; i < l->nbands; i++)
+        if (l->cfg[i].capacity < l->cap_min)
+            l->cap_min = l->cfg[i].capacity;
+    return 0;
+}
+
+static int check_options(const hirate_options *o, hirate_limiter *l, char *err, size_t errlen)
 {
     int rc;
-    if ((rc = hirate_bucket_cfg_init(cfg, o->capacity, o->rate, err, errlen)) < 0 ||
+    if ((rc = check_limit(o, l, err, errlen)) < 0 ||
         (rc = check_range("connect_timeout_ms", o->connect_timeout_ms, 1, 60000, err, errlen)) < 0 ||
         (rc = check_range("timeout_ms", o->timeout_ms, 1, 60000, err, errlen)) < 0 ||
         (rc = check_range("pool_size", o->pool_size, 1, 1024, err, errlen)) < 0 ||
@@ -183,7 +272,6 @@ static int check_options(const hirate_options *o, hirate_bucket_cfg *cfg, char *
 
 int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err, size_t errlen)
 {
-    hirate_bucket_cfg cfg, local_cfg;
     hirate_redis_cfg rcfg;
     hirate_link link;
     int rc;
@@ -193,43 +281,48 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
     if (!out || !o)
         return hirate__fail(err, errlen, HIRATE_EINVAL, "hirate_limiter_new needs out and opts");
     *out = NULL;
-    if ((rc = check_options(o, &cfg, err, errlen)) < 0)
+    hirate_limiter *l = calloc(1, sizeof *l);
+    if (!l)
+        return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory");
+    if ((rc = check_options(o, l, err, errlen)) < 0) {
+        free(l);
         return rc;
-    local_cfg = cfg;
+    }
+    memcpy(l->local_cfg, l->cfg, sizeof l->cfg);
     if (o->url) {
-        if ((rc = hirate_link_init(&link, o, err, errlen)) < 0)
+        if ((rc = hirate_link_init(&link, o, err, errlen)) < 0) {
+            free(l);
             return rc;
+        }
         memset(&rcfg, 0, sizeof rcfg);
         rcfg.pool_size = o->pool_size;
-        /* N instances falling back at once share the limit N ways. */
-        int64_t share = o->capacity / o->instances;
-        if (o->on_error == HIRATE_ON_ERROR_LOCAL && o->instances > 1 &&
-            hirate_bucket_cfg_init(&local_cfg, share > 0 ? share : 1, o->rate / o->instances,
-                                   err, errlen) < 0) {
-            hirate_link_destroy(&link);
-            return hirate__fail(err, errlen, HIRATE_ERANGE,
-                                "the local share of the limit (capacity %lld, rate %g over %d "
-                                "instances) takes over 2^53 us to refill",
-                                (long long)(share > 0 ? share : 1), o->rate / o->instances,
-                                o->instances);
+        /* N instances falling back at once share each band N ways. */
+        for (size_t i = 0; o->on_error == HIRATE_ON_ERROR_LOCAL && o->instances > 1 &&
+                           i < l->nbands; i++) {
+            int64_t share = l->cfg[i].capacity / o->instances;
+            double rate = l->cfg[i].rate / o->instances;
+            if (hirate_bucket_cfg_init(&l->local_cfg[i], share > 0 ? share : 1, rate, err,
+                                       errlen) < 0) {
+                hirate_link_destroy(&link);
+                free(l);
+                return hirate__fail(err, errlen, HIRATE_ERANGE,
+                                    "the local share of the limit (capacity %lld, rate %g over %d "
+                                    "instances) takes over 2^53 us to refill",
+                                    (long long)(share > 0 ? share : 1), rate, o->instances);
+            }
         }
     }
 
-    hirate_limiter *l = calloc(1, sizeof *l);
-    if (!l) {
-        if (o->url)
-            hirate_link_destroy(&link);
-        return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory");
-    }
-    l->cfg = cfg;
-    l->local_cfg = local_cfg;
     l->offset_min[0] = l->offset_min[1] = INT64_MAX;
     l->on_error = o->on_error;
     if (o->prefix) {
         l->prefixlen = strlen(o->prefix);
         memcpy(l->prefix, o->prefix, l->prefixlen);
     }
-    l->argslen = hirate_proto_encode_limits(l->args, sizeof l->args, cfg.capacity, cfg.rate);
+    for (size_t i = 0; i < l->nbands; i++)
+        l->argslen += hirate_proto_encode_limits(l->args + l->argslen,
+                                                 sizeof l->args - l->argslen, l->cfg[i].capacity,
+                                                 l->cfg[i].rate);
     pthread_mutex_init(&l->errlock, NULL);
     hirate_breaker_init(&l->node0.breaker, o->backoff_min_ms, o->backoff_max_ms);
     int ok = 1;
@@ -250,10 +343,10 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
             }
         }
         if (ok && o->deny_cache)
-            ok = (l->cache = hirate_memory_new(o->deny_cache_keys)) != NULL;
+            ok = (l->cache = hirate_memory_new(o->deny_cache_keys, l->nbands)) != NULL;
     }
     if (ok && (!o->url || o->on_error == HIRATE_ON_ERROR_LOCAL))
-        ok = (l->memory = hirate_memory_new(o->max_keys)) != NULL;
+        ok = (l->memory = hirate_memory_new(o->max_keys, l->nbands)) != NULL;
     if (!ok) {
         hirate_limiter_free(l);
         return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory");
@@ -317,30 +410,43 @@ static int is_outage(int rc)
 
 /* The failure policy decides item in Redis' place; wait_us is the time until
  * the breaker lets a call through again. */
-static void apply_policy(hirate_limiter *l, hirate_item *it, int spend, int64_t now, int error,
-                         int64_t wait_us)
+static void apply_policy(hirate_limiter *l, hirate_item *it, hirate_decision *per, int spend,
+                         int64_t now, int error, int64_t wait_us)
 {
     hirate_decision *d = &it->decision;
+    size_t n = l->nbands;
     __atomic_fetch_add(&l->policy, 1, __ATOMIC_RELAXED);
     it->rc = 0;
     if (l->on_error == HIRATE_ON_ERROR_LOCAL) {
-        it->rc = hirate_memory_decide(l->memory, &l->local_cfg, it->key, it->keylen, now,
-                                      it->cost, spend, d);
+        it->rc = hirate_memory_decide(l->memory, l->local_cfg, it->key, it->keylen, now,
+                                      it->cost, spend, d, per);
     } else {
-        int never = it->cost > l->cfg.capacity;
+        hirate_decision own[HIRATE_BANDS_MAX], *bd = n == 1 ? d : per ? per : own;
         int open = l->on_error == HIRATE_ON_ERROR_OPEN;
+        int pass = it->cost <= l->cap_min && (open || it->cost == 0);
         int64_t back = wait_us > 0 ? wait_us : 1;   /* until Redis is asked again */
-        /* Open: as if the bucket were full. Closed: nothing passes but a
+        /* Open: as if every bucket were full. Closed: nothing passes but a
          * cost of 0 (which spends nothing), until Redis can be asked again. */
-        d->allowed = !never && (open || it->cost == 0);
-        d->source = open ? HIRATE_SOURCE_FAIL_OPEN : HIRATE_SOURCE_FAIL_CLOSED;
-        d->limit = l->cfg.capacity;
-        d->remaining = open && !never ? l->cfg.capacity - it->cost : 0;
-        d->retry_after_us = never ? HIRATE_NEVER : d->allowed ? 0 : back;
-        d->reset_after_us = open ? 0 : back;
-        d->time_us = now;
+        for (size_t i = 0; i < n; i++) {
+            int64_t capacity = l->cfg[i].capacity;
+            int never = it->cost > capacity;
+            bd[i].allowed = !never && (open || it->cost == 0);
+            bd[i].source = open ? HIRATE_SOURCE_FAIL_OPEN : HIRATE_SOURCE_FAIL_CLOSED;
+            bd[i].band = (int)i;
+            bd[i].limit = capacity;
+            bd[i].remaining = open && !never ? capacity - (pass ? it->cost : 0) : 0;
+            bd[i].retry_after_us = never ? HIRATE_NEVER : bd[i].allowed ? 0 : back;
+            bd[i].reset_after_us = open ? 0 : back;
+            bd[i].time_us = now;
+        }
+        if (n > 1)
+            hirate_bands_combine(bd, n, d);
+        else if (per)
+            per[0] = *d;
     }
     d->error = error;
+    for (size_t i = 0; per && i < n; i++)
+        per[i].error = error;
 }
 
 /* How far Redis' clock is ahead of ours, at most. A call sent at our time
@@ -376,12 +482,18 @@ static void learn(hirate_limiter *l, const hirate_item *it, const hirate_bucket 
                   int64_t sent, int known, uint64_t epoch)
 {
     int64_t ahead = redis_ahead(l, it->decision.time_us - sent, sent);
-    hirate_bucket local = {state->tokens, state->ts - ahead};
-    /* tokens is NAN when the reply showed the bucket kept the cost. */
-    if (!isnan(local.tokens) && hirate_bucket_level(&l->cfg, &local, sent) < (double)it->cost) {
+    hirate_bucket local[HIRATE_BANDS_MAX];
+    int short_of_cost = 0;
+    for (size_t i = 0; i < l->nbands; i++) {
+        local[i] = (hirate_bucket){state[i].tokens, state[i].ts - ahead};
+        /* tokens is NAN when the reply showed every band kept the cost. */
+        short_of_cost |= !isnan(local[i].tokens) &&
+                         hirate_bucket_level(&l->cfg[i], &local[i], sent) < (double)it->cost;
+    }
+    if (short_of_cost) {
         /* A reset since the call was sent makes its reply stale. */
         if (__atomic_load_n(&l->reset_epoch, __ATOMIC_ACQUIRE) == epoch)
-            hirate_memory_put(l->cache, &l->cfg, it->key, it->keylen, &local, sent);
+            hirate_memory_put(l->cache, l->cfg, it->key, it->keylen, local, sent);
     } else if (known) {
         hirate_memory_reset(l->cache, it->key, it->keylen);
     }
@@ -411,12 +523,12 @@ static inline int check_input(hirate_limiter *l, const void *key, size_t keylen,
 
 /* A decision of the in-memory backend (no URL). */
 static int decide_in_memory(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
-                            int spend, int64_t now, hirate_decision *out)
+                            int spend, int64_t now, hirate_decision *out, hirate_decision *per)
 {
     int rc = check_input(l, key, keylen, cost);
     if (rc < 0)
         return rc;
-    rc = hirate_memory_decide(l->memory, &l->cfg, key, keylen, now, cost, spend, out);
+    rc = hirate_memory_decide(l->memory, l->cfg, key, keylen, now, cost, spend, out, per);
     return rc < 0 ? remember(l, rc, "out of memory for a new bucket") : 0;
 }
 
@@ -439,42 +551,56 @@ typedef struct batch {
     int64_t now;            /* the decision clock: injected or monotonic */
     size_t m;               /* calls for Redis */
     uint64_t epoch;         /* resets seen when the calls were made */
+    hirate_decision *per;   /* each item's bands, nbands an item, or NULL */
+    int own_per;            /* per is the batch's own (freed with it) */
     size_t *index;          /* item index of each call */
     hirate_call *calls;
     hirate_decision *ds;
-    hirate_bucket *states;
+    hirate_decision *cper;  /* each call's bands (nbands a call), or NULL for
+                               one band: ds says it all */
+    hirate_bucket *states;  /* each call's buckets, nbands a call */
     int *rcs;
     unsigned char *known;   /* the deny cache held the key */
     struct {                /* room for a single call: no allocation */
         size_t index;
         hirate_call call;
         hirate_decision d;
-        hirate_bucket state;
+        hirate_decision per[HIRATE_BANDS_MAX];
+        hirate_bucket state[HIRATE_BANDS_MAX];
         int rc;
         unsigned char known;
     } one;
 } batch;
 
+/* Item i's band figures in the batch's caller's memory, or NULL. */
+static inline hirate_decision *item_bands(const batch *b, size_t i)
+{
+    return b->per ? b->per + i * b->l->nbands : NULL;
+}
+
 static int batch_alloc(batch *b, size_t n)
 {
+    size_t nb = b->l->nbands, nper = nb > 1 ? nb : 0;
     if (n <= 1) {
         b->index = &b->one.index;
         b->calls = &b->one.call;
         b->ds = &b->one.d;
-        b->states = &b->one.state;
+        b->cper = nper ? b->one.per : NULL;
+        b->states = b->one.state;
         b->rcs = &b->one.rc;
         b->known = &b->one.known;
         return 0;
     }
     /* One block, largest alignment first. */
-    char *m = malloc(n * (sizeof(hirate_call) + sizeof(hirate_decision) + sizeof(hirate_bucket) +
-                          sizeof(size_t) + sizeof(int) + 1));
+    char *m = malloc(n * (sizeof(hirate_call) + (1 + nper) * sizeof(hirate_decision) +
+                          nb * sizeof(hirate_bucket) + sizeof(size_t) + sizeof(int) + 1));
     if (!m)
         return HIRATE_ENOMEM;
     b->calls = (hirate_call *)m;
     b->ds = (hirate_decision *)(b->calls + n);
-    b->states = (hirate_bucket *)(b->ds + n);
-    b->index = (size_t *)(b->states + n);
+    b->cper = nper ? b->ds + n : NULL;
+    b->states = (hirate_bucket *)(b->ds + n * (1 + nper));
+    b->index = (size_t *)(b->states + n * nb);
     b->rcs = (int *)(b->index + n);
     b->known = (unsigned char *)(b->rcs + n);
     return 0;
@@ -482,8 +608,10 @@ static int batch_alloc(batch *b, size_t n)
 
 static void batch_free(batch *b)
 {
-    if (b->calls != &b->one.call)
+    if (b->calls && b->calls != &b->one.call)
         free(b->calls);
+    if (b->own_per)
+        free(b->per);
     for (size_t i = 0; b->msgs && i < b->n; i++)
         free(b->msgs[i]);
     free(b->msgs);
@@ -500,9 +628,10 @@ static void batch_note(batch *b, size_t i, const char *msg)
 
 /* Returns the number of calls left for Redis (0: every item is decided). */
 static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_t n, int spend,
-                          int64_t now_us)
+                          int64_t now_us, hirate_decision *per)
 {
     b->l = l;
+    b->per = per;
     b->items = items;
     b->n = n;
     b->msgs = NULL;
@@ -517,7 +646,7 @@ static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_
         hirate_item *it = &items[i];
         if (!l->node0.redis) {
             it->rc = decide_in_memory(l, it->key, it->keylen, it->cost, spend, b->now,
-                                      &it->decision);
+                                      &it->decision, item_bands(b, i));
         } else if ((it->rc = check_input(l, it->key, it->keylen, it->cost)) == 0) {
             it->rc = 1;   /* for Redis */
             npending++;
@@ -544,11 +673,14 @@ static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_
         if (it->rc != 1)
             continue;
         int known = 0;
-        if (l->cache && it->cost > 0 && it->cost <= l->cfg.capacity) {
-            known = hirate_memory_lookup(l->cache, &l->cfg, it->key, it->keylen, b->now,
-                                         it->cost, &it->decision);
+        if (l->cache && it->cost > 0 && it->cost <= l->cap_min) {
+            hirate_decision *bd = item_bands(b, i);
+            known = hirate_memory_lookup(l->cache, l->cfg, it->key, it->keylen, b->now,
+                                         it->cost, &it->decision, bd);
             if (known && !it->decision.allowed) {
                 it->decision.source = HIRATE_SOURCE_CACHE;
+                for (size_t k = 0; bd && k < l->nbands; k++)
+                    bd[k].source = HIRATE_SOURCE_CACHE;
                 it->rc = 0;
                 __atomic_fetch_add(&l->cache_hits, 1, __ATOMIC_RELAXED);
                 continue;
@@ -557,7 +689,7 @@ static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_
         b->index[b->m] = i;
         b->known[b->m] = (unsigned char)known;
         b->calls[b->m] = (hirate_call){l->prefix, l->prefixlen, it->key, it->keylen, l->args,
-                                       l->argslen, it->cost, spend, now_us};
+                                       l->argslen, (int)l->nbands, it->cost, spend, now_us};
         b->m++;
     }
     b->epoch = __atomic_load_n(&l->reset_epoch, __ATOMIC_ACQUIRE);
@@ -587,7 +719,8 @@ static int breaker_enter(batch *b, hirate_node *node, const size_t *sel, size_t 
         for (size_t i = 0; i < k; i++) {
             size_t j = sel ? sel[i] : i;
             b->rcs[j] = CALL_SETTLED;
-            apply_policy(b->l, &b->items[b->index[j]], b->spend, b->now, error, wait_us);
+            apply_policy(b->l, &b->items[b->index[j]], item_bands(b, b->index[j]), b->spend,
+                         b->now, error, wait_us);
         }
     }
     return verdict;
@@ -629,13 +762,17 @@ static void settle_call(batch *b, size_t j, int64_t wait_us, const char *err)
 {
     hirate_limiter *l = b->l;
     hirate_item *it = &b->items[b->index[j]];
+    hirate_decision *bd = item_bands(b, b->index[j]);
+    size_t nb = l->nbands;
     it->rc = b->rcs[j];
     if (it->rc == 0) {
         it->decision = b->ds[j];
-        if (l->cache && it->cost > 0 && it->cost <= l->cfg.capacity)
-            learn(l, it, &b->states[j], b->now, b->known[j], b->epoch);
+        if (bd)
+            memcpy(bd, nb > 1 ? b->cper + j * nb : &b->ds[j], nb * sizeof *bd);
+        if (l->cache && it->cost > 0 && it->cost <= l->cap_min)
+            learn(l, it, &b->states[j * nb], b->now, b->known[j], b->epoch);
     } else if (is_outage(it->rc)) {
-        apply_policy(l, it, b->spend, b->now, it->rc, wait_us);
+        apply_policy(l, it, bd, b->spend, b->now, it->rc, wait_us);
     } else {
         remember(l, it->rc, err);
         if (!b->msgs || !b->msgs[b->index[j]])
@@ -655,11 +792,11 @@ static void run_blocking(hirate_limiter *l, hirate_op *op);
 
 /* Decides items in order: each gets its rc and, when 0, its decision. */
 static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int spend,
-                         int64_t now_us)
+                         int64_t now_us, hirate_decision *per)
 {
     if (l->cluster) {
         hirate_op *op;
-        if (hirate_op_start(l, items, n, spend, now_us, &op) == 1)
+        if (hirate_op_start_bands(l, items, n, spend, now_us, per, &op) == 1)
             run_blocking(l, op);
         hirate_op_free(op);
         return;
@@ -667,11 +804,13 @@ static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int sp
     batch b;
     b.keep_msgs = 0;
     b.msgs = NULL;
-    if (batch_begin(&b, l, items, n, spend, now_us)) {
+    b.own_per = 0;
+    b.calls = NULL;
+    if (batch_begin(&b, l, items, n, spend, now_us, per)) {
         int verdict = breaker_enter(&b, &l->node0, NULL, b.m);
         if (verdict != HIRATE_BREAKER_SKIP) {
             char err[HIRATE_ERRMSG_SIZE];
-            hirate_redis_decide_many(l->node0.redis, b.calls, b.m, l->cfg.capacity, b.ds,
+            hirate_redis_decide_many(l->node0.redis, b.calls, b.m, l->cfg, b.ds, b.cper,
                                      b.states, b.rcs, err, sizeof err);
             batch_settle(&b, verdict, err);
         }
@@ -680,31 +819,58 @@ static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int sp
 }
 
 static int decide(hirate_limiter *l, const void *key, size_t keylen, int64_t cost, int spend,
-                  int64_t now_us, hirate_decision *out)
+                  int64_t now_us, hirate_decision *out, hirate_decision *bands, size_t nbands)
 {
     if (!l)
         return HIRATE_EINVAL;
     if (!out)
         return remember(l, HIRATE_EINVAL, "the decision pointer is NULL");
-    if (!l->node0.redis)   /* the in-memory hot path: no batch bookkeeping */
-        return decide_in_memory(l, key, keylen, cost, spend, now_us, out);
-    hirate_item it = {key, keylen, cost, 0, {0}};
-    decide_items(l, &it, 1, spend, now_us);
-    if (it.rc == 0)
-        *out = it.decision;
-    return it.rc;
+    /* Each band's figures go to bands when it has room for all, else
+     * through room of ours; with one band they are the decision. */
+    hirate_decision room[HIRATE_BANDS_MAX];
+    hirate_decision *per = !bands || l->nbands == 1 ? NULL
+                           : nbands >= l->nbands    ? bands
+                                                    : room;
+    int rc;
+    if (!l->node0.redis) {   /* the in-memory hot path: no batch bookkeeping */
+        rc = decide_in_memory(l, key, keylen, cost, spend, now_us, out, per);
+    } else {
+        hirate_item it = {key, keylen, cost, 0, {0}};
+        decide_items(l, &it, 1, spend, now_us, per);
+        if ((rc = it.rc) == 0)
+            *out = it.decision;
+    }
+    if (rc == 0 && bands && nbands) {
+        if (l->nbands == 1)
+            bands[0] = *out;
+        else if (per == room)
+            memcpy(bands, room, nbands * sizeof *bands);
+    }
+    return rc;
 }
 
 int hirate_allow(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
                  hirate_decision *out)
 {
-    return decide(l, key, keylen, cost, 1, -1, out);
+    return decide(l, key, keylen, cost, 1, -1, out, NULL, 0);
 }
 
 int hirate_peek(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
                 hirate_decision *out)
 {
-    return decide(l, key, keylen, cost, 0, -1, out);
+    return decide(l, key, keylen, cost, 0, -1, out, NULL, 0);
+}
+
+int hirate_allow_bands(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
+                       hirate_decision *out, hirate_decision *bands, size_t nbands)
+{
+    return decide(l, key, keylen, cost, 1, -1, out, bands, nbands);
+}
+
+int hirate_peek_bands(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
+                      hirate_decision *out, hirate_decision *bands, size_t nbands)
+{
+    return decide(l, key, keylen, cost, 0, -1, out, bands, nbands);
 }
 
 int hirate_allow_many(hirate_limiter *l, hirate_item *items, size_t n)
@@ -712,16 +878,38 @@ int hirate_allow_many(hirate_limiter *l, hirate_item *items, size_t n)
     if (!l || (!items && n))
         return HIRATE_EINVAL;
     if (n)
-        decide_items(l, items, n, 1, -1);
+        decide_items(l, items, n, 1, -1, NULL);
     return 0;
+}
+
+int hirate_decide_at_bands(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
+                           int spend, int64_t now_us, hirate_decision *out,
+                           hirate_decision *bands, size_t nbands)
+{
+    if (l && now_us < 0)
+        return remember(l, HIRATE_EINVAL, "the injected time must not be negative");
+    return decide(l, key, keylen, cost, spend, now_us, out, bands, nbands);
 }
 
 int hirate_decide_at(hirate_limiter *l, const void *key, size_t keylen, int64_t cost, int spend,
                      int64_t now_us, hirate_decision *out)
 {
-    if (l && now_us < 0)
-        return remember(l, HIRATE_EINVAL, "the injected time must not be negative");
-    return decide(l, key, keylen, cost, spend, now_us, out);
+    return hirate_decide_at_bands(l, key, keylen, cost, spend, now_us, out, NULL, 0);
+}
+
+size_t hirate_limiter_nbands(const hirate_limiter *l)
+{
+    return l ? l->nbands : 0;
+}
+
+int hirate_limiter_band(const hirate_limiter *l, size_t i, hirate_band *out)
+{
+    if (!l || !out || i >= l->nbands)
+        return HIRATE_EINVAL;
+    out->capacity = l->cfg[i].capacity;
+    out->rate = l->cfg[i].rate;
+    out->name = l->names[i];
+    return 0;
 }
 
 /* The part of a reset that needs no I/O: checks the key, then forgets it in
@@ -1290,6 +1478,12 @@ static int op_new(hirate_limiter *l, int kind, hirate_op **out)
 int hirate_op_start(hirate_limiter *l, hirate_item *items, size_t n, int spend, int64_t now_us,
                     hirate_op **out)
 {
+    return hirate_op_start_bands(l, items, n, spend, now_us, NULL, out);
+}
+
+int hirate_op_start_bands(hirate_limiter *l, hirate_item *items, size_t n, int spend,
+                          int64_t now_us, hirate_decision *bands, hirate_op **out)
+{
     *out = NULL;
     if (!l || (!items && n) || !l->node0.redis)
         return HIRATE_EINVAL;
@@ -1297,7 +1491,15 @@ int hirate_op_start(hirate_limiter *l, hirate_item *items, size_t n, int spend, 
     if (op_new(l, OP_DECIDE, &op) < 0)
         return HIRATE_ENOMEM;
     op->b.keep_msgs = 1;
-    if (!batch_begin(&op->b, l, items, n, spend, now_us)) {
+    /* Without the caller's room, the op keeps the bands for hirate_op_bands. */
+    if (!bands && l->nbands > 1 && n) {
+        if (!(bands = malloc(n * l->nbands * sizeof *bands))) {
+            hirate_op_free(op);
+            return HIRATE_ENOMEM;
+        }
+        op->b.own_per = 1;
+    }
+    if (!batch_begin(&op->b, l, items, n, spend, now_us, bands)) {
         hirate_op_free(op);   /* decided without Redis */
         return 0;
     }
@@ -1562,8 +1764,10 @@ static void feed_call(hirate_op *op, leg *g, size_t j, const hirate_reply *rep)
     }
     /* The code went with it, unless the library was refused. */
     int with_code = (op->flags[j] & SENT_EVAL) && (!g->fcall || g->loaded);
-    *rc = hirate_proto_outcome(rep, op_call(op, j), l->cfg.capacity, with_code, &op->b.ds[j],
-                               &op->b.states[j], &g->drop, op->err, sizeof op->err);
+    size_t nb = l->nbands;
+    *rc = hirate_proto_outcome(rep, op_call(op, j), l->cfg, with_code, &op->b.ds[j],
+                               op->b.cper ? op->b.cper + j * nb : NULL, &op->b.states[j * nb],
+                               &g->drop, op->err, sizeof op->err);
     if (*rc == HIRATE_PROTO_NOSCRIPT && missing && g->load_rc) {
         /* Its FUNCTION LOAD met an outage: so does the call. */
         *rc = hirate__fail(op->err, sizeof op->err, g->load_rc, "%s",
@@ -1843,6 +2047,19 @@ const char *hirate_op_errmsg(const hirate_op *op, size_t i)
     if (op->b.msgs && op->b.msgs[i])
         return op->b.msgs[i];
     return hirate_strerror(op->b.items[i].rc);
+}
+
+int hirate_op_bands(const hirate_op *op, size_t i, hirate_decision *bands, size_t nbands)
+{
+    if (!op || op->kind != OP_DECIDE || i >= op->b.n || op->b.items[i].rc != 0 ||
+        (!bands && nbands))
+        return HIRATE_EINVAL;
+    size_t nb = op->l->nbands, k = nbands < nb ? nbands : nb;
+    if (nb == 1 && k)
+        bands[0] = op->b.items[i].decision;
+    else if (k)
+        memcpy(bands, op->b.per + i * nb, k * sizeof *bands);
+    return (int)k;
 }
 
 int hirate_op_result(const hirate_op *op)

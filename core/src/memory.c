@@ -70,7 +70,7 @@ typedef struct entry {
                                      read with atomic loads by anyone */
     struct entry *older, *newer;  /* queue, oldest first (under the mutex);
                                      `newer` links the spares */
-    double tokens;                /* the bucket, under the entry's lock */
+    double tokens;                /* the first band's bucket, under the entry's lock */
     int64_t ts;
     uint32_t hash;                /* atomic: read before taking the lock */
     uint16_t keylen;              /* under the entry's lock (or the mutex) */
@@ -78,7 +78,8 @@ typedef struct entry {
     uint8_t used;                 /* used since it last came up for eviction */
     uint8_t live;                 /* 0 once evicted or reset (a spare) */
     uint8_t room;                 /* key bytes it has room for, / KEY_STEP */
-    unsigned char key[];
+    unsigned char key[];          /* then, after room * KEY_STEP bytes, the
+                                     buckets of bands 2 .. n (unaligned) */
 } entry;
 
 /* The slots of a shard; a larger one replaces it as the shard grows. */
@@ -103,6 +104,7 @@ typedef struct shard {
 struct hirate_memory {
     uint64_t seed;
     unsigned nshards;             /* a power of two */
+    unsigned nbands;              /* buckets an entry holds, one a band */
     size_t live;                  /* buckets held, read without a lock */
     shard shards[];
 };
@@ -196,6 +198,24 @@ static inline int key_eq(const unsigned char *a, const void *b, size_t n)
     if (n >= 8 && n <= 16)
         return read64(a) == read64(q) && read64(a + n - 8) == read64(q + n - 8);
     return memcmp(a, q, n) == 0;
+}
+
+/* An entry's buckets: the first band's in its fields, the others after
+ * its key's room. Under the entry's lock. */
+static inline void load_bands(const hirate_memory *m, const entry *e, hirate_bucket *b)
+{
+    b[0].tokens = e->tokens;
+    b[0].ts = e->ts;
+    if (m->nbands > 1)
+        memcpy(b + 1, e->key + (size_t)e->room * KEY_STEP, (m->nbands - 1) * sizeof *b);
+}
+
+static inline void store_bands(const hirate_memory *m, entry *e, const hirate_bucket *b)
+{
+    e->tokens = b[0].tokens;
+    e->ts = b[0].ts;
+    if (m->nbands > 1)
+        memcpy(e->key + (size_t)e->room * KEY_STEP, b + 1, (m->nbands - 1) * sizeof *b);
 }
 
 /* Under the mutex: the link that points to key's entry, or to NULL. Chains
@@ -299,13 +319,20 @@ static void evict_one(hirate_memory *m, shard *s, const hirate_bucket_cfg *cfg, 
     double best = -1, best_any = -1;
     for (int i = 0; e && i < EVICT_SCAN; i++, e = next) {
         next = e->newer;
+        hirate_bucket b[HIRATE_BANDS_MAX];
         entry_lock(e);
-        hirate_bucket b = {e->tokens, e->ts};
+        load_bands(m, e, b);
         int used = e->used;
         e->used = 0;
         entry_unlock(e);
-        double level = hirate_bucket_level(cfg, &b, now);
-        if (level >= cfg->capacity_d) {
+        /* How full it is: its emptiest band's share of its capacity. */
+        double level = 1;
+        for (unsigned k = 0; k < m->nbands; k++) {
+            double share = hirate_bucket_level(&cfg[k], &b[k], now) / cfg[k].capacity_d;
+            if (share < level)
+                level = share;
+        }
+        if (level >= 1) {
             victim = e;
             break;
         }
@@ -371,7 +398,7 @@ static entry *insert(hirate_memory *m, shard *s, const hirate_bucket_cfg *cfg, u
         /* a reader may still hold it from before: it sees the new key */
         entry_lock(e);
     } else {
-        e = malloc(sizeof *e + room * KEY_STEP);
+        e = malloc(sizeof *e + room * KEY_STEP + (m->nbands - 1) * sizeof(hirate_bucket));
         if (!e)
             return NULL;
         e->lock = 1;
@@ -383,8 +410,7 @@ static entry *insert(hirate_memory *m, shard *s, const hirate_bucket_cfg *cfg, u
     e->keylen = (uint16_t)keylen;
     e->used = 0;
     e->live = 1;
-    e->tokens = state->tokens;
-    e->ts = state->ts;
+    store_bands(m, e, state);
     memcpy(e->key, key, keylen);
     entry_unlock(e);
     entry **head = &s->tab->head[hash & s->tab->mask];
@@ -403,7 +429,7 @@ static shard *shard_for(hirate_memory *m, uint64_t h)
     return &m->shards[(h >> 32) & (m->nshards - 1)];
 }
 
-hirate_memory *hirate_memory_new(size_t max_keys)
+hirate_memory *hirate_memory_new(size_t max_keys, size_t nbands)
 {
     unsigned nshards = 1;
     /* every shard holds at least SHARD_MIN buckets, so that eviction has a
@@ -415,6 +441,7 @@ hirate_memory *hirate_memory_new(size_t max_keys)
         return NULL;
     memset(m, 0, sizeof *m + nshards * sizeof(shard));
     m->nshards = nshards;
+    m->nbands = (unsigned)nbands;
     if (getrandom(&m->seed, sizeof m->seed, GRND_NONBLOCK) != sizeof m->seed)
         m->seed = (uint64_t)(uintptr_t)m ^ (uint64_t)hirate_monotonic_us() * 0x9e3779b97f4a7c15ull;
     for (unsigned i = 0; i < nshards; i++) {
@@ -457,8 +484,21 @@ void hirate_memory_free(hirate_memory *m)
     free(m);
 }
 
+/* Decides on e's bands (under its lock) and stores what changed. */
+static inline void decide_entry(hirate_memory *m, entry *e, const hirate_bucket_cfg *cfg,
+                                int64_t now, int64_t cost, int spend, hirate_decision *d,
+                                hirate_decision *per)
+{
+    hirate_bucket b[HIRATE_BANDS_MAX];
+    load_bands(m, e, b);
+    if (hirate_bands_decide(cfg, m->nbands, b, now, cost, spend, d, per))
+        store_bands(m, e, b);
+    touch(e);
+}
+
 int hirate_memory_decide(hirate_memory *m, const hirate_bucket_cfg *cfg, const void *key,
-                         size_t keylen, int64_t now, int64_t cost, int spend, hirate_decision *d)
+                         size_t keylen, int64_t now, int64_t cost, int spend, hirate_decision *d,
+                         hirate_decision *per)
 {
     uint64_t h = hash_key(key, keylen, m->seed);
     shard *s = shard_for(m, h);
@@ -468,12 +508,7 @@ int hirate_memory_decide(hirate_memory *m, const hirate_bucket_cfg *cfg, const v
     if (__builtin_expect(e != NULL, 1)) {
         if (now < 0)
             now = hirate_monotonic_us();
-        hirate_bucket b = {e->tokens, e->ts};
-        if (hirate_bucket_decide(cfg, &b, now, cost, spend, d)) {
-            e->tokens = b.tokens;
-            e->ts = b.ts;
-        }
-        touch(e);
+        decide_entry(m, e, cfg, now, cost, spend, d, per);
         entry_unlock(e);
         return 0;
     }
@@ -484,19 +519,16 @@ int hirate_memory_decide(hirate_memory *m, const hirate_bucket_cfg *cfg, const v
     e = *find(s, (uint32_t)h, key, keylen);
     if (e) {   /* stored meanwhile, or missed by the walk */
         entry_lock(e);
-        hirate_bucket b = {e->tokens, e->ts};
-        if (hirate_bucket_decide(cfg, &b, now, cost, spend, d)) {
-            e->tokens = b.tokens;
-            e->ts = b.ts;
-        }
-        touch(e);
+        decide_entry(m, e, cfg, now, cost, spend, d, per);
         entry_unlock(e);
     } else {
         /* A key without a bucket has a full one; store it only once it has
          * spent something. */
-        hirate_bucket b = {cfg->capacity_d, now};
-        if (hirate_bucket_decide(cfg, &b, now, cost, spend, d) &&
-            !insert(m, s, cfg, (uint32_t)h, key, keylen, &b, now))
+        hirate_bucket b[HIRATE_BANDS_MAX];
+        for (unsigned k = 0; k < m->nbands; k++)
+            b[k] = (hirate_bucket){cfg[k].capacity_d, now};
+        if (hirate_bands_decide(cfg, m->nbands, b, now, cost, spend, d, per) &&
+            !insert(m, s, cfg, (uint32_t)h, key, keylen, b, now))
             rc = HIRATE_ENOMEM;
     }
     pthread_mutex_unlock(&s->lock);
@@ -504,7 +536,8 @@ int hirate_memory_decide(hirate_memory *m, const hirate_bucket_cfg *cfg, const v
 }
 
 int hirate_memory_lookup(hirate_memory *m, const hirate_bucket_cfg *cfg, const void *key,
-                         size_t keylen, int64_t now, int64_t cost, hirate_decision *d)
+                         size_t keylen, int64_t now, int64_t cost, hirate_decision *d,
+                         hirate_decision *per)
 {
     /* An empty table (the deny cache, most of the time) costs one load. A
      * bucket stored concurrently may be missed: the caller then asks Redis,
@@ -526,9 +559,10 @@ int hirate_memory_lookup(hirate_memory *m, const hirate_bucket_cfg *cfg, const v
         if (!e)
             return 0;
     }
-    hirate_bucket b = {e->tokens, e->ts};
+    hirate_bucket b[HIRATE_BANDS_MAX];
+    load_bands(m, e, b);
     entry_unlock(e);
-    hirate_bucket_decide(cfg, &b, now, cost, 0, d);
+    hirate_bands_decide(cfg, m->nbands, b, now, cost, 0, d, per);
     return 1;
 }
 
@@ -543,8 +577,7 @@ int hirate_memory_put(hirate_memory *m, const hirate_bucket_cfg *cfg, const void
     if (e) {
         entry_lock(e);
         touch(e);
-        e->tokens = state->tokens;
-        e->ts = state->ts;
+        store_bands(m, e, state);
         entry_unlock(e);
     } else if (!insert(m, s, cfg, (uint32_t)h, key, keylen, state, now)) {
         rc = HIRATE_ENOMEM;

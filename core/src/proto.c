@@ -262,14 +262,19 @@ size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int
     if (cap < hirate_proto_call_bound(c, form)) {
         size_t need = 4 + cmdlens[form] + bulk_size(bodylen) +
                       sizeof one_key - 1 + bulk_size(c->prefixlen + c->keylen) + c->argslen +
-                      int_bulk_size(c->cost) + 7 + (has_time ? int_bulk_size(c->now_us) : 0);
+                      int_bulk_size(c->cost) + 7 + (has_time ? int_bulk_size(c->now_us) : 0) +
+                      (c->nbands >= 3);   /* "*10" and more: a digit more */
         if (need > cap)
             return need;
     }
 
     char *p = buf;
-    memcpy(p, has_time ? "*9\r\n" : "*8\r\n", 4);
-    p += 4;
+    if (c->nbands == 1) {
+        memcpy(p, has_time ? "*9\r\n" : "*8\r\n", 4);
+        p += 4;
+    } else {
+        p = put_header(p, '*', (uint64_t)(6 + 2 * c->nbands + has_time));
+    }
     /* Each a copy of a known length, which the compiler makes a few moves. */
     switch (form) {
     case HIRATE_FORM_FCALL: memcpy(p, cmds[HIRATE_FORM_FCALL], 11); p += 11; break;
@@ -454,20 +459,39 @@ int hirate_proto_error_readonly(const char *msg, size_t len)
     return first_word_is(msg, len, "READONLY");
 }
 
-int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t capacity,
-                          hirate_decision *d, hirate_bucket *state, const char **why)
+/* Reads a stored level the script wrote with %.17g: 0 or more, never NaN,
+ * an infinity, hex, spaces or a NUL. */
+static int read_level(const hirate_reply_elem *e, double *out)
 {
-    static const char shape[] = "::::$::$";
+    char num[32], *end;
+    if (e->len == 0 || e->len > 31 || strspn(e->str, "0123456789.e+-") < e->len)
+        return -1;
+    memcpy(num, e->str, e->len);
+    num[e->len] = '\0';
+    *out = strtod_l(num, &end, wire_locale());
+    return *end != '\0' || !(*out >= 0) || !isfinite(*out) ? -1 : 0;
+}
+
+int hirate_proto_decision(const hirate_reply *r, const hirate_call *c,
+                          const hirate_bucket_cfg *cfg, hirate_decision *d, hirate_decision *per,
+                          hirate_bucket *state, const char **why)
+{
+    static const char shape[] = "::::$::$", band_shape[] = ":::$:";
     const hirate_reply_elem *e = r->elem;
+    size_t n = (size_t)c->nbands;
+    hirate_decision own[HIRATE_BANDS_MAX];
+    if (!per && n > 1)
+        per = own;
 
     if (r->top.type == '-')
         return hirate_proto_error_class(r->top.str, r->top.len);
-    if (r->top.type != '*' || r->nelem != sizeof shape - 1) {
-        *why = "the script's reply is not an array of 8";
+    if (r->top.type != '*' || r->nelem != 8 + 5 * (n - 1)) {
+        *why = n == 1 ? "the script's reply is not an array of 8"
+                      : "the script's reply does not hold every band";
         return HIRATE_EPROTO;
     }
     for (size_t i = 0; i < r->nelem; i++) {
-        if (e[i].type != shape[i]) {
+        if (e[i].type != (i < 8 ? shape[i] : band_shape[(i - 8) % 5])) {
             *why = "the script's reply has an element of the wrong type";
             return HIRATE_EPROTO;
         }
@@ -479,42 +503,59 @@ int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t c
         *why = "the reply is for another key";
         return HIRATE_EPROTO;
     }
-    int64_t allowed = e[0].integer, remaining = e[1].integer, retry = e[2].integer;
-    int64_t reset = e[3].integer, ts = e[5].integer, now = e[6].integer;
-    if ((allowed != 0 && allowed != 1) || remaining < 0 || remaining > capacity ||
-        retry < -1 || (allowed && retry != 0) || reset < 0 || ts < 0 || now < 0 ||
-        e[4].len == 0 || e[4].len > 31) {
+    int64_t allowed = e[0].integer, now = e[6].integer;
+    if ((allowed != 0 && allowed != 1) || now < 0) {
         *why = "the script's reply has a value out of range";
         return HIRATE_EPROTO;
     }
-    /* The script writes the %.17g of a stored level of 0 or more: never NaN,
-     * an infinity, hex, spaces or a NUL. The level is read (strtod is the
-     * dearest step of a decision) only when the bucket is left short of the
-     * cost, the one case in which a caller can use it; else it is NAN. */
-    if (strspn(e[4].str, "0123456789.e+-") < e[4].len) {
-        *why = "the script's reply has a malformed token level";
+    /* Band i's five: remaining, retry, reset, tokens, ts. */
+    int short_of_cost = !allowed, refused = 0;
+    for (size_t i = 0; i < n; i++) {
+        const hirate_reply_elem *b = i == 0 ? e + 1 : e + 8 + 5 * (i - 1);
+        int64_t remaining = b[0].integer, retry = b[1].integer, reset = b[2].integer;
+        if (remaining < 0 || remaining > cfg[i].capacity || retry < -1 ||
+            (allowed && retry != 0) || reset < 0 || b[4].integer < 0 ||
+            b[3].len == 0 || b[3].len > 31) {
+            *why = "the script's reply has a value out of range";
+            return HIRATE_EPROTO;
+        }
+        refused |= retry != 0;
+        short_of_cost |= remaining < c->cost;
+    }
+    if (!allowed && !refused) {
+        *why = "the script's reply refuses with no band short";
         return HIRATE_EPROTO;
     }
-    state->tokens = NAN;
-    if (!allowed || remaining < c->cost) {
-        char num[32], *end;
-        memcpy(num, e[4].str, e[4].len);
-        num[e[4].len] = '\0';
-        state->tokens = strtod_l(num, &end, wire_locale());
-        if (*end != '\0' || !(state->tokens >= 0) || !isfinite(state->tokens)) {
+    /* A level is read (strtod is the dearest step of a decision) only when
+     * a bucket is left short of the cost, the one case in which a caller
+     * can use the state; else every level is NAN. */
+    for (size_t i = 0; i < n; i++) {
+        const hirate_reply_elem *b = i == 0 ? e + 1 : e + 8 + 5 * (i - 1);
+        if (strspn(b[3].str, "0123456789.e+-") < b[3].len ||
+            (short_of_cost && read_level(&b[3], &state[i].tokens) < 0)) {
             *why = "the script's reply has a malformed token level";
             return HIRATE_EPROTO;
         }
+        if (!short_of_cost)
+            state[i].tokens = NAN;
+        state[i].ts = b[4].integer;
+        hirate_decision *o = n == 1 ? d : &per[i];
+        o->allowed = b[1].integer == 0;
+        o->source = HIRATE_SOURCE_REDIS;
+        o->error = 0;
+        o->band = (int)i;
+        o->limit = cfg[i].capacity;
+        o->remaining = b[0].integer;
+        o->retry_after_us = b[1].integer < 0 ? HIRATE_NEVER : b[1].integer;
+        o->reset_after_us = b[2].integer;
+        o->time_us = now;
     }
-    state->ts = ts;
-    d->allowed = (int)allowed;
-    d->source = HIRATE_SOURCE_REDIS;
-    d->error = 0;
-    d->limit = capacity;
-    d->remaining = remaining;
-    d->retry_after_us = retry < 0 ? HIRATE_NEVER : retry;
-    d->reset_after_us = reset;
-    d->time_us = now;
+    if (n == 1) {
+        if (per)
+            per[0] = *d;
+    } else {
+        hirate_bands_combine(per, n, d);
+    }
     return 0;
 }
 
@@ -533,12 +574,13 @@ int hirate_proto_error_reply(const hirate_reply *rep, int *drop, char *err, size
                                 "Redis replied: ", rep->top.str, rep->top.len);
 }
 
-int hirate_proto_outcome(const hirate_reply *rep, const hirate_call *c, int64_t capacity,
-                         int after_eval, hirate_decision *d, hirate_bucket *state, int *drop,
-                         char *err, size_t errlen)
+int hirate_proto_outcome(const hirate_reply *rep, const hirate_call *c,
+                         const hirate_bucket_cfg *cfg, int after_eval, hirate_decision *d,
+                         hirate_decision *per, hirate_bucket *state, int *drop, char *err,
+                         size_t errlen)
 {
     const char *why = NULL;
-    int rc = hirate_proto_decision(rep, c, capacity, d, state, &why);
+    int rc = hirate_proto_decision(rep, c, cfg, d, per, state, &why);
     if (rc == HIRATE_PROTO_NOSCRIPT && after_eval)
         rc = HIRATE_EREPLY;   /* NOSCRIPT after EVAL: no second fallback */
     if (rc != HIRATE_PROTO_NOSCRIPT && rc != HIRATE_PROTO_NOFUNC && rc != 0 &&

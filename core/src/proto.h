@@ -21,7 +21,8 @@
 #include "bucket.h"
 #include "hirate.h"
 
-#define HIRATE_REPLY_MAX_ELEMS 8
+/* The script's reply: 8 elements, and 5 more a band after the first. */
+#define HIRATE_REPLY_MAX_ELEMS (8 + 5 * (HIRATE_BANDS_MAX - 1))
 #define HIRATE_PROTO_MAX_REPLY 4096
 /* An EVALSHA call without its key, prefix and limits never needs more. */
 #define HIRATE_PROTO_CALL_OVERHEAD 320
@@ -42,8 +43,9 @@ typedef struct hirate_reply {
 
 long hirate_proto_parse(const char *buf, size_t len, hirate_reply *r);
 
-/* One script call. args is capacity and rate already encoded as two RESP bulk
- * strings (hirate_proto_encode_limits), since they are the same every call. */
+/* One script call. args is each band's capacity and rate already encoded as
+ * RESP bulk strings (hirate_proto_encode_limits), 2 * nbands of them, since
+ * they are the same every call. */
 typedef struct hirate_call {
     const char *prefix;
     size_t prefixlen;
@@ -51,6 +53,7 @@ typedef struct hirate_call {
     size_t keylen;
     const char *args;
     size_t argslen;
+    int nbands;             /* 1..HIRATE_BANDS_MAX */
     int64_t cost;
     int spend;
     int64_t now_us;         /* < 0: Redis' clock (every production call) */
@@ -113,14 +116,18 @@ int hirate_proto_error_drops_connection(const char *msg, size_t len);
 /* READONLY: the server is a replica now (a master demoted by a failover). */
 int hirate_proto_error_readonly(const char *msg, size_t len);
 
-/* Checks the script's reply and fills *d (source HIRATE_SOURCE_REDIS) and
- * *state, the bucket as Redis stores it after the decision, from which every
- * later decision can be foretold exactly. state->tokens is NAN when the
- * bucket kept at least the call's cost (the level is then not read). The reply must echo the full key
- * (prefix + key), so that it can never be taken for another call's. Returns
- * 0, HIRATE_EPROTO with *why set, or the class of an error reply. */
-int hirate_proto_decision(const hirate_reply *r, const hirate_call *c, int64_t capacity,
-                          hirate_decision *d, hirate_bucket *state, const char **why);
+/* Checks the script's reply to call c, whose bands are cfg[0 .. c->nbands),
+ * and fills *d (the whole's decision, source HIRATE_SOURCE_REDIS), per[0 ..
+ * nbands) (each band's, when per is not NULL) and state[0 .. nbands), the
+ * buckets as Redis stores them after the decision, from which every later
+ * decision can be foretold exactly. Every state's tokens is NAN when each
+ * band kept at least the call's cost (the levels are then not read). The
+ * reply must echo the full key (prefix + key), so that it can never be taken
+ * for another call's. Returns 0, HIRATE_EPROTO with *why set, or the class of
+ * an error reply. */
+int hirate_proto_decision(const hirate_reply *r, const hirate_call *c,
+                          const hirate_bucket_cfg *cfg, hirate_decision *d, hirate_decision *per,
+                          hirate_bucket *state, const char **why);
 
 /* An error reply: its class (NOSCRIPT counts as HIRATE_EREPLY here), with
  * "Redis replied: <its words>" in err; sets *drop as hirate_proto_outcome. */
@@ -133,14 +140,16 @@ int hirate_proto_error_reply(const hirate_reply *rep, int *drop, char *err, size
  * refused it (then Redis Functions are not for this server). */
 int hirate_proto_load_outcome(const hirate_reply *rep);
 
-/* What one reply to call c means: 0 with *d and *state filled,
+/* What one reply to call c means: 0 with *d, per and state filled (as
+ * hirate_proto_decision),
  * HIRATE_PROTO_NOSCRIPT (unless after_eval: the code was already sent with
  * it, so it is HIRATE_EREPLY), HIRATE_PROTO_NOFUNC, or an error code with its
  * message in err.
  * Sets *drop when the connection must not be used again (a malformed reply,
  * READONLY, LOADING, MASTERDOWN). */
-int hirate_proto_outcome(const hirate_reply *rep, const hirate_call *c, int64_t capacity,
-                         int after_eval, hirate_decision *d, hirate_bucket *state, int *drop,
-                         char *err, size_t errlen);
+int hirate_proto_outcome(const hirate_reply *rep, const hirate_call *c,
+                         const hirate_bucket_cfg *cfg, int after_eval, hirate_decision *d,
+                         hirate_decision *per, hirate_bucket *state, int *drop, char *err,
+                         size_t errlen);
 
 #endif

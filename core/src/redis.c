@@ -97,7 +97,8 @@ typedef struct rider {
     const hirate_call *calls;
     size_t n;
     hirate_decision *ds;
-    hirate_bucket *states;
+    hirate_decision *per;       /* each call's bands, nbands a call */
+    hirate_bucket *states;      /* likewise */
     int *rcs;
     char *err;
     size_t errlen;
@@ -623,8 +624,8 @@ not_run(hirate_redis *r, const hirate_reply *rep, int rc, int fcall, int refused
  * answered call gets its rc; an I/O error, which leaves the stream's state
  * unknown, is every unanswered call's rc and the return value. */
 static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int select,
-                    int fcall, int load, int64_t capacity, hirate_decision *ds,
-                    hirate_bucket *states, int *rcs, int *healthy, int64_t deadline, char *err,
+                    int fcall, int load, const hirate_bucket_cfg *cfg, hirate_decision *ds,
+                    hirate_decision *per, hirate_bucket *states, int *rcs, int *healthy, int64_t deadline, char *err,
                     size_t errlen)
 {
     char stackbuf[2048];
@@ -685,8 +686,10 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
         if (io == 0)
             io = conn_read(r, c, deadline, &rep, err, errlen);
         rcs[i] = io < 0 ? io
-                        : hirate_proto_outcome(&rep, &calls[i], capacity, loaded, &ds[i],
-                                               &states[i], &drop, err, errlen);
+                        : hirate_proto_outcome(&rep, &calls[i], cfg, loaded, &ds[i],
+                                               per ? per + i * (size_t)calls[i].nbands : NULL,
+                                               states + i * (size_t)calls[i].nbands, &drop,
+                                               err, errlen);
         if (rcs[i] == HIRATE_PROTO_NOSCRIPT && load_rc)
             rcs[i] = hirate__fail(err, errlen, load_rc, "%s", load_err);
         else if (rcs[i] > 0)   /* it did not run: how it goes again */
@@ -709,8 +712,8 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
  * three more pipelines, and only on a server that has just started, lost
  * the code or refused Redis Functions. */
 static __attribute__((noinline, cold)) int
-again(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int fcall, int64_t capacity,
-      hirate_decision *ds, hirate_bucket *states, int *rcs, int *healthy, int64_t deadline,
+again(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int fcall, const hirate_bucket_cfg *cfg,
+      hirate_decision *ds, hirate_decision *per, hirate_bucket *states, int *rcs, int *healthy, int64_t deadline,
       char *err, size_t errlen)
 {
     int rc = 0;
@@ -726,10 +729,10 @@ again(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int fcall, i
                 if (rcs[i] == HIRATE_PROTO_NOSCRIPT)
                     rcs[i] = HIRATE_PROTO_NOFUNC;
             fcall = 0;
-            rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOFUNC, 0, 0, capacity, ds, states, rcs,
+            rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOFUNC, 0, 0, cfg, ds, per, states, rcs,
                           healthy, deadline, err, errlen);
         } else if (noscript) {
-            rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOSCRIPT, fcall, 1, capacity, ds, states,
+            rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOSCRIPT, fcall, 1, cfg, ds, per, states,
                           rcs, healthy, deadline, err, errlen);
         } else {
             break;
@@ -752,11 +755,11 @@ again(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int fcall, i
  * deadline 0: each pipeline's own timeout from its sending. */
 static inline __attribute__((always_inline)) int
 round_trip(hirate_redis *r, conn *c, const hirate_call *calls, size_t n,
-                      int64_t capacity, hirate_decision *ds, hirate_bucket *states, int *rcs,
+                      const hirate_bucket_cfg *cfg, hirate_decision *ds, hirate_decision *per, hirate_bucket *states, int *rcs,
                       int *healthy, int64_t deadline, char *err, size_t errlen)
 {
     int fcall = __atomic_load_n(&r->link->functions, __ATOMIC_RELAXED);
-    int rc = pipeline(r, c, calls, n, 0, fcall, 0, capacity, ds, states, rcs, healthy, deadline,
+    int rc = pipeline(r, c, calls, n, 0, fcall, 0, cfg, ds, per, states, rcs, healthy, deadline,
                       err, errlen);
     /* An answer is 0 or a negative code; only NOSCRIPT and NOFUNC, the
      * calls that did not run, are positive. */
@@ -764,7 +767,7 @@ round_trip(hirate_redis *r, conn *c, const hirate_call *calls, size_t n,
     for (size_t i = 0; i < n; i++)
         more |= rcs[i] > 0;
     if (more && rc == 0)
-        return again(r, c, calls, n, fcall, capacity, ds, states, rcs, healthy, deadline, err,
+        return again(r, c, calls, n, fcall, cfg, ds, per, states, rcs, healthy, deadline, err,
                      errlen);
     /* The stream broke: those that were to go again get the failure too. */
     for (size_t i = 0; more && i < n; i++)
@@ -777,7 +780,7 @@ round_trip(hirate_redis *r, conn *c, const hirate_call *calls, size_t n,
  * by the earliest of their deadlines (a timeout then fails them all: the
  * connection's replies are in doubt, and so is whether each call ran). Each
  * rider gets its replies and, when one of its calls failed, the message. */
-static int carry(hirate_redis *r, conn *c, rider *me, int64_t capacity, int *healthy)
+static int carry(hirate_redis *r, conn *c, rider *me, const hirate_bucket_cfg *cfg, int *healthy)
 {
     size_t total = me->n;
     int64_t deadline = me->deadline ? me->deadline
@@ -787,18 +790,22 @@ static int carry(hirate_redis *r, conn *c, rider *me, int64_t capacity, int *hea
         if (w->deadline < deadline)
             deadline = w->deadline;
     }
+    /* Every call of one pool has its limiter's bands; each call's bands go
+     * beside its decision when there is more than one. */
+    size_t nb = (size_t)me->calls[0].nbands;
     hirate_call *calls = malloc(total * sizeof *calls);
     hirate_decision *ds = malloc(total * sizeof *ds);
-    hirate_bucket *states = malloc(total * sizeof *states);
+    hirate_decision *per = me->per ? malloc(total * nb * sizeof *per) : NULL;
+    hirate_bucket *states = malloc(total * nb * sizeof *states);
     int *rcs = malloc(total * sizeof *rcs);
     int rc;
-    if (!calls || !ds || !states || !rcs) {
+    if (!calls || !ds || (me->per && !per) || !states || !rcs) {
         /* Nothing sent: each carries its own calls, one after the other. */
-        rc = round_trip(r, c, me->calls, me->n, capacity, me->ds, me->states, me->rcs, healthy,
+        rc = round_trip(r, c, me->calls, me->n, cfg, me->ds, me->per, me->states, me->rcs, healthy,
                         deadline, me->err, me->errlen);
         for (rider *w = me->riders; w; w = w->next) {
             if (*healthy) {
-                w->ret = round_trip(r, c, w->calls, w->n, capacity, w->ds, w->states, w->rcs,
+                w->ret = round_trip(r, c, w->calls, w->n, cfg, w->ds, w->per, w->states, w->rcs,
                                     healthy, deadline, w->err, w->errlen);
                 continue;
             }
@@ -815,16 +822,20 @@ static int carry(hirate_redis *r, conn *c, rider *me, int64_t capacity, int *hea
             memcpy(calls + k, w->calls, w->n * sizeof *calls);
             k += w->n;
         }
-        rc = round_trip(r, c, calls, total, capacity, ds, states, rcs, healthy, deadline, me->err,
+        rc = round_trip(r, c, calls, total, cfg, ds, per, states, rcs, healthy, deadline, me->err,
                         me->errlen);
         memcpy(me->ds, ds, me->n * sizeof *ds);
-        memcpy(me->states, states, me->n * sizeof *states);
+        if (per)
+            memcpy(me->per, per, me->n * nb * sizeof *per);
+        memcpy(me->states, states, me->n * nb * sizeof *states);
         memcpy(me->rcs, rcs, me->n * sizeof *rcs);
         k = me->n;
         for (rider *w = me->riders; w; w = w->next) {
             int failed = 0;
             memcpy(w->ds, ds + k, w->n * sizeof *ds);
-            memcpy(w->states, states + k, w->n * sizeof *states);
+            if (per)
+                memcpy(w->per, per + k * nb, w->n * nb * sizeof *per);
+            memcpy(w->states, states + k * nb, w->n * nb * sizeof *states);
             memcpy(w->rcs, rcs + k, w->n * sizeof *rcs);
             for (size_t i = 0; i < w->n; i++)
                 failed |= w->rcs[i] < 0;
@@ -836,6 +847,7 @@ static int carry(hirate_redis *r, conn *c, rider *me, int64_t capacity, int *hea
     }
     free(calls);
     free(ds);
+    free(per);
     free(states);
     free(rcs);
     return rc;
@@ -843,8 +855,8 @@ static int carry(hirate_redis *r, conn *c, rider *me, int64_t capacity, int *hea
 
 /* Everything but a lone caller's path: a call that may ride or lead. */
 static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate_call *calls,
-                                                   size_t n, int64_t capacity,
-                                                   hirate_decision *ds, hirate_bucket *states,
+                                                   size_t n, const hirate_bucket_cfg *cfg,
+                                                   hirate_decision *ds, hirate_decision *per, hirate_bucket *states,
                                                    int *rcs, char *err, size_t errlen)
 {
     conn *c;
@@ -853,6 +865,7 @@ static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate
     me.calls = calls;
     me.n = n;
     me.ds = ds;
+    me.per = per;
     me.states = states;
     me.rcs = rcs;
     me.err = err;
@@ -861,11 +874,11 @@ static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate
     me.riders = NULL;
     int rc = acquire(r, &c, &me, err, errlen);
     if (rc == 0 && !me.riders) {
-        rc = round_trip(r, c, calls, n, capacity, ds, states, rcs, &healthy, me.deadline, err,
+        rc = round_trip(r, c, calls, n, cfg, ds, per, states, rcs, &healthy, me.deadline, err,
                         errlen);
         release(r, c, healthy);
     } else if (rc == 0) {
-        rc = carry(r, c, &me, capacity, &healthy);
+        rc = carry(r, c, &me, cfg, &healthy);
         pthread_mutex_lock(&r->lock);
         for (rider *w = me.riders, *next; w; w = next) {
             next = w->next;   /* w may be gone once it is DONE */
@@ -886,7 +899,7 @@ static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate
 }
 
 int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n,
-                             int64_t capacity, hirate_decision *ds, hirate_bucket *states,
+                             const hirate_bucket_cfg *cfg, hirate_decision *ds, hirate_decision *per, hirate_bucket *states,
                              int *rcs, char *err, size_t errlen)
 {
     /* The lone caller's path: an idle connection and nobody queued. */
@@ -894,12 +907,12 @@ int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n
     conn *c = r->idle;
     if (__builtin_expect(!c || r->qhead != NULL || hirate_sock_gone(&c->sock), 0)) {
         pthread_mutex_unlock(&r->lock);
-        return decide_shared(r, calls, n, capacity, ds, states, rcs, err, errlen);
+        return decide_shared(r, calls, n, cfg, ds, per, states, rcs, err, errlen);
     }
     r->idle = c->next;
     pthread_mutex_unlock(&r->lock);
     int healthy = 1;
-    int rc = round_trip(r, c, calls, n, capacity, ds, states, rcs, &healthy, 0, err, errlen);
+    int rc = round_trip(r, c, calls, n, cfg, ds, per, states, rcs, &healthy, 0, err, errlen);
     release(r, c, healthy);
     return rc;
 }

@@ -37,14 +37,17 @@ typedef struct hirate_redis_cfg {
 hirate_redis *hirate_redis_new(const hirate_redis_cfg *cfg);
 void hirate_redis_free(hirate_redis *r);
 
-/* Script calls in one pipelined round trip (n == 1 for a single decision).
- * Each call i gets rcs[i]: 0 with ds[i] and states[i] (the bucket as stored)
+/* Script calls in one pipelined round trip (n == 1 for a single decision),
+ * of a limiter whose bands are cfg[0 .. calls[i].nbands), the same for
+ * every call. Each call i gets rcs[i]: 0 with ds[i], and per[] and
+ * states[] from i * nbands (each band's decision and bucket as stored)
  * filled, or a HIRATE_E* code. Returns 0 when the round trip completed, or
  * the error that broke it (then every unanswered call has it too). The
  * message of the last error goes to err. */
 int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n,
-                             int64_t capacity, hirate_decision *ds, hirate_bucket *states,
-                             int *rcs, char *err, size_t errlen);
+                             const hirate_bucket_cfg *cfg, hirate_decision *ds,
+                             hirate_decision *per, hirate_bucket *states, int *rcs, char *err,
+                             size_t errlen);
 
 /* DEL of prefix + key. */
 int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, const void *key,
