@@ -13,9 +13,15 @@ Events worth a log line (a Sentinel master found or moved, Redis Functions
 refused by a server) go to the standard logger "hirate". The decisions, the
 failure policies and the errors are the C core's (see docs/python.md).
 Limit strings ("10/second; 1000/day") are the core's too: parse_limits.
+Several limits on one key ("bands": a burst and a daily quota) are one
+limiter, one decision that spends in every band or in none:
+
+    lim = hirate.Limiter(limits="10/second; 1000/day")
+    lim = hirate.Limiter(limits=[hirate.Band(10, 10.0, "burst"), (1000, 1000 / 86400)])
 """
 
 from typing import NamedTuple as _NamedTuple
+from typing import Optional as _Optional
 
 from ._asyncio import AsyncLimiter
 from ._hirate import (
@@ -37,6 +43,18 @@ from ._hirate import (
     script_source,
 )
 from ._hirate import parse_limits as _parse_limits
+
+
+class Band(_NamedTuple):
+    """One limit of a limiter of several ("a band"): a bucket of capacity
+    tokens refilled at rate tokens per second, and its name for headers and
+    messages (None: the core's default, "<capacity>-per-<w>s", w the whole
+    seconds an empty bucket takes to fill). Limiter(limits=[...]) takes
+    them; Limiter.bands gives them, names filled in."""
+
+    capacity: int
+    rate: float
+    name: _Optional[str] = None
 
 
 class LimitSpec(_NamedTuple):
@@ -63,6 +81,7 @@ __all__ = [
     "AsyncLimiter",
     "AuthError",
     "BackendError",
+    "Band",
     "ClosedError",
     "ConfigError",
     "Decision",

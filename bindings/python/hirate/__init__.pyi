@@ -1,4 +1,5 @@
 from typing import NamedTuple as _NamedTuple
+from typing import Optional
 
 from ._asyncio import AsyncLimiter as AsyncLimiter
 from ._hirate import AuthError as AuthError
@@ -17,6 +18,11 @@ from ._hirate import function_library as function_library
 from ._hirate import function_name as function_name
 from ._hirate import script_sha1 as script_sha1
 from ._hirate import script_source as script_source
+
+class Band(_NamedTuple):
+    capacity: int
+    rate: float
+    name: Optional[str] = None
 
 class LimitSpec(_NamedTuple):
     capacity: int

@@ -668,9 +668,16 @@ class AsyncLimiter:
     (the sentinels; sentinel_username and sentinel_password are theirs), and
     follows its master through failovers. Without a URL it decides from
     memory, at once.
+
+    The limit is capacity and rate, or limits (several on one key, as
+    hirate.Limiter takes them: "10/second; 1000/day", or a sequence of
+    hirate.Band, (capacity, rate[, name]) tuples and strings of one limit);
+    a decision of several bands is one round trip, spent in every band or
+    in none, with each band's figures in Decision.bands.
     """
 
-    def __init__(self, url=None, *, capacity, rate, prefix="rl:", on_error="local",
+    def __init__(self, url=None, *, capacity=None, rate=None, limits=None, prefix="rl:",
+                 on_error="local",
                  instances=1, connect_timeout=0.25, timeout=0.1, deny_cache=True,
                  max_keys=1_000_000, pool_size=16, tls_ca_file=None, tls_ca_dir=None,
                  tls_cert_file=None, tls_key_file=None, tls_server_name=None,
@@ -679,7 +686,7 @@ class AsyncLimiter:
         # The C limiter checks every argument (and never connects itself
         # here: the hooks leave the I/O to this class).
         self._lim = _hirate.Limiter(
-            url, capacity=capacity, rate=rate, prefix=prefix, on_error=on_error,
+            url, capacity=capacity, rate=rate, limits=limits, prefix=prefix, on_error=on_error,
             instances=instances, connect_timeout=connect_timeout, timeout=timeout,
             deny_cache=deny_cache, max_keys=max_keys, pool_size=pool_size,
             tls_ca_file=tls_ca_file, tls_ca_dir=tls_ca_dir, tls_cert_file=tls_cert_file,
@@ -710,11 +717,18 @@ class AsyncLimiter:
 
     @property
     def capacity(self):
+        """The bucket size (the first band's, with several)."""
         return self._lim.capacity
 
     @property
     def rate(self):
+        """Tokens per second (the first band's, with several)."""
         return self._lim.rate
+
+    @property
+    def bands(self):
+        """(hirate.Band, ...): every band, in order, names filled in."""
+        return self._lim.bands
 
     @property
     def prefix(self):
@@ -730,6 +744,10 @@ class AsyncLimiter:
         return self._lim.url
 
     def __repr__(self):
+        bands = self._lim.bands
+        if len(bands) > 1:
+            return "<hirate.AsyncLimiter url=%r bands=%r on_error=%r>" % (
+                self.url, tuple(b.name for b in bands), self.on_error)
         return "<hirate.AsyncLimiter url=%r capacity=%d rate=%r on_error=%r>" % (
             self.url, self.capacity, self.rate, self.on_error)
 

@@ -1,14 +1,15 @@
 import os
 from types import TracebackType
-from typing import Iterable, List, Optional, Tuple, Type, TypeVar, Union
+from typing import Iterable, List, Optional, Sequence, Tuple, Type, TypeVar, Union
 
-from . import Decision, Error
+from . import Band, Decision, Error
 
 __all__ = ["AsyncLimiter"]
 
 _Key = Union[str, bytes, bytearray, memoryview]
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 _Self = TypeVar("_Self", bound="AsyncLimiter")
+_Limits = Union[str, Sequence[Union[Band, Tuple[int, float], Tuple[int, float, Optional[str]], str]]]
 
 class AsyncLimiter:
     """url: redis://, rediss:// (TLS), unix:///path, or a Redis Cluster:
@@ -20,8 +21,9 @@ class AsyncLimiter:
         self,
         url: Optional[str] = None,
         *,
-        capacity: int,
-        rate: float,
+        capacity: Optional[int] = None,
+        rate: Optional[float] = None,
+        limits: Optional[_Limits] = None,
         prefix: str = "rl:",
         on_error: str = "local",
         instances: int = 1,
@@ -44,8 +46,9 @@ class AsyncLimiter:
     def from_env(
         cls: Type[_Self],
         *,
-        capacity: int,
-        rate: float,
+        capacity: Optional[int] = None,
+        rate: Optional[float] = None,
+        limits: Optional[_Limits] = None,
         prefix: str = "rl:",
         on_error: str = "local",
         instances: int = 1,
@@ -68,6 +71,8 @@ class AsyncLimiter:
     def capacity(self) -> int: ...
     @property
     def rate(self) -> float: ...
+    @property
+    def bands(self) -> Tuple[Band, ...]: ...
     @property
     def prefix(self) -> str: ...
     @property

@@ -188,26 +188,72 @@ static PyObject *raise_codef(hstate *st, int code, const char *fmt, ...)
 
 /* -------------------------------------------------------------- Decision */
 
+/* A decision of a limiter of several bands carries each band's figures
+ * (hirate_allow_bands) after its own, in the same allocation: nbands of them
+ * at bands. nbands is 0 for one band (the decision is its band's), and
+ * NO_BANDS when the call could not give them (see decision_bands). The
+ * Decisions of .bands are made when first asked for, and kept: they hold no
+ * reference back, so a Decision is never part of a cycle. */
+#define NO_BANDS (-1)
+
 typedef struct {
     PyObject_HEAD
     hirate_decision d;
+    int nbands;
+    hirate_decision *bands; /* nbands of them, right after this struct, or NULL */
+    PyObject *bandtuple;    /* the tuple .bands gave, or NULL */
 } DecisionObject;
+
+static DecisionObject *decision_alloc(hstate *st, size_t extra)
+{
+    /* PyObject_Init rather than tp_alloc: no zeroing, no GC bookkeeping
+     * (see above), and it takes the type's reference. */
+    DecisionObject *o = (DecisionObject *)PyObject_Malloc(sizeof(DecisionObject) + extra);
+    if (!o)
+        return (DecisionObject *)PyErr_NoMemory();
+    PyObject_Init((PyObject *)o, st->decision_type);
+    o->nbands = 0;
+    o->bands = NULL;
+    o->bandtuple = NULL;
+    return o;
+}
 
 static PyObject *decision_new_from(hstate *st, const hirate_decision *d)
 {
-    /* PyObject_Init rather than tp_alloc: no zeroing, no GC bookkeeping
-     * (a Decision holds no references), and it takes the type's reference. */
-    DecisionObject *o = (DecisionObject *)PyObject_Malloc(sizeof(DecisionObject));
+    DecisionObject *o = decision_alloc(st, 0);
     if (!o)
-        return PyErr_NoMemory();
-    PyObject_Init((PyObject *)o, st->decision_type);
+        return NULL;
     o->d = *d;
+    return (PyObject *)o;
+}
+
+/* A decision with n band figures: n of 0 or 1 is the one-band decision,
+ * NO_BANDS one of several bands whose figures the call did not give. Band
+ * i's own Decision says band i. */
+static PyObject *decision_new_bands(hstate *st, const hirate_decision *d,
+                                    const hirate_decision *bands, int n)
+{
+    if (n == 0 || n == 1)
+        return decision_new_from(st, d);
+    size_t extra = n > 1 ? (size_t)n * sizeof(hirate_decision) : 0;
+    DecisionObject *o = decision_alloc(st, extra);
+    if (!o)
+        return NULL;
+    o->d = *d;
+    o->nbands = n;
+    if (n > 1) {
+        o->bands = (hirate_decision *)(o + 1);
+        memcpy(o->bands, bands, extra);
+        for (int i = 0; i < n; i++)
+            o->bands[i].band = i;
+    }
     return (PyObject *)o;
 }
 
 static void decision_dealloc(PyObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
+    Py_XDECREF(((DecisionObject *)self)->bandtuple);
     PyObject_Free(self);
     Py_DECREF(tp);
 }
@@ -312,6 +358,42 @@ static PyObject *decision_error(PyObject *self, void *c)
     return PyUnicode_FromString(short_name(e));
 }
 
+static PyObject *decision_band(PyObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(D(self).band);
+}
+
+/* (self,) for one band; each band's own Decision for several; () when the
+ * call gave the whole's figures only (allow_many through the blocking path,
+ * and the AsyncLimiter decisions that needed no round trip). */
+static PyObject *decision_bands(PyObject *self, void *c)
+{
+    (void)c;
+    DecisionObject *o = (DecisionObject *)self;
+    if (o->nbands == 0)
+        return PyTuple_Pack(1, self);
+    if (o->nbands == NO_BANDS)
+        return PyTuple_New(0);
+    if (!o->bandtuple) {
+        hstate *st = decision_state(self);
+        if (!st)
+            return NULL;
+        PyObject *t = PyTuple_New(o->nbands);
+        for (int i = 0; t && i < o->nbands; i++) {
+            PyObject *b = decision_new_from(st, &o->bands[i]);
+            if (!b)
+                Py_CLEAR(t);
+            else
+                PyTuple_SET_ITEM(t, i, b);
+        }
+        if (!t)
+            return NULL;
+        o->bandtuple = t;
+    }
+    return Py_NewRef(o->bandtuple);
+}
+
 static int decision_bool(PyObject *self)
 {
     return D(self).allowed != 0;
@@ -328,6 +410,47 @@ static PyObject *float_text(double x)
     return r;
 }
 
+/* "allowed remaining=4 limit=5 retry_after=0.0 reset_after=0.2": a band's
+ * own figures in the repr of a decision of several. */
+static PyObject *band_text(const hirate_decision *b)
+{
+    PyObject *retry = float_text(us_to_s(b->retry_after_us));
+    PyObject *reset = float_text(us_to_s(b->reset_after_us));
+    PyObject *r = NULL;
+    if (retry && reset)
+        r = PyUnicode_FromFormat("%s remaining=%lld limit=%lld retry_after=%U reset_after=%U",
+                                 b->allowed ? "allowed" : "refused", (long long)b->remaining,
+                                 (long long)b->limit, retry, reset);
+    Py_XDECREF(retry);
+    Py_XDECREF(reset);
+    return r;
+}
+
+/* The repr's tail for several bands: " band=1 bands=(...; ...)", or
+ * " band=1 bands=()" when the call gave no band figures; "" for one band. */
+static PyObject *bands_text(DecisionObject *o)
+{
+    if (o->nbands == 0)
+        return PyUnicode_FromString("");
+    if (o->nbands == NO_BANDS)
+        return PyUnicode_FromFormat(" band=%d bands=()", o->d.band);
+    PyObject *parts = PyList_New(o->nbands);
+    for (int i = 0; parts && i < o->nbands; i++) {
+        PyObject *t = band_text(&o->bands[i]);
+        if (!t)
+            Py_CLEAR(parts);
+        else
+            PyList_SET_ITEM(parts, i, t);
+    }
+    PyObject *sep = parts ? PyUnicode_FromString("; ") : NULL;
+    PyObject *joined = sep ? PyUnicode_Join(sep, parts) : NULL;
+    PyObject *r = joined ? PyUnicode_FromFormat(" band=%d bands=(%U)", o->d.band, joined) : NULL;
+    Py_XDECREF(joined);
+    Py_XDECREF(sep);
+    Py_XDECREF(parts);
+    return r;
+}
+
 static PyObject *decision_repr(PyObject *self)
 {
     hstate *st = decision_state(self);
@@ -337,51 +460,66 @@ static PyObject *decision_repr(PyObject *self)
     PyObject *retry = float_text(us_to_s(d->retry_after_us));
     PyObject *reset = float_text(us_to_s(d->reset_after_us));
     PyObject *source = source_str(st, d->source);
+    PyObject *bands = bands_text((DecisionObject *)self);
     PyObject *r = NULL;
-    if (retry && reset && source) {
+    if (retry && reset && source && bands) {
         if (d->error)
             r = PyUnicode_FromFormat("<Decision %s remaining=%lld limit=%lld retry_after=%U "
-                                     "reset_after=%U source=%R error='%s'>",
+                                     "reset_after=%U source=%R error='%s'%U>",
                                      d->allowed ? "allowed" : "refused",
                                      (long long)d->remaining, (long long)d->limit, retry, reset,
-                                     source, short_name(d->error));
+                                     source, short_name(d->error), bands);
         else
             r = PyUnicode_FromFormat("<Decision %s remaining=%lld limit=%lld retry_after=%U "
-                                     "reset_after=%U source=%R>",
+                                     "reset_after=%U source=%R%U>",
                                      d->allowed ? "allowed" : "refused",
                                      (long long)d->remaining, (long long)d->limit, retry, reset,
-                                     source);
+                                     source, bands);
     }
     Py_XDECREF(retry);
     Py_XDECREF(reset);
     Py_XDECREF(source);
+    Py_XDECREF(bands);
     return r;
 }
 
 static int decision_same(const hirate_decision *a, const hirate_decision *b)
 {
     return !a->allowed == !b->allowed && a->source == b->source && a->error == b->error &&
-           a->limit == b->limit && a->remaining == b->remaining &&
+           a->band == b->band && a->limit == b->limit && a->remaining == b->remaining &&
            a->retry_after_us == b->retry_after_us && a->reset_after_us == b->reset_after_us &&
            a->time_us == b->time_us;
 }
 
+/* Equal: the same figures, the same band, and the same figures of each band. */
 static PyObject *decision_richcompare(PyObject *a, PyObject *b, int op)
 {
     if ((op != Py_EQ && op != Py_NE) || Py_TYPE(a) != Py_TYPE(b))
         Py_RETURN_NOTIMPLEMENTED;
-    int same = decision_same(&D(a), &D(b));
+    const DecisionObject *x = (DecisionObject *)a, *y = (DecisionObject *)b;
+    int same = decision_same(&x->d, &y->d) && x->nbands == y->nbands;
+    for (int i = 0; same && i < x->nbands; i++)
+        same = decision_same(&x->bands[i], &y->bands[i]);
     return PyBool_FromLong(op == Py_EQ ? same : !same);
+}
+
+static uint64_t hash_parts(uint64_t h, const hirate_decision *d)
+{
+    const int64_t parts[9] = {!!d->allowed, d->source, d->error, d->band, d->limit,
+                              d->remaining, d->retry_after_us, d->reset_after_us, d->time_us};
+    for (int i = 0; i < 9; i++)
+        h = (h ^ (uint64_t)parts[i]) * 1099511628211ull;
+    return h;
 }
 
 static Py_hash_t decision_hash(PyObject *self)
 {
-    const hirate_decision *d = &D(self);
-    uint64_t h = 1469598103934665603ull;
-    const int64_t parts[8] = {!!d->allowed, d->source, d->error, d->limit, d->remaining,
-                              d->retry_after_us, d->reset_after_us, d->time_us};
-    for (int i = 0; i < 8; i++)
-        h = (h ^ (uint64_t)parts[i]) * 1099511628211ull;
+    const DecisionObject *o = (DecisionObject *)self;
+    uint64_t h = hash_parts(1469598103934665603ull, &o->d);
+    if (o->nbands)
+        h = (h ^ (uint64_t)(int64_t)o->nbands) * 1099511628211ull;
+    for (int i = 0; i < o->nbands; i++)
+        h = hash_parts(h, &o->bands[i]);
     Py_hash_t r = (Py_hash_t)h;
     return r == -1 ? -2 : r;
 }
@@ -405,23 +543,26 @@ static int seconds_to_us(hstate *st, PyObject *o, const char *what, int never_ok
 }
 
 /* Decision(allowed, remaining, limit, retry_after, reset_after, source,
- * error=None, time=0.0): for tests and for code that makes decisions of
- * its own (e.g. to render headers). */
+ * error=None, time=0.0, band=0, bands=None): for tests and for code that
+ * makes decisions of its own (e.g. to render headers). bands: a sequence of
+ * Decisions, each band's; one (or None) is the decision itself, () says
+ * that the figures are not known, as .bands gives them. */
 static PyObject *decision_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"allowed", "remaining", "limit", "retry_after", "reset_after",
-                             "source", "error", "time", NULL};
-    PyObject *retry, *reset, *source, *error = Py_None, *time = NULL;
-    int allowed;
+                             "source", "error", "time", "band", "bands", NULL};
+    PyObject *retry, *reset, *source, *error = Py_None, *time = NULL, *bands = Py_None;
+    int allowed, band = 0;
     long long remaining, limit;
     hstate *st = state_of_type(tp);
-    if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "pLLOOU|OO:Decision", kwlist, &allowed,
+    if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "pLLOOU|OOiO:Decision", kwlist, &allowed,
                                             &remaining, &limit, &retry, &reset, &source, &error,
-                                            &time))
+                                            &time, &band, &bands))
         return NULL;
     hirate_decision d;
     memset(&d, 0, sizeof d);
     d.allowed = allowed;
+    d.band = band;
     d.remaining = remaining;
     d.limit = limit;
     if (seconds_to_us(st, retry, "retry_after", 1, &d.retry_after_us) < 0 ||
@@ -444,13 +585,46 @@ static PyObject *decision_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
                                "error must be None or an error name such as 'ETIMEDOUT', got %R",
                                error);
     }
-    return decision_new_from(st, &d);
+    if (bands == Py_None) {
+        if (band != 0)
+            return raise_codef(st, HIRATE_EINVAL, "band must be 0 without bands, got %d", band);
+        return decision_new_from(st, &d);
+    }
+    PyObject *seq = PySequence_Fast(bands, "bands must be None or a sequence of Decisions");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    hirate_decision bv[HIRATE_BANDS_MAX];
+    PyObject *r = NULL;
+    if (n > HIRATE_BANDS_MAX) {
+        raise_codef(st, HIRATE_EINVAL, "bands holds %zd Decisions; the most is %d", n,
+                    HIRATE_BANDS_MAX);
+        goto done;
+    }
+    if (band < 0 || (n == 1 && band != 0) || (n > 1 && band >= n)) {
+        raise_codef(st, HIRATE_EINVAL, "band must be from 0 to %zd, got %d",
+                    n > 1 ? n - 1 : 0, band);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PySequence_Fast_GET_ITEM(seq, i);
+        if (Py_TYPE(b) != tp) {
+            PyErr_Format(PyExc_TypeError, "bands[%zd] must be a Decision, not %.200s", i,
+                         Py_TYPE(b)->tp_name);
+            goto done;
+        }
+        bv[i] = D(b);
+    }
+    r = decision_new_bands(st, &d, bv, n == 0 ? NO_BANDS : (int)n);
+done:
+    Py_DECREF(seq);
+    return r;
 }
 
 static PyGetSetDef decision_getset[] = {
     {"allowed", decision_allowed, NULL, "True when the cost passed (and was spent).", NULL},
     {"remaining", decision_remaining, NULL, "Whole tokens left after this decision.", NULL},
-    {"limit", decision_limit, NULL, "The capacity.", NULL},
+    {"limit", decision_limit, NULL, "The capacity (of the band `band`).", NULL},
     {"retry_after", decision_retry_after, NULL,
      "Seconds until the same cost can pass: 0.0 when allowed, math.inf when the cost "
      "exceeds the capacity.", NULL},
@@ -467,6 +641,12 @@ static PyGetSetDef decision_getset[] = {
      "When it was decided, in seconds: Redis' clock (since the epoch) or this process' "
      "monotonic clock.", NULL},
     {"time_us", decision_time_us, NULL, "time in whole microseconds.", NULL},
+    {"band", decision_band, NULL,
+     "The band behind limit, from 0 (always 0 with one band): when refused, the refusing "
+     "band that waits longest; when allowed, the band with the fewest tokens left.", NULL},
+    {"bands", decision_bands, NULL,
+     "Each band's own Decision, in the limiter's order: (self,) with one band; () when the "
+     "call gave the whole's figures only (allow_many of a Limiter with a URL).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -515,8 +695,11 @@ typedef struct {
      * close() leaves the freeing of lim to the last of them, since the core
      * objects belong to the limiter (changed with the GIL held). */
     unsigned long live;
-    int64_t capacity;
-    double rate;
+    int64_t capacity;       /* band 0's */
+    double rate;            /* band 0's */
+    int nbands;             /* hirate_limiter_nbands */
+    PyObject *bandinfo;     /* ((capacity, rate, name), ...), one a band */
+    PyObject *bandobjs;     /* the same as hirate.Band, made when first asked */
     int on_error;
     PyObject *url;          /* the URL with its password as ***, or None */
     PyObject *prefix;       /* str */
@@ -670,7 +853,25 @@ static int parse_key_cost(hstate *st, const char *fname, PyObject *const *args,
     return 0;
 }
 
-/* One decision: allow (spend 1), peek (spend 0), or at an injected time. */
+/* One decision of a limiter of several bands, with each band's figures in
+ * bv[0 .. nbands). */
+static int decide_bands(hirate_limiter *lim, const keybuf *k, int64_t cost, int spend,
+                        int64_t now_us, hirate_decision *d, hirate_decision *bv, size_t nbands)
+{
+    if (now_us >= 0)
+        return hirate_decide_at_bands(lim, k->p, (size_t)k->n, cost, spend, now_us, d, bv,
+                                      nbands);
+    if (spend)
+        return hirate_allow_bands(lim, k->p, (size_t)k->n, cost, d, bv, nbands);
+    return hirate_peek_bands(lim, k->p, (size_t)k->n, cost, d, bv, nbands);
+}
+
+static PyObject *decide_several(LimiterObject *self, PyObject *key, PyObject *cost_obj,
+                                int spend, int64_t now_us);
+
+/* One decision: allow (spend 1), peek (spend 0), or at an injected time.
+ * One band takes the calls without band figures, the path of every
+ * limiter before bands existed. */
 static PyObject *decide(LimiterObject *self, PyObject *key, PyObject *cost_obj, int spend,
                         int64_t now_us)
 {
@@ -680,6 +881,9 @@ static PyObject *decide(LimiterObject *self, PyObject *key, PyObject *cost_obj, 
     hirate_decision d;
     int rc;
     char msg[HIRATE_ERRMSG_SIZE];
+
+    if (self->nbands > 1)
+        return decide_several(self, key, cost_obj, spend, now_us);
 
     if (cost_obj && cost_value(st, cost_obj, &cost) < 0)
         return NULL;
@@ -720,6 +924,49 @@ static PyObject *decide(LimiterObject *self, PyObject *key, PyObject *cost_obj, 
     if (rc < 0)
         return raise_code(st, rc, msg);
     return decision_new_from(st, &d);
+}
+
+/* decide() for several bands. */
+static PyObject *decide_several(LimiterObject *self, PyObject *key, PyObject *cost_obj,
+                                int spend, int64_t now_us)
+{
+    hstate *st = self->st;
+    int64_t cost = 1;
+    keybuf k;
+    hirate_decision d, bv[HIRATE_BANDS_MAX];
+    size_t nb = (size_t)self->nbands;
+    int rc;
+    char msg[HIRATE_ERRMSG_SIZE];
+
+    if (cost_obj && cost_value(st, cost_obj, &cost) < 0)
+        return NULL;
+    if (key_get(key, &k) < 0)
+        return NULL;
+    if (!self->redis) {
+        if (self->closed) {
+            key_release(&k);
+            return raise_closed(st);
+        }
+        rc = decide_bands(self->lim, &k, cost, spend, now_us, &d, bv, nb);
+        if (rc < 0)
+            hirate_limiter_errmsg(self->lim, msg, sizeof msg);
+    } else {
+        if (enter(self) < 0) {
+            key_release(&k);
+            return NULL;
+        }
+        hirate_limiter *lim = self->lim;
+        Py_BEGIN_ALLOW_THREADS
+        rc = decide_bands(lim, &k, cost, spend, now_us, &d, bv, nb);
+        if (rc < 0)
+            hirate_limiter_errmsg(lim, msg, sizeof msg);
+        Py_END_ALLOW_THREADS
+        leave(self);
+    }
+    key_release(&k);
+    if (rc < 0)
+        return raise_code(st, rc, msg);
+    return decision_new_bands(st, &d, bv, self->nbands);
 }
 
 static PyObject *limiter_allow(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
@@ -798,6 +1045,8 @@ typedef struct {
     hirate_item *items;
     PyObject **keys;    /* a reference to each key object */
     keybuf *bufs;
+    int nbands;         /* band figures kept per item in bandv (else 0) */
+    hirate_decision *bandv; /* item i's at bandv[i * nbands] */
 } batch;
 
 static void batch_clear(batch *b)
@@ -811,6 +1060,7 @@ static void batch_clear(batch *b)
     PyMem_Free(b->items);
     PyMem_Free(b->keys);
     PyMem_Free(b->bufs);
+    PyMem_Free(b->bandv);
     memset(b, 0, sizeof *b);
 }
 
@@ -891,12 +1141,50 @@ fail:
     return -1;
 }
 
-/* An item's outcome as Python sees it: its Decision, or in its place the
- * exception of its code, with msg (that item's words; NULL: the code's). */
-static PyObject *item_result(hstate *st, const hirate_item *it, const char *msg)
+/* Room for nbands band figures per item of b (several bands only). */
+static int batch_bands(batch *b, int nbands)
+{
+    if (nbands <= 1)
+        return 0;
+    size_t m = b->n > 0 ? (size_t)b->n : 1;
+    b->bandv = PyMem_Calloc(m * (size_t)nbands, sizeof *b->bandv);
+    if (!b->bandv) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->nbands = nbands;
+    return 0;
+}
+
+/* Decides every item of b in memory (no URL), as allow_many and the Op of a
+ * limiter without Redis do: one by one, in order, with band figures when b
+ * has room for them. */
+static void batch_decide_here(hirate_limiter *lim, batch *b, int spend, int64_t now_us)
+{
+    for (Py_ssize_t i = 0; i < b->n; i++) {
+        hirate_item *it = &b->items[i];
+        keybuf k = {.p = it->key, .n = (Py_ssize_t)it->keylen};
+        if (b->nbands)
+            it->rc = decide_bands(lim, &k, it->cost, spend, now_us, &it->decision,
+                                  b->bandv + (size_t)i * (size_t)b->nbands, (size_t)b->nbands);
+        else if (now_us >= 0)
+            it->rc = hirate_decide_at(lim, it->key, it->keylen, it->cost, spend, now_us,
+                                      &it->decision);
+        else if (spend)
+            it->rc = hirate_allow(lim, it->key, it->keylen, it->cost, &it->decision);
+        else
+            it->rc = hirate_peek(lim, it->key, it->keylen, it->cost, &it->decision);
+    }
+}
+
+/* An item's outcome as Python sees it: its Decision (with the nb band
+ * figures at bv: see decision_new_bands), or in its place the exception of
+ * its code, with msg (that item's words; NULL: the code's). */
+static PyObject *item_result(hstate *st, const hirate_item *it, const char *msg,
+                             const hirate_decision *bv, int nb)
 {
     if (it->rc == 0)
-        return decision_new_from(st, &it->decision);
+        return decision_new_bands(st, &it->decision, bv, nb);
     return error_obj(st, it->rc, msg);
 }
 
@@ -915,7 +1203,17 @@ static PyObject *limiter_allow_many(PyObject *op, PyObject *pairs)
             batch_clear(&b);
             return raise_closed(st);
         }
-        hirate_allow_many(self->lim, b.items, (size_t)b.n);
+        /* Several bands: each item as allow() decides it, which is what
+         * hirate_allow_many does in memory, with the bands' figures. */
+        if (self->nbands > 1) {
+            if (batch_bands(&b, self->nbands) < 0) {
+                batch_clear(&b);
+                return NULL;
+            }
+            batch_decide_here(self->lim, &b, 1, -1);
+        } else {
+            hirate_allow_many(self->lim, b.items, (size_t)b.n);
+        }
         for (Py_ssize_t i = 0; i < b.n; i++)
             last = b.items[i].rc < 0 ? b.items[i].rc : last;
         if (last)
@@ -937,11 +1235,15 @@ static PyObject *limiter_allow_many(PyObject *op, PyObject *pairs)
     }
     /* hirate_allow_many leaves one message on the limiter, the last failed
      * item's: it goes to the items of that code, and the others get their
-     * code's words (a batch rarely fails in two ways at once). */
+     * code's words (a batch rarely fails in two ways at once). Through
+     * Redis it gives the whole's figures only: a limiter of several bands
+     * has no band figures there (NO_BANDS). */
+    int nb = b.nbands ? b.nbands : self->nbands > 1 ? NO_BANDS : 0;
     PyObject *list = PyList_New(b.n);
     for (Py_ssize_t i = 0; list && i < b.n; i++) {
         const hirate_item *it = &b.items[i];
-        PyObject *r = item_result(st, it, it->rc == last ? msg : NULL);
+        PyObject *r = item_result(st, it, it->rc == last ? msg : NULL,
+                                  b.bandv ? b.bandv + (size_t)i * (size_t)b.nbands : NULL, nb);
         if (!r)
             Py_CLEAR(list);
         else
@@ -1015,24 +1317,24 @@ static PyObject *limiter_op_start(PyObject *op, PyObject *args, PyObject *kw)
         Py_DECREF(o);
         return NULL;
     }
+    /* Several bands: room for each item's band figures, which the core
+     * writes as each item is decided (the op writes them later). */
+    if (batch_bands(&o->b, self->nbands) < 0) {
+        Py_DECREF(o);
+        return NULL;
+    }
     if (!self->redis) {
         /* Nothing to send: decided here, as allow_many or peek would. */
-        for (Py_ssize_t i = 0; i < o->b.n; i++) {
-            hirate_item *it = &o->b.items[i];
-            if (now_us >= 0)
-                it->rc = hirate_decide_at(self->lim, it->key, it->keylen, it->cost, spend,
-                                          now_us, &it->decision);
-            else if (spend)
-                it->rc = hirate_allow(self->lim, it->key, it->keylen, it->cost, &it->decision);
-            else
-                it->rc = hirate_peek(self->lim, it->key, it->keylen, it->cost, &it->decision);
-        }
+        batch_decide_here(self->lim, &o->b, spend, now_us);
         o->done = 1;
         return (PyObject *)o;
     }
     /* No I/O happens here, so the GIL stays: the core only looks at its
      * deny cache, breaker and (while Redis is failing) local buckets. */
-    int r = hirate_op_start(self->lim, o->b.items, (size_t)o->b.n, spend, now_us, &o->op);
+    int r = o->b.bandv ? hirate_op_start_bands(self->lim, o->b.items, (size_t)o->b.n, spend,
+                                               now_us, o->b.bandv, &o->op)
+                       : hirate_op_start(self->lim, o->b.items, (size_t)o->b.n, spend, now_us,
+                                         &o->op);
     if (r < 0) {
         Py_DECREF(o);
         return raise_code(st, r, NULL);
@@ -1312,11 +1614,16 @@ static PyObject *op_results(PyObject *op, PyObject *unused)
     hstate *st = self->owner->st;
     if (op_decided(self, "results") < 0)
         return NULL;
-    PyObject *list = PyList_New(self->b.n);
-    for (Py_ssize_t i = 0; list && i < self->b.n; i++) {
-        const hirate_item *it = &self->b.items[i];
+    /* Several bands: each item's band figures, written by the core into
+     * the batch's room for them (hirate_op_start_bands). */
+    const batch *b = &self->b;
+    PyObject *list = PyList_New(b->n);
+    for (Py_ssize_t i = 0; list && i < b->n; i++) {
+        const hirate_item *it = &b->items[i];
         const char *msg = it->rc < 0 && self->op ? hirate_op_errmsg(self->op, (size_t)i) : NULL;
-        PyObject *r = item_result(st, it, msg);
+        PyObject *r = item_result(st, it, msg,
+                                  b->bandv ? b->bandv + (size_t)i * (size_t)b->nbands : NULL,
+                                  b->nbands);
         if (!r)
             Py_CLEAR(list);
         else
@@ -1873,31 +2180,34 @@ static int path_option(hstate *st, PyObject *o, const char *what, PyObject **kee
     return 0;
 }
 
-static int capacity_option(hstate *st, PyObject *o, int64_t *out)
+/* A capacity as C holds it: 0, -1 with TypeError, or 1 for a value C
+ * cannot hold (a fraction, NaN, an infinity, beyond 64 bits), which the
+ * core would refuse. A float that is a whole number is accepted
+ * (capacity = rate * 60). */
+static int capacity_value(PyObject *o, int64_t *out)
 {
-    /* A float that is a whole number is accepted (capacity = rate * 60);
-     * NaN, infinities and fractions are values the core would refuse. */
     if (PyFloat_Check(o)) {
         double v = PyFloat_AS_DOUBLE(o);
         if (v == floor(v) && fabs(v) <= (double)HIRATE_EXACT_MAX + 1) {
             *out = (int64_t)v;
             return 0;
         }
-        raise_codef(st, HIRATE_ECAPACITY,
-                    "capacity must be a whole number from 1 to 2^53-1, got %R", o);
-        return -1;
+        return 1;
     }
     long long v;
     int r = int_value(o, "capacity", &v);
-    if (r < 0)
-        return -1;
-    if (r) {
+    if (r == 0)
+        *out = v;
+    return r;
+}
+
+static int capacity_option(hstate *st, PyObject *o, int64_t *out)
+{
+    int r = capacity_value(o, out);
+    if (r > 0)
         raise_codef(st, HIRATE_ECAPACITY,
-                    "capacity must be a whole number from 1 to 2^53-1, got %S", o);
-        return -1;
-    }
-    *out = v;
-    return 0;
+                    "capacity must be a whole number from 1 to 2^53-1, got %R", o);
+    return r ? -1 : 0;
 }
 
 static int rate_option(PyObject *o, double *out)
@@ -1916,14 +2226,139 @@ static int rate_option(PyObject *o, double *out)
     return 0;
 }
 
+/* The bands of limits= given as a sequence, for hirate_options.bands. */
+typedef struct {
+    PyObject *seq;          /* the sequence, holding the items (and their names) */
+    hirate_band *v;
+    Py_ssize_t n;
+} band_list;
+
+static void band_list_clear(band_list *bl)
+{
+    Py_CLEAR(bl->seq);
+    PyMem_Free(bl->v);
+    bl->v = NULL;
+    bl->n = 0;
+}
+
+/* Item i of limits=: a hirate.Band or a (capacity, rate[, name]) tuple, or
+ * a limit string of one limit ("10/second"). The numbers are the core's to
+ * judge (its message names bands[i]); only what C cannot hold is refused
+ * here, in the core's words. */
+static int band_item(hstate *st, PyObject *item, Py_ssize_t i, hirate_band *out)
+{
+    out->name = NULL;
+    if (PyUnicode_Check(item)) {
+        const char *text = c_string(st, item, "a limit string", HIRATE_EOPTION);
+        if (!text)
+            return -1;
+        hirate_limit lim[HIRATE_LIMITS_MAX];
+        size_t n;
+        char err[HIRATE_ERRMSG_SIZE];
+        int rc = hirate_limits_parse(text, lim, HIRATE_LIMITS_MAX, &n, err, sizeof err);
+        if (rc < 0) {
+            raise_code(st, rc, err);
+            return -1;
+        }
+        if (n != 1) {
+            /* A sequence's item is one band; a str limits= holds several. */
+            raise_codef(st, HIRATE_EOPTION,
+                        "limits[%zd] holds %zu limits, %R: an item of a sequence is one", i, n,
+                        item);
+            return -1;
+        }
+        out->capacity = lim[0].capacity;
+        out->rate = lim[0].rate;
+        return 0;
+    }
+    Py_ssize_t len = PyTuple_Check(item) ? PyTuple_GET_SIZE(item) : 0;
+    if (len != 2 && len != 3) {
+        PyErr_Format(PyExc_TypeError,
+                     "limits[%zd] must be a hirate.Band, a (capacity, rate[, name]) tuple or a "
+                     "limit string, not %.200s%s", i, Py_TYPE(item)->tp_name,
+                     PyTuple_Check(item) ? " of that length" : "");
+        return -1;
+    }
+    PyObject *cap = PyTuple_GET_ITEM(item, 0), *rate = PyTuple_GET_ITEM(item, 1);
+    PyObject *name = len == 3 ? PyTuple_GET_ITEM(item, 2) : Py_None;
+    int r = capacity_value(cap, &out->capacity);
+    if (r < 0)
+        return -1;
+    if (r) {
+        raise_codef(st, HIRATE_ECAPACITY,
+                    "bands[%zd]: capacity must be a whole number from 1 to 2^53-1, got %R", i,
+                    cap);
+        return -1;
+    }
+    if (rate_option(rate, &out->rate) < 0)
+        return -1;
+    if (name != Py_None && !(out->name = c_string(st, name, "a band's name", HIRATE_EOPTION)))
+        return -1;
+    return 0;
+}
+
+/* limits=: a str for hirate_options.limits (the core parses it), or a
+ * sequence of bands for hirate_options.bands. */
+static int limits_option(hstate *st, PyObject *o, hirate_options *opts, band_list *bl)
+{
+    if (PyUnicode_Check(o))
+        return (opts->limits = c_string(st, o, "limits", HIRATE_EOPTION)) ? 0 : -1;
+    if (PyBytes_Check(o) || PyByteArray_Check(o) || !PySequence_Check(o)) {
+        PyErr_Format(PyExc_TypeError,
+                     "limits must be a limit string or a sequence of bands, not %.200s",
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    bl->seq = PySequence_Fast(o, "limits must be a limit string or a sequence of bands");
+    if (!bl->seq)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(bl->seq);
+    bl->v = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof *bl->v);
+    if (!bl->v) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (band_item(st, PySequence_Fast_GET_ITEM(bl->seq, i), i, &bl->v[i]) < 0)
+            return -1;
+    bl->n = n;
+    opts->bands = bl->v;
+    opts->nbands = (size_t)n;
+    return 0;
+}
+
+/* The limiter's bands as the core holds them (names defaulted), kept as
+ * ((capacity, rate, name), ...): they outlive close(), as capacity does. */
+static PyObject *band_info(hirate_limiter *lim)
+{
+    size_t n = hirate_limiter_nbands(lim);
+    PyObject *t = PyTuple_New((Py_ssize_t)n);
+    for (size_t i = 0; t && i < n; i++) {
+        hirate_band b;
+        PyObject *one = hirate_limiter_band(lim, i, &b) < 0
+                            ? NULL
+                            : Py_BuildValue("(Lds)", (long long)b.capacity, b.rate, b.name);
+        if (!one) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_SystemError, "hirate_limiter_band failed");
+            Py_CLEAR(t);
+        } else {
+            PyTuple_SET_ITEM(t, (Py_ssize_t)i, one);
+        }
+    }
+    return t;
+}
+
 static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"url", "capacity", "rate", "prefix", "on_error", "instances",
                              "connect_timeout", "timeout", "deny_cache", "max_keys",
                              "pool_size", "tls_ca_file", "tls_ca_dir", "tls_cert_file",
                              "tls_key_file", "tls_server_name", "tls_verify",
-                             "sentinel_username", "sentinel_password", "functions", NULL};
+                             "sentinel_username", "sentinel_password", "functions", "limits",
+                             NULL};
     PyObject *url = Py_None, *capacity = NULL, *rate = NULL, *prefix = NULL, *on_error = NULL;
+    PyObject *limits = NULL;
     PyObject *instances = NULL, *connect_timeout = NULL, *timeout = NULL, *deny_cache = NULL;
     PyObject *max_keys = NULL, *pool_size = NULL, *server_name = Py_None, *verify = NULL;
     PyObject *files[4] = {Py_None, Py_None, Py_None, Py_None};
@@ -1931,35 +2366,46 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     hstate *st = state_of_type(tp);
     if (!st)
         return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOOOOOOOOOOOOOOOOOO:Limiter", kwlist, &url,
-                                     &capacity, &rate, &prefix, &on_error, &instances,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOOOOOOOOOOOOOOOOOOO:Limiter", kwlist,
+                                     &url, &capacity, &rate, &prefix, &on_error, &instances,
                                      &connect_timeout, &timeout, &deny_cache, &max_keys,
                                      &pool_size, &files[0], &files[1], &files[2], &files[3],
                                      &server_name, &verify, &sentinel_username,
-                                     &sentinel_password, &functions))
+                                     &sentinel_password, &functions, &limits))
         return NULL;
-    if (!capacity || !rate) {
-        PyErr_Format(PyExc_TypeError, "Limiter() missing required keyword argument '%s'",
-                     capacity ? "rate" : "capacity");
+    /* None is not given (AsyncLimiter passes every argument on). Without
+     * limits, capacity and rate are required; with limits, whatever is
+     * given goes to the core, which says when two limits are set. */
+    capacity = capacity == Py_None ? NULL : capacity;
+    rate = rate == Py_None ? NULL : rate;
+    limits = limits == Py_None ? NULL : limits;
+    if (!limits && (!capacity || !rate)) {
+        PyErr_Format(PyExc_TypeError, "Limiter() missing required keyword argument '%s' "
+                     "(or limits)", capacity ? "rate" : "capacity");
         return NULL;
     }
 
     hirate_options o;
     hirate_options_init(&o);
+    band_list bl = {NULL, NULL, 0};
+    PyObject *kept[4] = {NULL, NULL, NULL, NULL};
+    LimiterObject *self = NULL;
     if (url != Py_None && !(o.url = c_string(st, url, "url", HIRATE_EURL)))
-        return NULL;
-    if (capacity_option(st, capacity, &o.capacity) < 0 || rate_option(rate, &o.rate) < 0)
-        return NULL;
+        goto done;
+    if ((capacity && capacity_option(st, capacity, &o.capacity) < 0) ||
+        (rate && rate_option(rate, &o.rate) < 0) ||
+        (limits && limits_option(st, limits, &o, &bl) < 0))
+        goto done;
     if (prefix && !(o.prefix = c_string(st, prefix, "prefix", HIRATE_EOPTION)))
-        return NULL;
+        goto done;
     if (on_error) {
         const char *name = c_string(st, on_error, "on_error", HIRATE_EOPTION);
         if (!name)
-            return NULL;
+            goto done;
         if ((o.on_error = hirate_on_error_from_name(name)) < 0) {
             raise_codef(st, HIRATE_EOPTION,
                         "on_error must be 'local', 'open' or 'closed', got %R", on_error);
-            return NULL;
+            goto done;
         }
     }
     if ((instances && int_option(st, instances, "instances", &o.instances) < 0) ||
@@ -1967,32 +2413,32 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         (connect_timeout &&
          timeout_option(st, connect_timeout, "connect_timeout", &o.connect_timeout_ms) < 0) ||
         (timeout && timeout_option(st, timeout, "timeout", &o.timeout_ms) < 0))
-        return NULL;
+        goto done;
     if (deny_cache) {
         int v = PyObject_IsTrue(deny_cache);
         if (v < 0)
-            return NULL;
+            goto done;
         o.deny_cache = v;
     }
     if (max_keys) {
         long long v;
         int r = int_value(max_keys, "max_keys", &v);
         if (r < 0)
-            return NULL;
+            goto done;
         if (r || v < 1 || (unsigned long long)v > SIZE_MAX) {
             raise_codef(st, HIRATE_EOPTION, "max_keys must be from 1 to 4000000000, got %S",
                         max_keys);
-            return NULL;
+            goto done;
         }
         o.max_keys = (size_t)v;
     }
     if (server_name != Py_None &&
         !(o.tls_server_name = c_string(st, server_name, "tls_server_name", HIRATE_EOPTION)))
-        return NULL;
+        goto done;
     if (verify) {
         int v = PyObject_IsTrue(verify);
         if (v < 0)
-            return NULL;
+            goto done;
         o.tls_verify = v;
     }
     /* The sentinels' credentials: the core copies them, checks that the URL
@@ -2000,15 +2446,15 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     if (sentinel_username != Py_None &&
         !(o.sentinel_username =
               c_string(st, sentinel_username, "sentinel_username", HIRATE_EOPTION)))
-        return NULL;
+        goto done;
     if (sentinel_password != Py_None &&
         !(o.sentinel_password =
               c_string(st, sentinel_password, "sentinel_password", HIRATE_EOPTION)))
-        return NULL;
+        goto done;
     if (functions) {
         int v = PyObject_IsTrue(functions);
         if (v < 0)
-            return NULL;
+            goto done;
         o.functions = v;
     }
     /* Events for the "hirate" logger; the callback needs no argument. */
@@ -2019,8 +2465,6 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
                                               "tls_key_file"};
     const char **file_opts[4] = {&o.tls_ca_file, &o.tls_ca_dir, &o.tls_cert_file,
                                  &o.tls_key_file};
-    PyObject *kept[4] = {NULL, NULL, NULL, NULL};
-    LimiterObject *self = NULL;
     for (int i = 0; i < 4; i++)
         if (path_option(st, files[i], file_names[i], &kept[i], file_opts[i]) < 0)
             goto done;
@@ -2031,8 +2475,6 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     self->st = st;
     self->fork_gen = g_fork_gen;
     self->redis = o.url != NULL;
-    self->capacity = o.capacity;
-    self->rate = o.rate;
     self->on_error = o.on_error;
     self->prefix = PyUnicode_FromString(o.prefix);
     self->url = o.url ? redact_url(o.url) : Py_NewRef(Py_None);
@@ -2049,10 +2491,22 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     } else {
         self->cluster = hirate_is_cluster(self->lim);   /* kept: close() frees lim */
         self->sentinel = hirate_is_sentinel(self->lim);
+        self->nbands = (int)hirate_limiter_nbands(self->lim);
+        self->bandinfo = self->nbands > 0 ? band_info(self->lim) : NULL;
+        if (!self->bandinfo) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_SystemError, "a limiter without a band");
+            Py_CLEAR(self);
+            goto done;
+        }
+        PyObject *first = PyTuple_GET_ITEM(self->bandinfo, 0);
+        self->capacity = PyLong_AsLongLong(PyTuple_GET_ITEM(first, 0));
+        self->rate = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(first, 1));
     }
 done:
     for (int i = 0; i < 4; i++)
         Py_XDECREF(kept[i]);
+    band_list_clear(&bl);
     return (PyObject *)self;
 }
 
@@ -2067,6 +2521,8 @@ static void limiter_dealloc(PyObject *op)
     self->lim = NULL;
     Py_CLEAR(self->url);
     Py_CLEAR(self->prefix);
+    Py_CLEAR(self->bandinfo);
+    Py_CLEAR(self->bandobjs);
     tp->tp_free(op);
     Py_DECREF(tp);
 }
@@ -2101,9 +2557,30 @@ static PyObject *limiter_from_env(PyObject *cls, PyObject *args, PyObject *kw)
     return r;
 }
 
+/* The names of the bands, as a tuple, for repr(). */
+static PyObject *band_names(PyObject *bandinfo)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(bandinfo);
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t i = 0; t && i < n; i++)
+        PyTuple_SET_ITEM(t, i, Py_NewRef(PyTuple_GET_ITEM(PyTuple_GET_ITEM(bandinfo, i), 2)));
+    return t;
+}
+
 static PyObject *limiter_repr(PyObject *op)
 {
     LimiterObject *self = (LimiterObject *)op;
+    if (self->nbands > 1) {
+        PyObject *names = band_names(self->bandinfo);
+        if (!names)
+            return NULL;
+        PyObject *r = PyUnicode_FromFormat("<%s url=%R bands=%R on_error='%s'%s>",
+                                           Py_TYPE(op)->tp_name, self->url, names,
+                                           hirate_on_error_name(self->on_error),
+                                           self->closed ? " closed" : "");
+        Py_DECREF(names);
+        return r;
+    }
     PyObject *rate = float_text(self->rate);
     if (!rate)
         return NULL;
@@ -2114,6 +2591,35 @@ static PyObject *limiter_repr(PyObject *op)
                                        self->closed ? " closed" : "");
     Py_DECREF(rate);
     return r;
+}
+
+/* .bands: (hirate.Band, ...), made from bandinfo when first asked (the
+ * class is hirate's, a NamedTuple, defined in Python). */
+static PyObject *limiter_bands(PyObject *op, void *c)
+{
+    (void)c;
+    LimiterObject *self = (LimiterObject *)op;
+    if (self->bandobjs)
+        return Py_NewRef(self->bandobjs);
+    PyObject *mod = PyImport_ImportModule("hirate");
+    PyObject *band = mod ? PyObject_GetAttrString(mod, "Band") : NULL;
+    Py_XDECREF(mod);
+    if (!band)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(self->bandinfo);
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t i = 0; t && i < n; i++) {
+        PyObject *b = PyObject_Call(band, PyTuple_GET_ITEM(self->bandinfo, i), NULL);
+        if (!b)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, i, b);
+    }
+    Py_DECREF(band);
+    if (!t)
+        return NULL;
+    self->bandobjs = t;
+    return Py_NewRef(t);
 }
 
 static PyObject *limiter_capacity(PyObject *op, void *c)
@@ -2165,8 +2671,13 @@ static PyObject *limiter_is_sentinel(PyObject *op, void *c)
 }
 
 static PyGetSetDef limiter_getset[] = {
-    {"capacity", limiter_capacity, NULL, "Bucket size in whole tokens.", NULL},
-    {"rate", limiter_rate, NULL, "Tokens added per second.", NULL},
+    {"capacity", limiter_capacity, NULL,
+     "Bucket size in whole tokens (the first band's, with several).", NULL},
+    {"rate", limiter_rate, NULL, "Tokens added per second (the first band's, with several).",
+     NULL},
+    {"bands", limiter_bands, NULL,
+     "(hirate.Band(capacity, rate, name), ...): every band, in order; one for capacity and "
+     "rate. Names not given are the core's: '<capacity>-per-<w>s'.", NULL},
     {"prefix", limiter_prefix, NULL, "Prepended to every key in Redis.", NULL},
     {"url", limiter_url, NULL, "The Redis URL with its password as ***, or None.", NULL},
     {"on_error", limiter_on_error, NULL, "'local', 'open' or 'closed'.", NULL},
@@ -2218,14 +2729,18 @@ static PyMethodDef limiter_methods[] = {
 };
 
 static PyType_Slot limiter_slots[] = {
-    {Py_tp_doc, (void *)"Limiter(url=None, *, capacity, rate, prefix='rl:', on_error='local', "
+    {Py_tp_doc, (void *)"Limiter(url=None, *, capacity=None, rate=None, limits=None, "
+                        "prefix='rl:', on_error='local', "
                         "instances=1, connect_timeout=0.25, timeout=0.1, deny_cache=True, "
                         "max_keys=1000000, pool_size=16, tls_ca_file=None, tls_ca_dir=None, "
                         "tls_cert_file=None, tls_key_file=None, tls_server_name=None, "
                         "tls_verify=True, sentinel_username=None, sentinel_password=None, "
                         "functions=True)\n\n"
                         "A token-bucket rate limiter: in Redis when url is given, else in "
-                        "memory. url: redis://[user:password@]host[:port][/db], rediss://... "
+                        "memory. The limit is capacity and rate, or limits: a limit string "
+                        "('10/second; 1000/day') or a sequence of bands (hirate.Band, "
+                        "(capacity, rate[, name]) tuples, strings of one limit), one decision "
+                        "spending in every band or in none. url: redis://[user:password@]host[:port][/db], rediss://... "
                         "(TLS), unix:///path[?db=N], or a Redis Cluster: "
                         "redis+cluster://[user:password@]host:port[,host:port...] (any "
                         "nodes as seeds, a replica too; pool_size is per node) and "

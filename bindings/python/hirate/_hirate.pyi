@@ -2,9 +2,12 @@
 
 import builtins
 import os
-from typing import Final, Iterable, Literal, Optional, Tuple, TypedDict, Union, final
+from typing import Final, Iterable, Literal, Optional, Sequence, Tuple, TypedDict, Union, final
+
+from . import Band
 
 _Key = Union[str, bytes, bytearray, memoryview]
+_Limits = Union[str, Sequence[Union[Band, Tuple[int, float], Tuple[int, float, Optional[str]], str]]]
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 __version__: Final[str]
@@ -69,6 +72,8 @@ class Decision:
         source: str,
         error: Optional[str] = ...,
         time: float = ...,
+        band: int = ...,
+        bands: Optional[Sequence["Decision"]] = ...,
     ) -> "Decision": ...
     @property
     def allowed(self) -> bool: ...
@@ -92,6 +97,10 @@ class Decision:
     def time(self) -> float: ...
     @property
     def time_us(self) -> int: ...
+    @property
+    def band(self) -> int: ...
+    @property
+    def bands(self) -> Tuple["Decision", ...]: ...
     def __bool__(self) -> bool: ...
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
@@ -161,8 +170,9 @@ class Limiter:
         cls,
         url: Optional[str] = ...,
         *,
-        capacity: int,
-        rate: float,
+        capacity: Optional[int] = ...,
+        rate: Optional[float] = ...,
+        limits: Optional[_Limits] = ...,
         prefix: str = ...,
         on_error: str = ...,
         instances: int = ...,
@@ -185,8 +195,9 @@ class Limiter:
     def from_env(
         cls,
         *,
-        capacity: int,
-        rate: float,
+        capacity: Optional[int] = ...,
+        rate: Optional[float] = ...,
+        limits: Optional[_Limits] = ...,
         prefix: str = ...,
         on_error: str = ...,
         instances: int = ...,
@@ -209,6 +220,8 @@ class Limiter:
     def capacity(self) -> int: ...
     @property
     def rate(self) -> float: ...
+    @property
+    def bands(self) -> Tuple[Band, ...]: ...
     @property
     def prefix(self) -> str: ...
     @property
