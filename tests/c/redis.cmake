@@ -3,3 +3,7 @@
 hirate_add_test(test_url test_url.c)
 hirate_add_test(test_redis test_redis.c)
 hirate_add_test(test_op test_op.c)
+# Several limits on one key: the API, both backends side by side, the key's
+# format, bands changed on existing keys, the deny cache and the policies per
+# band, and 100 threads (its own redis-server).
+hirate_add_test(test_bands test_bands.c)
