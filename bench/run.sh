@@ -12,6 +12,8 @@
 #                                       # (part 3's functions phase), about 1.5 minutes
 #   bench/run.sh build-bench failover   # only the Sentinel failover times (part 3's
 #                                       # failover phase), about 2 minutes
+#   bench/run.sh build-bench bands      # only two limits on one identity (part 3's
+#                                       # bands phase), about 2 minutes
 #
 # 1. hirate alone, the C benchmarks of BUILD_DIR/bench: it starts its own
 #    redis-server on a free loopback port (and stops it), runs bench_memory,
@@ -38,7 +40,12 @@
 #    from a master's death (kill -9) and from SENTINEL FAILOVER to the first
 #    decision on the new master, for hirate, redis-py's Sentinel and
 #    go-redis' FailoverClient side by side, on Sentinel groups of their own
-#    (tests/support/redis_sentinel.py); then the bindings' own benchmarks
+#    (tests/support/redis_sentinel.py); then a request limited by two rules
+#    ("10/second; 1000/day") on the one redis-server: hirate's one decision
+#    of both (peer_c's hirate_allow_bands; hirate.Limiter(limits=...)) next
+#    to Flask-Limiter's way (limits, one hit per limit) and
+#    rate-limiter-flexible's RateLimiterUnion, with the server's count of
+#    the calls each decision took; then the bindings' own benchmarks
 #    (bench/python, bench/lua, bench/nginx).
 # 4. bench/suite/report.py: the page and the charts, from one results file.
 #
@@ -53,7 +60,7 @@
 # quick mode bench/out/quick/benchmarks.md), BENCH_JSON (next to it,
 # benchmarks.json), BENCH_IMG (docs/img, in quick mode bench/out/quick/img);
 # BENCH_PARTS (c,peers: which of parts 1 and 2-3 to run; "cluster",
-# "functions" or "failover", as the second argument of that name does, runs
+# "functions", "bands" or "failover", as the second argument of that name does, runs
 # only that phase and writes its results into the existing results file and
 # its section into the page, the other sections kept as they are). Part 1:
 # BENCH_SECONDS (1) and BENCH_RUNS (5) for each memory configuration,
@@ -76,8 +83,8 @@
 # them their contenders are reported missing.
 set -euo pipefail
 
-usage() { echo "usage: [QUICK=1] $0 BUILD_DIR [cluster|functions|failover]" >&2; exit 2; }
-[ $# -eq 1 ] || { [ $# -eq 2 ] && case $2 in cluster|functions|failover) true ;; *) false ;; esac; } || usage
+usage() { echo "usage: [QUICK=1] $0 BUILD_DIR [cluster|functions|bands|failover]" >&2; exit 2; }
+[ $# -eq 1 ] || { [ $# -eq 2 ] && case $2 in cluster|functions|bands|failover) true ;; *) false ;; esac; } || usage
 [ $# -eq 2 ] && BENCH_PARTS=$2
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "$1" 2>/dev/null && pwd) || { echo "$0: no build directory $1" >&2; exit 2; }
@@ -100,7 +107,7 @@ case ",$PARTS," in *,c,*) RUN_C=1 ;; *) RUN_C=0 ;; esac
 case ",$PARTS," in *,peers,*) RUN_PEERS=1 ;; *) RUN_PEERS=0 ;; esac
 # One phase alone (each runs with the peers too): merged into $JSON.
 PHASE_ONLY=0
-case $PARTS in cluster|functions|failover) PHASE_ONLY=1 ;; esac
+case $PARTS in cluster|functions|bands|failover) PHASE_ONLY=1 ;; esac
 SECONDS_EACH=${BENCH_SECONDS:-$(q 0.2 1)}
 RUNS=${BENCH_RUNS:-$(q 1 5)}
 STORE_KEYS=${BENCH_STORE_KEYS:-$(q 100000 1000000)}
@@ -637,7 +644,10 @@ if [ $RUN_PEERS = 1 ]; then
     BENCH_ELAPSED=$SECONDS "$PYTHON" "$ROOT/bench/suite/suite.py" "${suite_args[@]}"
 elif [ $PHASE_ONLY = 1 ]; then
     step "setup: the contenders under $BUILD/suite (bench/suite/install.py)"
-    "$PYTHON" "$ROOT/bench/suite/install.py" --dir "$BUILD/suite"
+    install_args=(--dir "$BUILD/suite")
+    # The bands phase's contenders are C, Python and Node only.
+    [ "$PARTS" = bands ] && install_args+=(--skip go,lua,nginx)
+    "$PYTHON" "$ROOT/bench/suite/install.py" "${install_args[@]}"
     suite_args=(--build "$BUILD" --setup "$BUILD/suite/setup.json" --out "$JSON" --merge
                 --phases "$PARTS" --rounds "$PEER_ROUNDS" --seconds "$PEER_SECONDS"
                 --warmup "$PEER_WARMUP")

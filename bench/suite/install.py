@@ -129,6 +129,11 @@ def setup_python(d):
             "    except m.PackageNotFoundError: v[name] = None\n"
             "import hirate\n"
             "v['hirate.AsyncLimiter'] = hasattr(hirate, 'AsyncLimiter')\n"
+            "try:\n"
+            "    hirate.Limiter(limits='10/second; 1000/day').close()\n"
+            "    v['hirate.Limiter(limits)'] = True\n"
+            "except TypeError:\n"
+            "    v['hirate.Limiter(limits)'] = False\n"
             "print(json.dumps(v))\n")
     out["versions"] = json.loads(run([str(py), "-c", code]))
     return out

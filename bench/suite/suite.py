@@ -38,6 +38,15 @@ protocol of bench/peers/README.md:
            the sum of per-node redis-benchmark runs of the same EVALSHA, the
            ceiling of the cluster itself. --merge writes only this phase's
            results into an existing results file (bench/run.sh BUILD cluster).
+  bands    one identity limited by two rules ("10/second; 1000/day"): hirate's
+           one decision of both (hirate_allow_bands with limits, and
+           hirate.Limiter(limits=...) where the installed hirate has it), next
+           to Flask-Limiter's way (limits' FixedWindowRateLimiter on Redis, one
+           hit per limit) and rate-limiter-flexible's RateLimiterUnion of two
+           RateLimiterRedis; 100,000 keys, 1 client and 8 concurrent,
+           interleaved rounds. The round trips per decision are counted by
+           the server (INFO commandstats: the script calls; total_reads_processed),
+           not assumed. Alone: bench/run.sh BUILD bands.
   pieces   bench/python, bench/lua and bench/nginx, the bindings' own
            benchmarks, run as they are and kept as the markdown they print.
 
@@ -1310,6 +1319,160 @@ def phase_functions(build, redis, p, results):
                 s["script_bytes"] = raw[0]["script_bytes"]
 
 
+# ---- two limits on one identity: one decision against one hit per limit -----------------------
+
+# The request of issue 14: one identity limited by two rules at once.
+BAND_LIMITS = "10/second; 1000/day"
+# Every decision a round trip: 100,000 keys, 1 client and 8 concurrent, the
+# scenarios of the TLS comparison (on one hot key hirate's deny cache would
+# answer most decisions without Redis).
+BAND_SCENARIOS = [sc for sc in SCENARIOS if sc["keys"] > 1]
+# (id, lang, hirate, runtime, impl, short, label)
+BAND_RUNS = [
+    ("c/hirate", "C", True, "c", "hirate", "C: hirate_allow_bands",
+     "`hirate_allow_bands`, one limiter of both limits (`limits`), threads sharing it"),
+    ("py/hirate", "Python", True, "python", "hirate", "Python: hirate.Limiter",
+     "`hirate.Limiter(url, limits=...)`, threads sharing it"),
+    ("py/limits-stack", "Python", False, "python", "limits-stack",
+     "Python: limits, a hit per limit",
+     "Flask-Limiter's way: limits `FixedWindowRateLimiter.hit` per limit, `RedisStorage`, "
+     "threads"),
+    ("node/rlf-union", "Node", False, "node", "rlf-union",
+     "Node: rate-limiter-flexible union",
+     "rate-limiter-flexible `RateLimiterUnion` of two `RateLimiterRedis`, one ioredis client, "
+     "concurrent promises"),
+]
+# The commands that start a script; every other command the statistics
+# count is either a connection's setup or a command a script ran inside.
+SCRIPT_CALLS = ("fcall", "fcall_ro", "evalsha", "evalsha_ro", "eval", "eval_ro")
+# Connections' setup and the driver's own: not decisions.
+SETUP_COMMANDS = ("info", "config", "flushall", "ping", "script", "function", "client", "hello",
+                  "select", "auth", "command", "memory", "dbsize", "randomkey", "readonly",
+                  "cluster")
+
+
+class BandRun:
+    def __init__(self, id, lang, hirate, runtime, impl, short, label):
+        self.c = Contender(id, short, lang, label, runtime, impl, hirate=hirate)
+        self.id, self.lang, self.hirate, self.label = id, lang, hirate, label
+        self.short = short
+
+    def to_json(self):
+        return {"id": self.id, "lang": self.lang, "hirate": self.hirate, "label": self.label,
+                "short": self.short,
+                "impl": self.c.impl, "status": "missing" if self.c.reason else "ok",
+                "reason": self.c.reason}
+
+
+def server_counts(redis):
+    """The server's counts since the last CONFIG RESETSTAT, in one INFO (the
+    driver's one read): calls and µs by command, reads, its CPU seconds."""
+    f = info_fields(redis.cmd("INFO", "commandstats", "stats", "cpu"))
+    cmds = {}
+    for k, v in f.items():
+        if k.startswith("cmdstat_"):
+            kv = dict(x.split("=") for x in v.split(","))
+            cmds[k.removeprefix("cmdstat_")] = {"calls": int(kv["calls"]),
+                                                "usec": int(kv["usec"]),
+                                                "failed": int(kv.get("failed_calls", 0))}
+    return {"commands": cmds, "reads": int(f.get("total_reads_processed", 0)) - 1,
+            "cpu_s": float(f["used_cpu_user"]) + float(f["used_cpu_sys"])}
+
+
+def band_figures(r, before_cpu, counts):
+    """Adds to a harness result the server's figures per decision: script
+    calls (the round trips), the commands the scripts ran inside, reads."""
+    calls = r.get("calls_total")
+    cmds = counts["commands"]
+    script = {k: v["calls"] for k, v in cmds.items() if k in SCRIPT_CALLS and v["calls"]}
+    setup = {k: v["calls"] for k, v in cmds.items()
+             if k.split("|")[0] in SETUP_COMMANDS and k not in SCRIPT_CALLS}
+    inner = {k: v["calls"] for k, v in cmds.items()
+             if k not in script and k not in setup and v["calls"]}
+    r.update(commands=script, inner_commands=inner, setup_commands=setup,
+             server_reads=counts["reads"], server_cpu_s=counts["cpu_s"] - before_cpu)
+    if calls:
+        r["calls_per_decision"] = sum(script.values()) / calls
+        r["inner_per_decision"] = sum(inner.values()) / calls
+        r["reads_per_decision"] = counts["reads"] / calls
+        # The script calls' own time (their scripts' commands included).
+        r["server_us_per_decision"] = sum(cmds[k]["usec"] for k in script) / calls
+    return r
+
+
+def phase_bands(build, setup, redis, p, results):
+    out = results["bands"]
+    runs = [BandRun(*r) for r in BAND_RUNS]
+    resolve([r.c for r in runs], build, setup)
+    for r in runs:
+        if r.id == "py/hirate" and not r.c.reason and \
+                not setup.get("versions", {}).get("hirate.Limiter(limits)"):
+            r.c.reason = "the installed hirate.Limiter takes no limits="
+    if p.only:
+        only = set(p.only.split(","))
+        runs = [r for r in runs if r.id in only]
+    out.update(runs=[r.to_json() for r in runs], scenarios=BAND_SCENARIOS, speed={},
+               limits=BAND_LIMITS,
+               params={"rounds": p.rounds, "seconds": p.seconds, "warmup": p.warmup,
+                       "timeout_ms": TIMEOUT_MS},
+               mode="quick" if p.quick else "full", ncpu=os.cpu_count(),
+               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               versions={k: setup.get("versions", {}).get(k)
+                         for k in ("Python", "redis", "limits", "Node", "ioredis",
+                                   "rate-limiter-flexible", "hirate")},
+               server={"url": redis.url, "version": redis.info("server").get("redis_version")})
+    for r in runs:
+        if r.c.reason:
+            step("bands: missing: %s (%s)" % (r.id, r.c.reason))
+    runnable = [r for r in runs if not r.c.reason]
+    if not runnable:
+        out["reason"] = "none of the contenders can run"
+        step("bands: not run: %s" % out["reason"])
+        return
+    step('bands: "%s" on one key, %d rounds x %d scenarios x %d contenders, %.2g s each after '
+         "%.2g s of warm-up (%s)" % (BAND_LIMITS, p.rounds, len(BAND_SCENARIOS), len(runnable),
+                                     p.seconds, p.warmup, redis.url))
+
+    def one(run, sc, rnd):
+        redis.fresh()
+        cpu0 = cpu_of(redis.cmd("INFO", "cpu"))
+        busy0, t0 = machine_busy(), time.monotonic()
+        # CONFIG RESETSTAT again: the driver's INFO is not counted.
+        redis.cmd("CONFIG", "RESETSTAT")
+        r = harness(run.c, "speed", [
+            "--url", redis.url, "--keys", sc["keys"], "--concurrency", sc["concurrency"],
+            "--seconds", p.seconds, "--warmup", p.warmup, "--limits", BAND_LIMITS,
+            "--seed", rnd + 1, "--timeout-ms", TIMEOUT_MS], timeout=p.seconds + p.warmup + 60)
+        wall = time.monotonic() - t0
+        note_machine(r, busy0, wall)
+        band_figures(r, cpu0, server_counts(redis))
+        # Cores' worth of the server's CPU over the harness's whole run.
+        r["server_cores"] = r["server_cpu_s"] / wall
+        r["run_wall_s"] = wall
+        return r
+
+    out["speed"] = interleaved(runnable, BAND_SCENARIOS, p, "bands", one)
+    for by in out["speed"].values():
+        for s in by.values():
+            raw = [x for x in s["raw"] if "error_run" not in x]
+            for k in ("calls_per_decision", "inner_per_decision", "reads_per_decision",
+                      "server_us_per_decision", "server_cores", "machine_cores"):
+                v = [x[k] for x in raw if x.get(k) is not None]
+                if v:
+                    s[k] = {"median": statistics.median(v), "min": min(v), "max": max(v)}
+            # Summed over the rounds: what the server was sent, and ran.
+            for k in ("commands", "inner_commands", "setup_commands"):
+                tot = {}
+                for x in raw:
+                    for name, n in x.get(k, {}).items():
+                        tot[name] = tot.get(name, 0) + n
+                s[k] = tot
+            s["calls_total"] = sum(x.get("calls_total", 0) for x in raw)
+            cnt = [x["hirate_counters"] for x in raw if x.get("hirate_counters")]
+            if cnt:
+                s["hirate_counters"] = {k: sum(x[k] for x in cnt) for k in cnt[0]}
+
+
 # ---- Sentinel: following a failover ----------------------------------------------------------
 
 FAILOVER = {"runs": 3, "interval_ms": 10, "down_after_ms": 1000, "replicas": 1, "sentinels": 3,
@@ -1642,10 +1805,11 @@ def main():
     ap.add_argument("--memory-keys", type=int)
     ap.add_argument("--only", help="contender ids to run, comma-separated (default: all)")
     ap.add_argument("--phases",
-                    default="speed,atomic,outage,memory,tls,cluster,functions,failover,pieces")
+                    default="speed,atomic,outage,memory,tls,cluster,functions,bands,failover,"
+                    "pieces")
     ap.add_argument("--merge", action="store_true",
                     help="write this run's results of the phases run alone (cluster, "
-                    "functions, failover) into --out, keeping the rest of it")
+                    "functions, bands, failover) into --out, keeping the rest of it")
     ap.add_argument("--pieces", action="store_true",
                     help="run the bindings' own benchmarks in quick mode too")
     p = ap.parse_args()
@@ -1661,7 +1825,8 @@ def main():
     resolve(cs, build, setup)
     if p.only:
         only = set(p.only.split(","))
-        unknown = only - {c.id for c in cs} - {e[0].id for e in cluster_contenders()}
+        unknown = only - {c.id for c in cs} - {e[0].id for e in cluster_contenders()} - \
+            {r[0] for r in BAND_RUNS}
         if unknown:
             sys.exit("suite.py: --only: unknown contenders %s" % ", ".join(sorted(unknown)))
         cs = [c for c in cs if c.id in only]
@@ -1684,7 +1849,7 @@ def main():
         "runtimes": {k: {"ok": v.get("ok"), "reason": v.get("reason")}
                      for k, v in setup.get("runtimes", {}).items()},
         "speed": {}, "atomic": {}, "outage": {}, "memory": {}, "tls": {}, "cluster": {},
-        "functions": {}, "failover": {}, "pieces": {},
+        "functions": {}, "bands": {}, "failover": {}, "pieces": {},
     }
     work = tempfile.mkdtemp(prefix="hirate-suite-")
     redis = None
@@ -1708,6 +1873,8 @@ def main():
             phase_cluster(build, setup, redis, p, results)
         if "functions" in phases:
             phase_functions(build, redis, p, results)
+        if "bands" in phases:
+            phase_bands(build, setup, redis, p, results)
     finally:
         if redis:
             redis.close()
@@ -1721,9 +1888,9 @@ def main():
         # Only the results of the phases run change: the page's other
         # sections keep the figures of the run they came from.
         old = json.loads(Path(p.out).read_text()) if Path(p.out).exists() else dict(
-            results, cluster={}, functions={}, failover={}, scenarios=[], contenders=[],
-            speed={}, pieces={})
-        for k in ("cluster", "functions", "failover"):
+            results, cluster={}, functions={}, bands={}, failover={}, scenarios=[],
+            contenders=[], speed={}, pieces={})
+        for k in ("cluster", "functions", "bands", "failover"):
             if k in phases:
                 old[k] = results[k]
         results = old

@@ -16,6 +16,12 @@
  *   hirate-nocache  hirate_allow with the deny cache off: every decision is a
  *                   round trip, as for the other clients
  *
+ * --limits "10/second; 1000/day" (the hirate clients): a limiter of several
+ * limits on one key (hirate_options.limits, one band each) instead of
+ * --capacity and --rate; hirate and hirate-nocache then decide with
+ * hirate_allow_bands, which also gives each band's own figures (what a web
+ * integration's headers need), all in the one call.
+ *
  * Every client has a 250 ms connect timeout and a --timeout-ms command
  * timeout (100 by default), hirate's defaults. Over TLS (rediss://, the
  * hirate clients only: Debian's hiredis 0.14 has no TLS) --tls-ca-file is the
@@ -35,6 +41,7 @@
 
 #include "../../bench_util.h"
 #include "hirate.h"
+#include "hirate_io.h"
 
 /* Decisions per hirate_allow_many call of hirate-batch at most (--batch). */
 #define BATCH_MAX 256
@@ -50,6 +57,7 @@ enum impl { IMPL_HIREDIS, IMPL_HIRATE, IMPL_BATCH, IMPL_NOCACHE };
 typedef struct config {
     const char *mode, *url, *key;
     const char *tls_ca_file;    /* NULL: plain TCP */
+    const char *limits;         /* --limits: several limits; NULL: capacity, rate */
     enum impl impl;
     char host[256];
     int port;
@@ -140,6 +148,8 @@ typedef struct worker {
     uint64_t rng;
     lat lat;
     uint64_t decisions, allowed, errors;
+    uint64_t calls;             /* every decision that returned, warm-up and
+                                   the calls after the window included */
     char error[200];            /* the first failure's message */
     int sources[8];
     pthread_t thread;
@@ -162,8 +172,12 @@ static hirate_limiter *make_limiter(const config *c, int64_t capacity, double ra
     hirate_options o;
     hirate_options_init(&o);
     o.url = c->url;
-    o.capacity = capacity;
-    o.rate = rate;
+    if (c->limits) {
+        o.limits = c->limits;
+    } else {
+        o.capacity = capacity;
+        o.rate = rate;
+    }
     o.timeout_ms = c->timeout_ms;
     o.deny_cache = c->impl != IMPL_NOCACHE;
     o.tls_ca_file = c->tls_ca_file;
@@ -241,7 +255,10 @@ static int hiredis_decide(worker *w, const char *key, size_t keylen, const char 
 static int hirate_decide(worker *w, const char *key, size_t keylen)
 {
     hirate_decision d;
-    int rc = hirate_allow(w->lim, key, keylen, 1, &d);
+    hirate_decision bands[HIRATE_BANDS_MAX];
+    int rc = w->cfg->limits ? hirate_allow_bands(w->lim, key, keylen, 1, &d, bands,
+                                                 HIRATE_BANDS_MAX)
+                            : hirate_allow(w->lim, key, keylen, 1, &d);
     if (rc < 0) {
         char msg[HIRATE_ERRMSG_SIZE];
         note_error(w, "%s: %s", hirate_err_name(rc), hirate_limiter_errmsg(w->lim, msg, sizeof msg));
@@ -328,6 +345,7 @@ static void *speed_worker(void *arg)
             failed = r < 0;
         }
         int64_t t1 = bench_now_ns();
+        w->calls += c->impl == IMPL_BATCH ? (uint64_t)c->batch : 1;
         /* Only calls that end inside the measured window count. */
         if (atomic_load_explicit(&phase, memory_order_relaxed) != PHASE_MEASURE)
             continue;
@@ -416,13 +434,14 @@ static void run_speed(const config *c)
     atomic_store(&phase, PHASE_STOP);
     int64_t t1 = bench_now_ns();
     double cpu1 = cpu_seconds();
-    uint64_t decisions = 0, allowed = 0, errors = 0;
+    uint64_t decisions = 0, allowed = 0, errors = 0, calls = 0;
     lat *ls = calloc((size_t)c->concurrency, sizeof *ls);
     for (int i = 0; i < c->concurrency; i++) {
         pthread_join(ws[i].thread, NULL);
         decisions += ws[i].decisions;
         allowed += ws[i].allowed;
         errors += ws[i].errors;
+        calls += ws[i].calls;
         ls[i] = ws[i].lat;
     }
     double p50, p99;
@@ -432,6 +451,17 @@ static void run_speed(const config *c)
            (unsigned long long)decisions, (unsigned long long)allowed,
            (unsigned long long)errors, p50, p99, cpu1 - cpu0, (double)(t1 - t0) / 1e9);
     json_string(first_error(ws, c->concurrency));
+    printf(", \"calls_total\": %llu", (unsigned long long)calls);
+    if (lim) {
+        /* hirate's own count of what it sent, the whole run's. */
+        hirate_counters k;
+        hirate_counters_get(lim, &k);
+        printf(", \"nbands\": %zu, \"hirate_counters\": {\"fcall\": %llu, \"evalsha\": %llu, "
+               "\"eval\": %llu, \"cache_hits\": %llu}",
+               hirate_limiter_nbands(lim), (unsigned long long)k.fcall,
+               (unsigned long long)k.evalsha, (unsigned long long)k.eval,
+               (unsigned long long)k.cache_hits);
+    }
     puts("}");
     for (int i = 0; i < c->concurrency; i++) {
         free(ws[i].lat.v);
@@ -592,7 +622,7 @@ static void usage(void)
             "hirate-nocache --url redis://HOST:PORT [--keys N] [--concurrency C] [--seconds S] "
             "[--warmup W] [--capacity C] [--rate R] [--seed X] [--key K] [--requests N] "
             "[--calls N] [--timeout-ms MS] [--batch N (hirate-batch)] "
-            "[--tls-ca-file FILE (with rediss://)]\n"
+            "[--tls-ca-file FILE (with rediss://)] [--limits TEXT (hirate*)]\n"
             "(see bench/peers/README.md)\n");
     exit(2);
 }
@@ -628,6 +658,9 @@ int main(int argc, char **argv)
             "... got \"%s\"", c.url);
     tls = tls || strncmp(c.url, "rediss+cluster://", 17) == 0;
     c.tls_ca_file = bench_opt(argc, argv, "--tls-ca-file", NULL);
+    c.limits = bench_opt(argc, argv, "--limits", NULL);
+    if (c.limits && c.impl == IMPL_HIREDIS)
+        die("--impl hiredis: one bucket of --capacity and --rate; --limits is for hirate*");
     if (c.tls_ca_file && !tls)
         die("--tls-ca-file needs a rediss:// or rediss+cluster:// URL");
     if (tls && c.impl == IMPL_HIREDIS)

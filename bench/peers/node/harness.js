@@ -2,7 +2,7 @@
 // The Node contenders of the side-by-side benchmark, behind the harness
 // protocol of bench/peers/README.md (bench/suite/suite.py drives them):
 //
-//   node harness.js speed|atomic|outage|fill --impl rlf|rlf-insured --url redis://HOST:PORT [...]
+//   node harness.js speed|atomic|outage|fill --impl rlf|rlf-insured|rlf-union --url redis://HOST:PORT [...]
 //
 //   rlf          rate-limiter-flexible's RateLimiterRedis on one ioredis client,
 //                points = capacity, duration = capacity / rate seconds
@@ -10,13 +10,19 @@
 //   rlf-insured  the same with an insuranceLimiter (RateLimiterMemory of the
 //                same points and duration), rate-limiter-flexible's answer to a
 //                Redis that fails
+//   rlf-union    several limits on one key (--limits "10/second; 1000/day"):
+//                rate-limiter-flexible's RateLimiterUnion of one
+//                RateLimiterRedis per limit (points N, duration the window),
+//                all on the one ioredis client; a decision is allowed when
+//                every limiter consumed (the union consumes in each of them,
+//                at once, whatever the others answer)
 //
 // Concurrency is promises in flight on the one event loop and the one ioredis
 // connection (which pipelines them), as a Node service would run it.
 'use strict';
 
 const Redis = require('ioredis');
-const { RateLimiterRedis, RateLimiterMemory } = require('rate-limiter-flexible');
+const { RateLimiterRedis, RateLimiterMemory, RateLimiterUnion } = require('rate-limiter-flexible');
 const { performance } = require('perf_hooks');
 
 // Samples kept before keeping every 2nd, 4th, ... call.
@@ -34,19 +40,19 @@ function parseArgs(argv) {
   const c = {
     mode: argv[0], impl: null, url: null, key: 'fresh', keys: 100000, concurrency: 1,
     requests: 100, calls: 20, timeoutMs: 100, seconds: 2, warmup: 0.3, rate: 10,
-    capacity: 100, seed: 1,
+    capacity: 100, seed: 1, limits: null,
   };
   const names = {
     '--impl': 'impl', '--url': 'url', '--key': 'key', '--keys': 'keys',
     '--concurrency': 'concurrency', '--requests': 'requests', '--calls': 'calls',
     '--timeout-ms': 'timeoutMs', '--seconds': 'seconds', '--warmup': 'warmup',
-    '--rate': 'rate', '--capacity': 'capacity', '--seed': 'seed',
+    '--rate': 'rate', '--capacity': 'capacity', '--seed': 'seed', '--limits': 'limits',
   };
   for (let i = 1; i < argv.length; i += 2) {
     const name = names[argv[i]];
     if (!name || i + 1 >= argv.length) die(`unknown option or missing value: ${argv[i]}`);
     const v = argv[i + 1];
-    if (['impl', 'url', 'key'].includes(name)) {
+    if (['impl', 'url', 'key', 'limits'].includes(name)) {
       c[name] = v;
     } else {
       const n = Number(v);
@@ -55,9 +61,26 @@ function parseArgs(argv) {
     }
   }
   if (!c.impl || !c.url) die('--impl and --url are required');
-  if (!['rlf', 'rlf-insured'].includes(c.impl)) die(`--impl: unknown client "${c.impl}" (rlf, rlf-insured)`);
+  if (!['rlf', 'rlf-insured', 'rlf-union'].includes(c.impl)) die(`--impl: unknown client "${c.impl}" (rlf, rlf-insured, rlf-union)`);
+  if ((c.impl === 'rlf-union') !== (c.limits !== null)) die('--limits goes with --impl rlf-union, and only with it');
+  if (c.limits !== null) c.windows = parseLimits(c.limits);
   if (!(c.rate > 0) || c.capacity < 1 || c.keys < 1 || c.concurrency < 1) die('a count or the rate is out of range');
   return c;
+}
+
+// The windows of a limit string as the suite writes it ("10/second; 1000/day"):
+// [{points, duration}], duration in seconds. Only "N/unit" or "N per unit"
+// with a unit of second, minute, hour or day, separated by ';' or ',';
+// anything else is refused (this is a harness, not a grammar: hirate's is in
+// docs/semantics.md).
+function parseLimits(text) {
+  const units = { second: 1, minute: 60, hour: 3600, day: 86400 };
+  const out = text.split(/[;,]/).map((part) => {
+    const m = /^\s*(\d+)\s*(?:\/|\s+per\s+)\s*(second|minute|hour|day)\s*$/.exec(part);
+    if (!m || Number(m[1]) < 1) die(`--limits: cannot read "${part.trim()}" (N/second, N/minute, N/hour or N/day)`);
+    return { points: Number(m[1]), duration: units[m[2]] };
+  });
+  return out;
 }
 
 function makeLimiter(c, capacity, rate) {
@@ -75,6 +98,22 @@ function makeLimiter(c, capacity, rate) {
   // Errors reach the calls that meet them; the client's own event must not
   // crash the process.
   redis.on('error', () => {});
+  if (c.impl === 'rlf-union') {
+    // One limiter per limit, each with a key prefix of its own: the union
+    // names each one's result by it.
+    const union = new RateLimiterUnion(...c.windows.map((w, i) => new RateLimiterRedis({
+      storeClient: redis, keyPrefix: `rlflx${i}`, points: w.points, duration: w.duration })));
+    // consume() resolves with every limiter's result when all consumed, and
+    // rejects with the refusing limiters' results (RateLimiterRes) or, when
+    // the store failed, with the Error.
+    const decide = (key) => union.consume(key, 1).then(
+      () => true,
+      (e) => {
+        for (const v of Object.values(e)) if (v instanceof Error) throw v;
+        return false;
+      });
+    return { redis, decide };
+  }
   // Its store keeps whole seconds (SET ... EX).
   const duration = Math.max(1, Math.round(capacity / rate));
   const opts = { storeClient: redis, points: capacity, duration };
@@ -142,6 +181,9 @@ async function runSpeed(c) {
   let phase = WARM;
   const lat = new Lat();
   let decisions = 0, allowed = 0, errors = 0, firstError = null;
+  // Every call that returned, warm-up and the calls ending after the window
+  // included: the driver divides the server's whole count of commands by it.
+  let calls = 0;
   async function worker() {
     while (phase !== STOP) {
       const ph = phase;
@@ -153,6 +195,7 @@ async function runSpeed(c) {
         err = e;
       }
       const dt = performance.now() - t0;
+      calls++;
       if (phase !== MEASURE) continue; // only calls that end inside the window count
       if (ph !== MEASURE && errors === 0) firstError = null;
       if (err) {
@@ -177,7 +220,7 @@ async function runSpeed(c) {
   await Promise.all(workers);
   const [p50, p99] = lat.quantiles();
   emit({ decisions, allowed, errors, p50_us: p50, p99_us: p99,
-    cpu_s: (cpu.user + cpu.system) / 1e6, wall_s: wall, error: firstError });
+    cpu_s: (cpu.user + cpu.system) / 1e6, wall_s: wall, calls_total: calls, error: firstError });
   redis.disconnect();
 }
 

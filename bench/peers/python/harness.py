@@ -15,7 +15,16 @@ protocol of bench/peers/README.md (bench/suite/suite.py drives them):
     limits-moving   limits' MovingWindowRateLimiter, RedisStorage, capacity
     limits-sliding  limits' SlidingWindowCounterRateLimiter, RedisStorage
                     (both: capacity hits per capacity / rate seconds)
-    hirate          hirate.Limiter, threads sharing one limiter
+    limits-stack    several limits on one key (--limits "10/second; 1000/day")
+                    as Flask-Limiter decides them: limits' parse_many of the
+                    string, its FixedWindowRateLimiter (Flask-Limiter's default
+                    strategy) on RedisStorage, one hit per limit in
+                    Flask-Limiter's order (sorted), stopping at the first
+                    refusal (its default fail_on_first_breach); the limits
+                    hit before it stay charged
+    hirate          hirate.Limiter, threads sharing one limiter; with
+                    --limits, hirate.Limiter(url, limits=...): every limit in
+                    one decision
     hirate-async    hirate.AsyncLimiter, asyncio tasks
 
 Threads for the synchronous clients and tasks for the asyncio ones: what a
@@ -51,7 +60,9 @@ DRAWS = 1 << 16
 
 ASYNC = {"redis-py-async", "hirate-async"}
 IMPLS = ("redis-py", "redis-py-async", "redis-py-pipeline", "limits-moving", "limits-sliding",
-         "hirate", "hirate-async")
+         "limits-stack", "hirate", "hirate-async")
+# The implementations that take --limits (several limits on one key).
+WITH_LIMITS = ("limits-stack", "hirate", "hirate-async")
 # Decisions per call of a batch client (redis-py-pipeline).
 BATCH = 16
 
@@ -147,13 +158,29 @@ def make_decider(c, capacity, rate, sources=False):
         def decide(key):
             return hit(item, key)
         return decide, lambda: None
+    if c.impl == "limits-stack":
+        from limits import parse_many, storage, strategies
+
+        if c.tls_ca_file:
+            die("--tls-ca-file: the limits contenders run over plain TCP only")
+        st = storage.RedisStorage(c.url, socket_timeout=timeout, socket_connect_timeout=0.25)
+        hit = strategies.FixedWindowRateLimiter(st).hit
+        # Flask-Limiter evaluates a route's limits sorted (by granularity).
+        items = sorted(parse_many(c.limits))
+
+        def decide(key):
+            for item in items:
+                if not hit(item, key):
+                    return False
+            return True
+        return decide, lambda: None
     if c.impl in ("hirate", "hirate-async"):
         import hirate
 
         cls = hirate.AsyncLimiter if c.impl == "hirate-async" else hirate.Limiter
         tls = {"tls_ca_file": c.tls_ca_file} if c.tls_ca_file else {}
-        lim = cls(c.url, capacity=capacity, rate=rate, timeout=timeout, connect_timeout=0.25,
-                  **tls)
+        limit = {"limits": c.limits} if c.limits else {"capacity": capacity, "rate": rate}
+        lim = cls(c.url, timeout=timeout, connect_timeout=0.25, **limit, **tls)
         allow = lim.allow
         if c.impl == "hirate":
             def decide(key):
@@ -177,12 +204,15 @@ SOURCES = {}
 
 
 class Worker:
-    __slots__ = ("decisions", "allowed", "errors", "error", "lat", "stride", "draws")
+    __slots__ = ("decisions", "allowed", "errors", "error", "lat", "stride", "draws", "calls")
 
     def __init__(self, c, index, keys):
         rng = random.Random(c.seed * 1000003 + index)
         self.draws = keys * DRAWS if len(keys) == 1 else rng.choices(keys, k=DRAWS)
-        self.decisions = self.allowed = self.errors = 0
+        # calls: every decision that returned, warm-up and the calls ending
+        # after the window included (the driver divides the server's whole
+        # count of commands by it).
+        self.decisions = self.allowed = self.errors = self.calls = 0
         self.error = None
         self.lat = array.array("q")
         self.stride = 1
@@ -213,6 +243,7 @@ def batch_worker_loop(w, decide_many):
         except Exception as e:  # the whole call failed
             outcomes = [e] * BATCH
         dt = clock() - t0
+        w.calls += BATCH
         if Phase.now != MEASURE:
             continue
         if ph != MEASURE and not w.errors:
@@ -258,6 +289,7 @@ def worker_loop(w, decide):
         except Exception as e:  # a failed decision is data
             err = e
         dt = clock() - t0
+        w.calls += 1
         if Phase.now != MEASURE:
             continue  # only calls that end inside the window count
         if ph != MEASURE and not w.errors:
@@ -297,6 +329,7 @@ async def aworker_loop(w, decide):
         except Exception as e:  # a failed decision is data
             err = e
         dt = clock() - t0
+        w.calls += 1
         if Phase.now != MEASURE:
             continue
         if ph != MEASURE and not w.errors:
@@ -340,7 +373,8 @@ def speed_result(workers, cpu, wall):
     return {"decisions": sum(w.decisions for w in workers),
             "allowed": sum(w.allowed for w in workers),
             "errors": sum(w.errors for w in workers),
-            "p50_us": p50, "p99_us": p99, "cpu_s": cpu, "wall_s": wall, "error": first}
+            "p50_us": p50, "p99_us": p99, "cpu_s": cpu, "wall_s": wall,
+            "calls_total": sum(w.calls for w in workers), "error": first}
 
 
 def run_speed(c):
@@ -517,7 +551,15 @@ def main():
     p.add_argument("--capacity", type=positive(int), default=100)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--tls-ca-file", help="with a rediss:// URL: the CA of the server's certificate")
+    p.add_argument("--limits", help="several limits on one key, a limit string such as "
+                   "\"10/second; 1000/day\" (%s; instead of --capacity and --rate)"
+                   % ", ".join(WITH_LIMITS))
     c = p.parse_args()
+    if c.limits is not None and c.impl not in WITH_LIMITS:
+        die("--limits: --impl %s takes --capacity and --rate (--limits: %s)"
+            % (c.impl, ", ".join(WITH_LIMITS)))
+    if c.impl == "limits-stack" and not c.limits:
+        die("--impl limits-stack needs --limits")
     if c.tls_ca_file and not c.url.startswith("rediss://"):
         die("--tls-ca-file needs a rediss:// URL")
     if c.impl in ASYNC:
