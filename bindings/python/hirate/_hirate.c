@@ -364,9 +364,8 @@ static PyObject *decision_band(PyObject *self, void *c)
     return PyLong_FromLong(D(self).band);
 }
 
-/* (self,) for one band; each band's own Decision for several; () when the
- * call gave the whole's figures only (allow_many through the blocking path:
- * hirate_allow_many has no band figures). */
+/* (self,) for one band; each band's own Decision for several; () for a
+ * Decision made in Python of several bands without theirs. */
 static PyObject *decision_bands(PyObject *self, void *c)
 {
     (void)c;
@@ -1163,13 +1162,16 @@ static PyObject *limiter_allow_many(PyObject *op, PyObject *pairs)
         if (last)
             hirate_limiter_errmsg(self->lim, msg, sizeof msg);
     } else {
-        if (enter(self) < 0) {
+        if (batch_bands(&b, self->nbands) < 0 || enter(self) < 0) {
             batch_clear(&b);
             return NULL;
         }
         hirate_limiter *lim = self->lim;
         Py_BEGIN_ALLOW_THREADS
-        hirate_allow_many(lim, b.items, (size_t)b.n);
+        if (b.bandv)
+            hirate_allow_many_bands(lim, b.items, (size_t)b.n, b.bandv);
+        else
+            hirate_allow_many(lim, b.items, (size_t)b.n);
         for (Py_ssize_t i = 0; i < b.n; i++)
             last = b.items[i].rc < 0 ? b.items[i].rc : last;
         if (last)
@@ -1179,10 +1181,8 @@ static PyObject *limiter_allow_many(PyObject *op, PyObject *pairs)
     }
     /* hirate_allow_many leaves one message on the limiter, the last failed
      * item's: it goes to the items of that code, and the others get their
-     * code's words (a batch rarely fails in two ways at once). Through
-     * Redis it gives the whole's figures only: a limiter of several bands
-     * has no band figures there (NO_BANDS). */
-    int nb = b.nbands ? b.nbands : self->nbands > 1 ? NO_BANDS : 0;
+     * code's words (a batch rarely fails in two ways at once). */
+    int nb = b.nbands;
     PyObject *list = PyList_New(b.n);
     for (Py_ssize_t i = 0; list && i < b.n; i++) {
         const hirate_item *it = &b.items[i];

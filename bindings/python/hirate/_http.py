@@ -42,7 +42,7 @@ def _core_limit(capacity, rate):
     capacity, rate = probe.capacity, probe.rate
     name = probe.bands[0].name
     probe.close()
-    return capacity, rate, name, int(name[len("%d-per-" % capacity):-1])
+    return capacity, rate, name, _hirate.refill_seconds(capacity, rate)
 
 
 def _core_name(capacity, rate, name):
