@@ -364,17 +364,25 @@ class Doc:
                 for cid, k in keys.items() if cid in self.cs) + ".")
             self.w()
 
-    def tls(self):
-        t = self.res.get("tls") or {}
-        if not t.get("runs"):
-            return
-        p = self.res["params"]
-        self.w("## Over TLS")
+    def section(self, key, title, present="runs"):
+        """The results of phase `key` under its heading, or None when it has
+        none, or was not run (which the page then says)."""
+        t = self.res.get(key) or {}
+        if not t.get(present):
+            return None
+        self.w("## " + title)
         self.w()
         if t.get("reason"):
             self.w("Not run in this run: %s." % t["reason"])
             self.w()
+            return None
+        return t
+
+    def tls(self):
+        t = self.section("tls", "Over TLS")
+        if t is None:
             return
+        p = self.res["params"]
         srv = t.get("server", {})
         cipher = srv.get("driver_cipher") or {}
         self.w("The same work (capacity %d, %g per second, cost 1) on the workloads where every "
@@ -448,14 +456,8 @@ class Doc:
             self.w()
 
     def cluster(self):
-        t = self.res.get("cluster") or {}
-        if not t.get("runs"):
-            return
-        self.w("## Redis Cluster")
-        self.w()
-        if t.get("reason"):
-            self.w("Not run in this run: %s." % t["reason"])
-            self.w()
+        t = self.section("cluster", "Redis Cluster")
+        if t is None:
             return
         p, srv, shape = t["params"], t.get("server", {}), t["shape"]
         f = t.get("facts")
@@ -590,14 +592,8 @@ class Doc:
             self.w()
 
     def functions(self):
-        t = self.res.get("functions") or {}
-        if not t.get("runs"):
-            return
-        self.w("## Redis Functions: FCALL, EVALSHA and EVAL")
-        self.w()
-        if t.get("reason"):
-            self.w("Not run in this run: %s." % t["reason"])
-            self.w()
+        t = self.section("functions", "Redis Functions: FCALL, EVALSHA and EVAL")
+        if t is None:
             return
         self.phase_facts(t)
         p, srv = t["params"], t.get("server", {})
@@ -679,14 +675,8 @@ class Doc:
         self.w()
 
     def bands(self):
-        t = self.res.get("bands") or {}
-        if not t.get("runs"):
-            return
-        self.w("## Two limits on one identity")
-        self.w()
-        if t.get("reason"):
-            self.w("Not run in this run: %s." % t["reason"])
-            self.w()
+        t = self.section("bands", "Two limits on one identity")
+        if t is None:
             return
         self.phase_facts(t)
         p, srv, v = t["params"], t.get("server", {}), t.get("versions", {})
@@ -807,14 +797,8 @@ class Doc:
         self.w()
 
     def failover(self):
-        t = self.res.get("failover") or {}
-        if not t.get("clients"):
-            return
-        self.w("## Sentinel failover")
-        self.w()
-        if t.get("reason"):
-            self.w("Not run in this run: %s." % t["reason"])
-            self.w()
+        t = self.section("failover", "Sentinel failover", present="clients")
+        if t is None:
             return
         self.phase_facts(t)
         p, v = t["params"], t.get("versions", {})
