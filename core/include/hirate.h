@@ -89,6 +89,8 @@ extern "C" {
     X(ETLS,      -19, "TLS handshake or certificate check failed")              \
     X(EREFUSED,  -20, "Redis refused the connection")                           \
     X(ENOTREDIS, -21, "the server does not speak the Redis protocol")
+/* The most negative code is -HIRATE_ERRNO_MAX. */
+#define HIRATE_ERRNO_MAX 21
 
 enum hirate_errno {
 #define HIRATE_ERRNO_ENUM_(name, code, msg) HIRATE_##name = (code),
@@ -136,9 +138,12 @@ typedef struct hirate_decision {
 } hirate_decision;
 
 /* Events worth a line in a log, each said once when it happens, never once
- * per call: HIRATE_LOG_WARNING (Redis Functions refused by a server, so it
- * gets EVALSHA from then on), HIRATE_LOG_INFO (a Sentinel service's master
- * found, or moved). Called from whichever thread learnt it, with no lock of
+ * per call: HIRATE_LOG_WARNING (a Redis node failed and its breaker opened:
+ * the failure policy decides until it answers again, said once per outage
+ * with the failure, not at each failed probe; Redis Functions refused by a
+ * server, so it gets EVALSHA from then on), HIRATE_LOG_INFO (a node answers
+ * again after an outage, and how long it was gone; a Sentinel service's
+ * master found, or moved). Called from whichever thread learnt it, with no lock of
  * the limiter held; it must not call the limiter. msg never holds a
  * password. */
 #define HIRATE_LOG_WARNING 1
@@ -213,6 +218,10 @@ typedef struct hirate_options {
     int backoff_max_ms;     /* doubling up to this; defaults 100 and 5000 */
     int deny_cache;         /* 1: remember refusals (default); 0: off */
     size_t deny_cache_keys; /* refusals remembered at most; default 65,536 */
+    int deny_cache_max_ms;  /* a refusal is foretold from one reply for at most
+                               this long, then Redis is asked again, so that a
+                               reset made by another process is seen within
+                               it; 1..86,400,000, default 1000 */
     /* TLS, for rediss:// URLs (each string is copied; NULL: not set). */
     const char *tls_ca_file;     /* PEM file of trusted CAs; default: the system's */
     const char *tls_ca_dir;      /* directory of trusted CAs (c_rehash layout) */
@@ -327,6 +336,44 @@ typedef struct hirate_limit {
  * err that quotes the limit and names the part that is wrong. */
 HIRATE_EXPORT int hirate_limits_parse(const char *text, hirate_limit *out, size_t max, size_t *n,
                                       char *err, size_t errlen);
+
+/* A limiter's metrics since it was made, counted in the core on every path
+ * (the blocking client, the io layer's ops, the memory backend), without a
+ * lock and without a cache line that every thread writes: each thread adds
+ * to a stripe of its own, and hirate_stats_get sums the stripes, so each
+ * figure is exact once the calls it counts have returned. */
+#define HIRATE_LATENCY_BUCKETS 14
+typedef struct hirate_stats {
+    uint64_t decisions[6];  /* decisions of calls that spend (hirate_allow,
+                               _many, _bands, ops with spend) by source:
+                               decisions[HIRATE_SOURCE_REDIS] .. [HIRATE_SOURCE_
+                               FAIL_CLOSED]; decisions[0] stays 0 */
+    uint64_t refused;       /* of those, the refused */
+    uint64_t peeks;         /* decisions of peeks, any source */
+    uint64_t errors[HIRATE_ERRNO_MAX + 1]; /* failures met, by code
+                               (errors[-HIRATE_ETIMEDOUT]), one a call or a
+                               batch's item: those returned (bad input, a
+                               misconfiguration) and the outages a policy
+                               answered for */
+    uint64_t breaker_opens; /* times a node's breaker opened (an outage began) */
+    uint64_t breaker_closes;/* times it closed again (a probe succeeded) */
+    uint64_t connects;      /* connections made (their handshakes done) */
+    uint64_t conns_dropped; /* connections closed after an error */
+    uint64_t latency[HIRATE_LATENCY_BUCKETS]; /* Redis round trips by how long
+                               they took: latency[i] counts those above bound
+                               i-1 and at most bound i (hirate_latency_bounds),
+                               the last those above every bound; not cumulative */
+    uint64_t latency_sum_us;/* the time of every round trip counted there */
+} hirate_stats;
+
+/* Fills out (size: sizeof *out, so that a program built against an older,
+ * shorter hirate_stats keeps working). 0, or HIRATE_EINVAL. */
+HIRATE_EXPORT int hirate_stats_get(hirate_limiter *lim, hirate_stats *out, size_t size);
+
+/* The HIRATE_LATENCY_BUCKETS - 1 upper bounds of the latency buckets, in µs:
+ * 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000,
+ * 500000, 1000000. *n (when not NULL) is their number. */
+HIRATE_EXPORT const int64_t *hirate_latency_bounds(size_t *n);
 
 /* The Redis script and its SHA1 (40 hex digits), e.g. to SCRIPT LOAD it. */
 HIRATE_EXPORT const char *hirate_script_source(size_t *len);
