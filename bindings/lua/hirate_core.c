@@ -41,7 +41,9 @@
  * Memory: nothing here mallocs. Scratch space and keys live in userdata, so
  * an error raised halfway (a longjmp) leaks nothing; the only C allocations
  * are the core's own limiter, ops and handshakes, each stored in its
- * userdata the moment it exists.
+ * userdata the moment it exists, and each also on its state's list of owned
+ * objects (below: "the owner", whose entries come from the state's own
+ * allocator), since Lua may collect a userdata without calling its __gc.
  */
 #include <limits.h>
 #include <math.h>
@@ -85,8 +87,11 @@ typedef struct log_queue {
     } lines[LOG_LINES];
 } log_queue;
 
+struct owned;
+
 typedef struct limiter_ud {
     hirate_limiter *lim;    /* NULL once freed */
+    struct owned *own;      /* lim's entry on the owner's list, while it has one */
     int closed;             /* close() was called: every call answers ECLOSED */
     int users;              /* ops and handshakes still holding lim: it outlives them */
     int has_redis;
@@ -109,6 +114,7 @@ enum { OP_DONE, OP_PENDING };
 
 typedef struct op_ud {
     hirate_op *op;          /* the core's op while it waits for Redis */
+    struct owned *own;      /* op's entry on the owner's list */
     limiter_ud *lud;        /* while op is held; the uservalue keeps it alive */
     int state;
     int reset;              /* an op of _op_start_reset: result(), not results() */
@@ -132,9 +138,122 @@ enum { HS_FREED, HS_RUNNING, HS_DONE };
 
 typedef struct hs_ud {
     hirate_handshake *hs;   /* the core's handshake, until free() */
+    struct owned *own;      /* hs's entry on the owner's list */
     limiter_ud *lud;        /* while hs is held; the uservalue keeps it alive */
     int state;
 } hs_ud;
+
+/* ---- the owner: every core object, whatever Lua's collector skips ------------------ */
+
+/* Lua may collect a userdata without calling its __gc: a finalizer whose
+ * call cannot even start (Lua has no memory for the call's frame while an
+ * allocation fails) is reported as a warning and never tried again. A
+ * limiter, op or handshake held only by that userdata would have no owner
+ * left. So each is also on a list that the Lua state owns (a userdata in
+ * the registry, made when the module is opened), in blocks of the state's
+ * allocator that no collection frees: the userdata's own release frees the
+ * object and takes it off the list; the list's __gc, at lua_close, frees
+ * what is still on it. Being the module's first userdata with a __gc, it
+ * is finalized after every other of the module's. An op or handshake that
+ * lost its __gc so keeps its limiter (users) until lua_close. */
+enum { OWN_OP, OWN_HS, OWN_LIMITER };
+
+typedef struct owned {
+    struct owned *prev, *next;
+    struct owner *owner;
+    int kind;               /* OWN_* */
+    void *obj;              /* the core's object; NULL until it exists */
+} owned;
+
+typedef struct owner {
+    owned ring;             /* the list's head: ring.next is the newest */
+    lua_Alloc alloc;        /* the state's, for the entries */
+    void *alloc_ud;
+} owner;
+
+static const char owner_key;   /* its address: the owner's key in the registry */
+
+/* A new entry of kind on the state's list, taken before the core's object
+ * is made, so that storing the object in it (entry->obj) cannot fail. */
+static owned *owned_new(lua_State *L, int kind)
+{
+    lua_pushlightuserdata(L, (void *)&owner_key);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    owner *ow = (owner *)lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    owned *e = ow ? (owned *)ow->alloc(ow->alloc_ud, NULL, 0, sizeof *e) : NULL;
+    if (!e)
+        luaL_error(L, "not enough memory");
+    e->owner = ow;
+    e->kind = kind;
+    e->obj = NULL;
+    e->prev = &ow->ring;
+    e->next = ow->ring.next;
+    ow->ring.next->prev = e;
+    ow->ring.next = e;
+    return e;
+}
+
+/* Takes *ep off the list (its object is freed, or was never made). */
+static void owned_free(owned **ep)
+{
+    owned *e = *ep;
+    if (!e)
+        return;
+    *ep = NULL;
+    e->prev->next = e->next;
+    e->next->prev = e->prev;
+    e->owner->alloc(e->owner->alloc_ud, e, sizeof *e, 0);
+}
+
+/* The owner's __gc (lua_close): frees the objects whose userdata never freed
+ * them, the ops and handshakes before the limiters they use. Allocates
+ * nothing, so nothing can stop it halfway. */
+static int l_owner_gc(lua_State *L)
+{
+    owner *ow = (owner *)lua_touserdata(L, 1);
+    for (int kind = OWN_OP; kind <= OWN_LIMITER; kind++) {
+        owned *e = ow->ring.next;
+        while (e != &ow->ring) {
+            owned *next = e->next;
+            if (e->kind == kind) {
+                if (kind == OWN_OP)
+                    hirate_op_free((hirate_op *)e->obj);
+                else if (kind == OWN_HS)
+                    hirate_handshake_free((hirate_handshake *)e->obj);
+                else if (e->obj) {
+                    hirate_limiter_free((hirate_limiter *)e->obj);
+                    __atomic_fetch_sub(&live_limiters, 1, __ATOMIC_RELAXED);
+                }
+                owned_free(&e);
+            }
+            e = next;
+        }
+    }
+    return 0;
+}
+
+/* Makes the state's owner once (the module may be opened again). */
+static void open_owner(lua_State *L)
+{
+    lua_pushlightuserdata(L, (void *)&owner_key);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    int have = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (have)
+        return;
+    owner *ow = (owner *)lua_newuserdata(L, sizeof *ow);
+    ow->ring.prev = ow->ring.next = &ow->ring;
+    ow->alloc = lua_getallocf(L, &ow->alloc_ud);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, l_owner_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_pushlightuserdata(L, (void *)&owner_key);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+    lua_pop(L, 1);
+}
 
 /* ---- errors -------------------------------------------------------------------- */
 
@@ -621,6 +740,7 @@ static void limiter_release(limiter_ud *u)
         hirate_limiter_free(u->lim);
         u->lim = NULL;
         __atomic_fetch_sub(&live_limiters, 1, __ATOMIC_RELAXED);
+        owned_free(&u->own);
     }
 }
 
@@ -1023,11 +1143,16 @@ static int l_new(lua_State *L)
 
     char why[HIRATE_ERRMSG_SIZE];
     hirate_limiter *lim;
+    owned *own = owned_new(L, OWN_LIMITER);
     int rc = hirate_limiter_new(&lim, &o, why, sizeof why);
+    if (rc < 0)
+        owned_free(&own);
     if (rc == HIRATE_ENOMEM)
         return luaL_error(L, "hirate.new: %s", why);
     if (rc < 0)
         return raise_option_error(L, why, from, o.nbands);
+    own->obj = lim;
+    u->own = own;
     u->lim = lim;
     __atomic_fetch_add(&live_limiters, 1, __ATOMIC_RELAXED);
     u->has_redis = o.url != NULL;
@@ -1427,12 +1552,15 @@ static int l_handshake_start(lua_State *L)
         return push_closed(L);
     hs_ud *h = (hs_ud *)new_holder(L, sizeof *h, HS_MT);
     h->state = HS_FREED;   /* until the core's handshake exists */
+    h->own = owned_new(L, OWN_HS);
     char err[HIRATE_ERRMSG_SIZE];
     int rc = hirate_node_handshake_start(u->lim, node, &h->hs, err, sizeof err);
     if (rc < 0) {
         h->hs = NULL;
+        owned_free(&h->own);
         return push_error(L, rc, err);
     }
+    h->own->obj = h->hs;
     h->lud = u;
     h->state = HS_RUNNING;
     u->users++;
@@ -1532,6 +1660,7 @@ static int l_hs_free(lua_State *L)
         limiter_release(h->lud);
         h->lud = NULL;
     }
+    owned_free(&h->own);
     h->state = HS_FREED;
     return 0;
 }
@@ -1561,6 +1690,7 @@ static void op_release(op_ud *o)
         o->lud->users--;
         limiter_release(o->lud);
     }
+    owned_free(&o->own);
     o->lud = NULL;
 }
 
@@ -1598,9 +1728,12 @@ static void op_finish(lua_State *L, op_ud *o, int idx)
  * needed none, keeps the limiter's message for the items that failed. */
 static int op_started(lua_State *L, limiter_ud *u, op_ud *o, int rc, hirate_op *op)
 {
+    if (rc != 1)
+        owned_free(&o->own);   /* the core made no op */
     if (rc < 0)
         return push_failure(L, u, rc);
     if (rc == 1) {
+        o->own->obj = op;
         o->op = op;
         o->lud = u;
         o->state = OP_PENDING;
@@ -1641,6 +1774,7 @@ static int l_op_start(lua_State *L)
     o->bands = (hirate_decision *)(void *)(o->items + n);
     fill_items(L, 2, o->items, n, (char *)(o->bands + n * nb));
     hirate_op *op = NULL;
+    o->own = owned_new(L, OWN_OP);
     /* The band figures go straight into the op's userdata, whether the
      * core decides an item at once or once Redis answers. */
     int rc = nb ? hirate_op_start_bands(u->lim, o->items, n, spend, now_us, o->bands, &op)
@@ -1665,6 +1799,7 @@ static int l_op_start_reset(lua_State *L)
     char *copy = (char *)o->items;   /* n is 0: the key's bytes follow */
     memcpy(copy, key, keylen);
     hirate_op *op = NULL;
+    o->own = owned_new(L, OWN_OP);
     int rc = hirate_op_start_reset(u->lim, copy, keylen, &op);
     return op_started(L, u, o, rc, op);
 }
@@ -2089,6 +2224,7 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"_live", l_live},
         {NULL, NULL}};
 
+    open_owner(L);   /* first: its __gc must come after every other */
     new_class(L, LIMITER_MT, limiter_meta, limiter_methods);
     new_class(L, OP_MT, op_meta, op_methods);
     new_class(L, HS_MT, hs_meta, hs_methods);

@@ -9,9 +9,10 @@
  * as a leak (the core keeps every live limiter on its fork list), so the
  * program is linked with -Wl,--wrap for hirate_limiter_new/_free,
  * hirate_op_start/_start_bands/_start_reset/_free and
- * hirate_handshake_start/_free,
- * counts what the module makes and frees, and after each lua_close() every
- * count must be back to 0.
+ * hirate_handshake_start/_free and hirate_node_handshake_start (the one the
+ * module calls), counts what the module makes and frees, and after each
+ * lua_close() every count must be back to 0. A link without the last wrap
+ * would count no handshake at all: the program refuses to run then.
  *
  *     alloc_fail <path/to/alloc_fail.lua>
  *
@@ -61,6 +62,9 @@ int __real_hirate_op_start_reset(hirate_limiter *lim, const void *key, size_t ke
 void __real_hirate_op_free(hirate_op *op);
 int __real_hirate_handshake_start(hirate_limiter *lim, hirate_handshake **out, char *err,
                                   size_t errlen);
+/* Weak: NULL when the program was linked without its wrap. */
+int __real_hirate_node_handshake_start(hirate_limiter *lim, int node, hirate_handshake **out,
+                                       char *err, size_t errlen) __attribute__((weak));
 void __real_hirate_handshake_free(hirate_handshake *hs);
 int __wrap_hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
                               size_t len);
@@ -74,6 +78,8 @@ int __wrap_hirate_op_start_reset(hirate_limiter *lim, const void *key, size_t ke
 void __wrap_hirate_op_free(hirate_op *op);
 int __wrap_hirate_handshake_start(hirate_limiter *lim, hirate_handshake **out, char *err,
                                   size_t errlen);
+int __wrap_hirate_node_handshake_start(hirate_limiter *lim, int node, hirate_handshake **out,
+                                       char *err, size_t errlen);
 void __wrap_hirate_handshake_free(hirate_handshake *hs);
 
 int __wrap_hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
@@ -125,21 +131,40 @@ void __wrap_hirate_op_free(hirate_op *op)
  * those are not the module's to count. */
 static hirate_handshake *started[64];
 
+/* Counts a handshake the module started, once (hirate_handshake_start may
+ * go through hirate_node_handshake_start). */
+static void count_started(hirate_handshake *hs)
+{
+    size_t i, free_at = sizeof started / sizeof *started;
+    for (i = 0; i < sizeof started / sizeof *started; i++) {
+        if (started[i] == hs)
+            return;
+        if (!started[i] && free_at == sizeof started / sizeof *started)
+            free_at = i;
+    }
+    if (free_at == sizeof started / sizeof *started) {
+        fprintf(stderr, "alloc_fail: more than %zu handshakes at once\n", free_at);
+        abort();
+    }
+    started[free_at] = hs;
+    live_handshakes++;
+}
+
 int __wrap_hirate_handshake_start(hirate_limiter *lim, hirate_handshake **out, char *err,
                                   size_t errlen)
 {
     int rc = __real_hirate_handshake_start(lim, out, err, errlen);
-    if (rc == 0) {
-        size_t i = 0;
-        while (i < sizeof started / sizeof *started && started[i])
-            i++;
-        if (i == sizeof started / sizeof *started) {
-            fprintf(stderr, "alloc_fail: more than %zu handshakes at once\n", i);
-            abort();
-        }
-        started[i] = *out;
-        live_handshakes++;
-    }
+    if (rc == 0)
+        count_started(*out);
+    return rc;
+}
+
+int __wrap_hirate_node_handshake_start(hirate_limiter *lim, int node, hirate_handshake **out,
+                                       char *err, size_t errlen)
+{
+    int rc = __real_hirate_node_handshake_start(lim, node, out, err, errlen);
+    if (rc == 0)
+        count_started(*out);
     return rc;
 }
 
@@ -192,6 +217,11 @@ int main(int argc, char **argv)
     char why[512] = "";
     if (argc != 2) {
         fprintf(stderr, "usage: %s <alloc_fail.lua>\n", argv[0]);
+        return 2;
+    }
+    if (!__real_hirate_node_handshake_start) {
+        fprintf(stderr, "alloc_fail: linked without -Wl,--wrap=hirate_node_handshake_start: "
+                        "the module's handshakes would go uncounted\n");
         return 2;
     }
     for (long n = 0; n < 1000000; n++) {

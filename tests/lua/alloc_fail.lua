@@ -99,6 +99,24 @@ assert(op:request() == nil and #op:results()[1].bands == 2)
 op:free()
 rbanded:close()
 assert(core.refill_seconds(10, 2) == 5)
+-- Garbage whose finalizers run deeper than any call before (collectgarbage
+-- at the bottom of a recursion), so that each __gc call needs new memory:
+-- where it is refused, Lua skips that __gc for good, and the core's objects
+-- must still be freed by lua_close.
+local function collect_deep(depth)
+    if depth == 0 then
+        core.new { capacity = 1, rate = 1 }:allow("g")
+        local gone = core.new { url = "redis://127.0.0.1:1", capacity = 1, rate = 1 }
+        gone:_handshake_start()
+        gone:_op_start({ { "g", 1 } }, true)
+        gone = nil
+        collectgarbage()
+        return true
+    end
+    local done = collect_deep(depth - 1)   -- not a tail call: each level a frame
+    return done
+end
+assert(collect_deep(30))
 -- And one open limiter for lua_close to collect.
 core.new { capacity = 1, rate = 1 }:allow("x")
 return "done"
