@@ -69,7 +69,8 @@ step "Lua running out of memory at each allocation (AddressSanitizer)"
 wrap="-Wl,--wrap=hirate_limiter_new -Wl,--wrap=hirate_limiter_free"
 wrap="$wrap -Wl,--wrap=hirate_op_start -Wl,--wrap=hirate_op_start_bands"
 wrap="$wrap -Wl,--wrap=hirate_op_start_reset -Wl,--wrap=hirate_op_free"
-wrap="$wrap -Wl,--wrap=hirate_handshake_start -Wl,--wrap=hirate_handshake_free"
+wrap="$wrap -Wl,--wrap=hirate_handshake_start -Wl,--wrap=hirate_node_handshake_start"
+wrap="$wrap -Wl,--wrap=hirate_handshake_free"
 # shellcheck disable=SC2086
 ${CC:-cc} -std=c11 -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
     -fno-omit-frame-pointer -Wall -Wextra -Werror -D_DEFAULT_SOURCE \
