@@ -887,6 +887,13 @@ function Limiter:bands()
     return self.lim:bands()
 end
 
+--- stats(): the core's metrics of this limiter (see hirate.core's
+--- lim:stats()): the cosocket path's ops are counted as the blocking
+--- client's calls are, each leg of an op one round trip.
+function Limiter:stats()
+    return self.lim:stats()
+end
+
 function Limiter:_stats()
     return self.lim:_stats()
 end
