@@ -30,8 +30,8 @@
  * Only hirate.h and hirate_io.h are included: the binding knows no more of
  * the core than any other program could.
  *
- * The core's log lines (a Sentinel master found or moved, Redis Functions
- * refused by a server) arrive in log_line(), which may run inside a call of
+ * The core's log lines (a breaker opened or closed, a Sentinel master found
+ * or moved, Redis Functions refused by a server) arrive in log_line(), which may run inside a call of
  * the core, on any thread: it never calls Lua, it queues the line in the
  * limiter's userdata (a few lines, the oldest dropped when full). The
  * methods of plain Lua hand the queue to the `log` function once the core

@@ -44,8 +44,9 @@ requests go on meanwhile.
     master's AUTH, SELECT and ROLE). Which sentinel to ask, when to ask
     again and where the master is are the core's: this module knows no
     Sentinel command.
-  * The core's log lines (a Sentinel master found or moved at INFO, Redis
-    Functions refused by a server at WARN) go to ngx.log, or to the `log`
+  * The core's log lines (Redis failed and the breaker opened at WARN, once
+    per outage; Redis answers again at INFO; a Sentinel master found or
+    moved at INFO, Redis Functions refused by a server at WARN) go to ngx.log, or to the `log`
     option's function(level, message) when one is given; the core queues
     them during a call and this module writes them once the call is done.
 
