@@ -233,7 +233,7 @@ static void bytes_per_key(size_t nkeys, const char *summary)
         exit(1);
     }
     size_t rss0 = rss_bytes();
-    hirate_memory *m = hirate_memory_new(2 * nkeys, 1);
+    hirate_memory *m = hirate_memory_new(2 * nkeys, 1, 0);
     if (!m) {
         fprintf(stderr, "bench_memory: out of memory\n");
         exit(1);

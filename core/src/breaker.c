@@ -13,7 +13,8 @@ void hirate_breaker_init(hirate_breaker *b, int min_ms, int max_ms)
     b->max_ms = max_ms;
     b->last_error = 0;
     b->jitter = (uint64_t)(uintptr_t)b * 0x9e3779b97f4a7c15ull | 1;
-    b->opens = 0;
+    b->opens = b->closes = 0;
+    b->opened_us = 0;
 }
 
 void hirate_breaker_destroy(hirate_breaker *b)
@@ -52,14 +53,20 @@ int hirate_breaker_enter(hirate_breaker *b, int64_t now_us, int *error, int64_t 
     return verdict;
 }
 
-void hirate_breaker_success(hirate_breaker *b, int probe)
+int64_t hirate_breaker_success(hirate_breaker *b, int probe, int64_t now_us)
 {
     if (!probe)
-        return;   /* closed already, or a late answer to a call from before */
+        return -1;   /* closed already, or a late answer to a call from before */
     pthread_mutex_lock(&b->lock);
+    int64_t gone = -1;
+    if (b->state != CLOSED) {
+        gone = now_us - b->opened_us;
+        b->closes++;
+    }
     b->backoff_ms = 0;
     __atomic_store_n(&b->state, CLOSED, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&b->lock);
+    return gone;
 }
 
 void hirate_breaker_release(hirate_breaker *b, int probe)
@@ -72,8 +79,10 @@ void hirate_breaker_release(hirate_breaker *b, int probe)
     pthread_mutex_unlock(&b->lock);
 }
 
-int64_t hirate_breaker_failure(hirate_breaker *b, int probe, int error, int64_t now_us)
+int64_t hirate_breaker_failure(hirate_breaker *b, int probe, int error, int64_t now_us,
+                               int *opened)
 {
+    *opened = 0;
     pthread_mutex_lock(&b->lock);
     if (probe || b->state == CLOSED) {
         if (probe && b->backoff_ms)
@@ -82,7 +91,11 @@ int64_t hirate_breaker_failure(hirate_breaker *b, int probe, int error, int64_t 
             b->backoff_ms = b->min_ms;
         b->retry_at_us = now_us + jittered_us(b);
         b->last_error = error;
-        b->opens += b->state == CLOSED;
+        if (b->state == CLOSED) {
+            b->opens++;
+            b->opened_us = now_us;
+            *opened = 1;
+        }
         __atomic_store_n(&b->state, OPEN, __ATOMIC_RELEASE);
     }
     int64_t wait_us = b->retry_at_us > now_us ? b->retry_at_us - now_us : 0;

@@ -20,7 +20,8 @@ typedef struct hirate_breaker {
     int backoff_ms, min_ms, max_ms;
     int last_error;         /* the failure that opened it */
     uint64_t jitter;
-    uint64_t opens;
+    uint64_t opens, closes;
+    int64_t opened_us;      /* when the outage began */
 } hirate_breaker;
 
 void hirate_breaker_init(hirate_breaker *b, int min_ms, int max_ms);
@@ -32,9 +33,12 @@ void hirate_breaker_destroy(hirate_breaker *b);
 int hirate_breaker_enter(hirate_breaker *b, int64_t now_us, int *error, int64_t *wait_us);
 
 /* The outcome of a call that reached Redis (success) or failed (failure).
- * failure returns the time until the next probe. */
-void hirate_breaker_success(hirate_breaker *b, int probe);
-int64_t hirate_breaker_failure(hirate_breaker *b, int probe, int error, int64_t now_us);
+ * success returns how long Redis was gone (µs) when this closed the breaker,
+ * else -1. failure returns the time until the next probe, and sets *opened
+ * when it opened a closed breaker (an outage begins). */
+int64_t hirate_breaker_success(hirate_breaker *b, int probe, int64_t now_us);
+int64_t hirate_breaker_failure(hirate_breaker *b, int probe, int error, int64_t now_us,
+                               int *opened);
 /* A probe that ended without an outcome (its caller gave up): the breaker
  * stays open as it was, and the next call probes. */
 void hirate_breaker_release(hirate_breaker *b, int probe);

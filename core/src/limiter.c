@@ -17,11 +17,15 @@
 #include "hirate_io.h"
 #include "link.h"
 #include "memory.h"
+#include "metrics.h"
 #include "redis.h"
 #include "script.h"
 
 struct hirate_limiter {
     hirate_fork_node fork;      /* first: the fork hooks get this pointer */
+    hirate_counts counts[HIRATE_METRICS_STRIPES];  /* decisions and errors */
+    hirate_latency op_latency;  /* the round trips of ops' legs */
+    int64_t deny_cache_max_us;  /* a remembered refusal is trusted this long */
     size_t nbands;              /* 1..HIRATE_BANDS_MAX */
     int64_t cap_min;            /* the least capacity: a cost above it never passes */
     hirate_bucket_cfg cfg[HIRATE_BANDS_MAX];
@@ -72,6 +76,7 @@ void hirate_options_init(hirate_options *o)
     o->backoff_max_ms = 5000;
     o->deny_cache = 1;
     o->deny_cache_keys = 65536;
+    o->deny_cache_max_ms = 1000;
     o->tls_verify = 1;
     o->functions = 1;
 }
@@ -262,7 +267,10 @@ static int check_options(const hirate_options *o, hirate_limiter *l, char *err, 
          (rc = check_range("deny_cache_keys",
                            (long long)(o->deny_cache_keys > 4000000000u ? 4000000001u
                                                                        : o->deny_cache_keys),
-                           1, 4000000000LL, err, errlen)) < 0))
+                           1, 4000000000LL, err, errlen)) < 0) ||
+        (o->deny_cache &&
+         (rc = check_range("deny_cache_max_ms", o->deny_cache_max_ms, 1, 86400000, err,
+                           errlen)) < 0))
         return rc;
     if (o->prefix && strlen(o->prefix) > HIRATE_PREFIX_MAX)
         return hirate__fail(err, errlen, HIRATE_EOPTION, "prefix is %zu bytes; the most is %d",
@@ -281,9 +289,13 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
     if (!out || !o)
         return hirate__fail(err, errlen, HIRATE_EINVAL, "hirate_limiter_new needs out and opts");
     *out = NULL;
-    hirate_limiter *l = calloc(1, sizeof *l);
+    /* Aligned for the counts' stripes, a cache line each. */
+    hirate_limiter *l = aligned_alloc(_Alignof(hirate_limiter),
+                                      (sizeof *l + _Alignof(hirate_limiter) - 1) /
+                                          _Alignof(hirate_limiter) * _Alignof(hirate_limiter));
     if (!l)
         return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory");
+    memset(l, 0, sizeof *l);
     if ((rc = check_options(o, l, err, errlen)) < 0) {
         free(l);
         return rc;
@@ -314,6 +326,7 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
     }
 
     l->offset_min[0] = l->offset_min[1] = INT64_MAX;
+    l->deny_cache_max_us = (int64_t)o->deny_cache_max_ms * 1000;
     l->on_error = o->on_error;
     if (o->prefix) {
         l->prefixlen = strlen(o->prefix);
@@ -343,10 +356,10 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
             }
         }
         if (ok && o->deny_cache)
-            ok = (l->cache = hirate_memory_new(o->deny_cache_keys, l->nbands)) != NULL;
+            ok = (l->cache = hirate_memory_new(o->deny_cache_keys, l->nbands, 1)) != NULL;
     }
     if (ok && (!o->url || o->on_error == HIRATE_ON_ERROR_LOCAL))
-        ok = (l->memory = hirate_memory_new(o->max_keys, l->nbands)) != NULL;
+        ok = (l->memory = hirate_memory_new(o->max_keys, l->nbands, 0)) != NULL;
     if (!ok) {
         hirate_limiter_free(l);
         return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory");
@@ -590,6 +603,18 @@ typedef struct batch {
     } one;
 } batch;
 
+/* Counts the outcome of every item of a finished batch. */
+static inline void count_items(hirate_limiter *l, const hirate_item *items, size_t n,
+                               int spend)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].rc == 0)
+            hirate_count_decision(l->counts, &items[i].decision, spend);
+        else
+            hirate_count_error(l->counts, items[i].rc);
+    }
+}
+
 /* Item i's band figures in the batch's caller's memory, or NULL. */
 static inline hirate_decision *item_bands(const batch *b, size_t i)
 {
@@ -694,7 +719,8 @@ static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_
         if (l->cache && it->cost > 0 && it->cost <= l->cap_min) {
             hirate_decision *bd = item_bands(b, i);
             known = hirate_memory_lookup(l->cache, l->cfg, it->key, it->keylen, b->now,
-                                         it->cost, &it->decision, bd);
+                                         b->now - l->deny_cache_max_us, it->cost,
+                                         &it->decision, bd);
             if (known && !it->decision.allowed) {
                 it->decision.source = HIRATE_SOURCE_CACHE;
                 for (size_t k = 0; bd && k < l->nbands; k++)
@@ -765,13 +791,32 @@ static int64_t breaker_outcome(batch *b, hirate_node *node, int verdict, const s
         return 0;
     }
     if (!outage) {
-        hirate_breaker_success(&node->breaker, probe);
+        /* Only a probe can close the breaker: the clock is read for it alone. */
+        int64_t gone = probe ? hirate_breaker_success(&node->breaker, 1, hirate_monotonic_us())
+                             : -1;
+        if (gone >= 0) {
+            hirate_endpoint ep;
+            hirate_link_endpoint(&node->link, &ep);
+            hirate_link_log(&l->node0.link, HIRATE_LOG_INFO, "Redis at %s answers again, after %.1f s",
+                            ep.where, (double)gone / 1e6);
+        }
         return 0;
     }
     remember(l, outage, err);
     /* The backoff runs from when the failure was known, not from when the
      * call began (a timeout is as long as a backoff). */
-    return hirate_breaker_failure(&node->breaker, probe, outage, hirate_monotonic_us());
+    int opened;
+    int64_t wait_us = hirate_breaker_failure(&node->breaker, probe, outage, hirate_monotonic_us(),
+                                             &opened);
+    if (opened) {
+        hirate_endpoint ep;
+        hirate_link_endpoint(&node->link, &ep);
+        hirate_link_log(&l->node0.link, HIRATE_LOG_WARNING,
+                        "Redis at %s failed (%s): the '%s' policy decides until it answers again",
+                        ep.where, err && *err ? err : hirate_strerror(outage),
+                        hirate_on_error_name(l->on_error));
+    }
+    return wait_us;
 }
 
 /* Call j's answer (its rcs[j]) becomes its item's: a decision that teaches
@@ -833,6 +878,7 @@ static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int sp
             batch_settle(&b, verdict, err);
         }
     }
+    count_items(l, items, n, spend);
     batch_free(&b);
 }
 
@@ -849,6 +895,10 @@ static __attribute__((noinline)) int decide_bands(hirate_limiter *l, const void 
     int rc;
     if (!l->node0.redis) {
         rc = decide_in_memory(l, key, keylen, cost, spend, now_us, out, per);
+        if (rc == 0)
+            hirate_count_decision(l->counts, out, spend);
+        else
+            hirate_count_error(l->counts, rc);
     } else {
         hirate_item it = {key, keylen, cost, 0, {0}};
         decide_items(l, &it, 1, spend, now_us, per);
@@ -874,8 +924,14 @@ decide(hirate_limiter *l, const void *key, size_t keylen, int64_t cost, int spen
         return remember(l, HIRATE_EINVAL, "the decision pointer is NULL");
     if (bands)
         return decide_bands(l, key, keylen, cost, spend, now_us, out, bands, nbands);
-    if (!l->node0.redis)   /* the in-memory hot path: no batch bookkeeping */
-        return decide_in_memory(l, key, keylen, cost, spend, now_us, out, NULL);
+    if (!l->node0.redis) {   /* the in-memory hot path: no batch bookkeeping */
+        int rc = decide_in_memory(l, key, keylen, cost, spend, now_us, out, NULL);
+        if (__builtin_expect(rc == 0, 1))
+            hirate_count_decision(l->counts, out, spend);
+        else
+            hirate_count_error(l->counts, rc);
+        return rc;
+    }
     hirate_item it = {key, keylen, cost, 0, {0}};
     decide_items(l, &it, 1, spend, now_us, NULL);
     if (it.rc == 0)
@@ -972,11 +1028,9 @@ static int reset_local(hirate_limiter *l, const void *key, size_t keylen, char *
     return 0;
 }
 
-int hirate_reset(hirate_limiter *l, const void *key, size_t keylen)
+static int reset_key(hirate_limiter *l, const void *key, size_t keylen)
 {
     char err[HIRATE_ERRMSG_SIZE];
-    if (!l)
-        return HIRATE_EINVAL;
     if (l->cluster) {   /* the op forgets it locally, then asks its node */
         hirate_op *op;
         int rc = hirate_op_start_reset(l, key, keylen, &op);
@@ -992,6 +1046,16 @@ int hirate_reset(hirate_limiter *l, const void *key, size_t keylen)
         rc = hirate_redis_reset(l->node0.redis, l->prefix, l->prefixlen, key, keylen, err, sizeof err);
         return rc < 0 ? remember(l, rc, err) : 0;
     }
+    return rc;
+}
+
+int hirate_reset(hirate_limiter *l, const void *key, size_t keylen)
+{
+    if (!l)
+        return HIRATE_EINVAL;
+    int rc = reset_key(l, key, keylen);
+    if (rc < 0 && !l->cluster)   /* a cluster's op counted its own */
+        hirate_count_error(l->counts, rc);
     return rc;
 }
 
@@ -1052,6 +1116,30 @@ void hirate_counters_get(hirate_limiter *l, hirate_counters *out)
     out->policy = __atomic_load_n(&l->policy, __ATOMIC_RELAXED);
     if (!l->node0.redis)
         out->breaker_opens = l->node0.breaker.opens;
+}
+
+int hirate_stats_get(hirate_limiter *l, hirate_stats *out, size_t size)
+{
+    if (!l || !out || size == 0)
+        return HIRATE_EINVAL;
+    hirate_stats st;
+    memset(&st, 0, sizeof st);
+    hirate_counts_sum(l->counts, &st);
+    hirate_latency_sum(&l->op_latency, &st);
+    for (int i = 0; l->node0.redis && node_of(l, i); i++) {
+        hirate_node *nd = node_of(l, i);
+        hirate_redis_stats rs;
+        hirate_redis_stats_get(nd->redis, &rs);
+        st.connects += __atomic_load_n(&nd->link.connects, __ATOMIC_RELAXED);
+        st.conns_dropped += rs.dropped;
+        hirate_latency_sum(&rs.latency, &st);
+        pthread_mutex_lock(&nd->breaker.lock);
+        st.breaker_opens += nd->breaker.opens;
+        st.breaker_closes += nd->breaker.closes;
+        pthread_mutex_unlock(&nd->breaker.lock);
+    }
+    memcpy(out, &st, size < sizeof st ? size : sizeof st);
+    return 0;
 }
 
 const char *hirate_script_source(size_t *len)
@@ -1138,6 +1226,7 @@ typedef struct leg {
     int drop;
     char *req;
     size_t reqlen;
+    int64_t started;        /* when its request was made (the round trip's start) */
 } leg;
 
 struct hirate_op {
@@ -1219,6 +1308,7 @@ static leg *leg_add(hirate_op *op, int node)
     memset(g, 0, sizeof *g);
     g->node = node;
     g->verdict = HIRATE_BREAKER_PASS;
+    g->started = hirate_monotonic_us();
     return g;
 }
 
@@ -1544,6 +1634,7 @@ int hirate_op_start_bands(hirate_limiter *l, hirate_item *items, size_t n, int s
         op->b.own_per = 1;
     }
     if (!batch_begin(&op->b, l, items, n, spend, now_us, bands)) {
+        count_items(l, items, n, spend);
         hirate_op_free(op);   /* decided without Redis */
         return 0;
     }
@@ -1941,6 +2032,7 @@ int hirate_op_leg_feed(hirate_op *op, size_t i, const char *buf, size_t len, siz
     leg_settle(op, g);
     g->state = LEG_DONE;
     op->drop |= g->drop;
+    hirate_latency_add(&op->l->op_latency, hirate_monotonic_us() - g->started);
     return HIRATE_IO_DONE;
 }
 
@@ -2028,8 +2120,10 @@ static void op_finish(hirate_op *op)
     if (op->done)
         return;
     op->done = 1;
-    if (op->kind != OP_DECIDE)
+    if (op->kind != OP_DECIDE) {
+        hirate_count_error(op->l->counts, op->rc);
         return;
+    }
     for (size_t j = 0; j < op->b.m; j++) {
         if (op->b.rcs[j] == CALL_SETTLED)
             continue;
@@ -2038,6 +2132,7 @@ static void op_finish(hirate_op *op)
         settle_call(&op->b, j, 0, op->err);
         op->b.rcs[j] = CALL_SETTLED;
     }
+    count_items(op->l, op->b.items, op->b.n, op->b.spend);
 }
 
 int hirate_op_next(hirate_op *op)

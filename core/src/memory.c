@@ -79,7 +79,8 @@ typedef struct entry {
     uint8_t live;                 /* 0 once evicted or reset (a spare) */
     uint8_t room;                 /* key bytes it has room for, / KEY_STEP */
     unsigned char key[];          /* then, after room * KEY_STEP bytes, the
-                                     buckets of bands 2 .. n (unaligned) */
+                                     buckets of bands 2 .. n and, in a stamped
+                                     table, the time it was stored (unaligned) */
 } entry;
 
 /* The slots of a shard; a larger one replaces it as the shard grows. */
@@ -105,6 +106,7 @@ struct hirate_memory {
     uint64_t seed;
     unsigned nshards;             /* a power of two */
     unsigned nbands;              /* buckets an entry holds, one a band */
+    unsigned stamped;             /* entries keep when they were stored */
     size_t live;                  /* buckets held, read without a lock */
     shard shards[];
 };
@@ -216,6 +218,25 @@ static inline void store_bands(const hirate_memory *m, entry *e, const hirate_bu
     e->ts = b[0].ts;
     if (m->nbands > 1)
         memcpy(e->key + (size_t)e->room * KEY_STEP, b + 1, (m->nbands - 1) * sizeof *b);
+}
+
+/* A stamped table's entry: when it was stored. */
+static inline unsigned char *stamp_of(const hirate_memory *m, entry *e)
+{
+    return e->key + (size_t)e->room * KEY_STEP + (m->nbands - 1) * sizeof(hirate_bucket);
+}
+
+static inline void stamp(const hirate_memory *m, entry *e, int64_t now)
+{
+    if (m->stamped)
+        memcpy(stamp_of(m, e), &now, sizeof now);
+}
+
+static inline int64_t stamp_get(const hirate_memory *m, entry *e)
+{
+    int64_t t;
+    memcpy(&t, stamp_of(m, e), sizeof t);
+    return t;
 }
 
 /* Under the mutex: the link that points to key's entry, or to NULL. Chains
@@ -398,7 +419,8 @@ static entry *insert(hirate_memory *m, shard *s, const hirate_bucket_cfg *cfg, u
         /* a reader may still hold it from before: it sees the new key */
         entry_lock(e);
     } else {
-        e = malloc(sizeof *e + room * KEY_STEP + (m->nbands - 1) * sizeof(hirate_bucket));
+        e = malloc(sizeof *e + room * KEY_STEP + (m->nbands - 1) * sizeof(hirate_bucket) +
+                   (m->stamped ? sizeof(int64_t) : 0));
         if (!e)
             return NULL;
         e->lock = 1;
@@ -411,6 +433,7 @@ static entry *insert(hirate_memory *m, shard *s, const hirate_bucket_cfg *cfg, u
     e->used = 0;
     e->live = 1;
     store_bands(m, e, state);
+    stamp(m, e, now);
     memcpy(e->key, key, keylen);
     entry_unlock(e);
     entry **head = &s->tab->head[hash & s->tab->mask];
@@ -429,7 +452,7 @@ static shard *shard_for(hirate_memory *m, uint64_t h)
     return &m->shards[(h >> 32) & (m->nshards - 1)];
 }
 
-hirate_memory *hirate_memory_new(size_t max_keys, size_t nbands)
+hirate_memory *hirate_memory_new(size_t max_keys, size_t nbands, int stamped)
 {
     unsigned nshards = 1;
     /* every shard holds at least SHARD_MIN buckets, so that eviction has a
@@ -442,6 +465,7 @@ hirate_memory *hirate_memory_new(size_t max_keys, size_t nbands)
     memset(m, 0, sizeof *m + nshards * sizeof(shard));
     m->nshards = nshards;
     m->nbands = (unsigned)nbands;
+    m->stamped = stamped != 0;
     if (getrandom(&m->seed, sizeof m->seed, GRND_NONBLOCK) != sizeof m->seed)
         m->seed = (uint64_t)(uintptr_t)m ^ (uint64_t)hirate_monotonic_us() * 0x9e3779b97f4a7c15ull;
     for (unsigned i = 0; i < nshards; i++) {
@@ -555,8 +579,8 @@ int hirate_memory_decide(hirate_memory *m, const hirate_bucket_cfg *cfg, const v
 }
 
 int hirate_memory_lookup(hirate_memory *m, const hirate_bucket_cfg *cfg, const void *key,
-                         size_t keylen, int64_t now, int64_t cost, hirate_decision *d,
-                         hirate_decision *per)
+                         size_t keylen, int64_t now, int64_t since, int64_t cost,
+                         hirate_decision *d, hirate_decision *per)
 {
     /* An empty table (the deny cache, most of the time) costs one load. A
      * bucket stored concurrently may be missed: the caller then asks Redis,
@@ -580,7 +604,10 @@ int hirate_memory_lookup(hirate_memory *m, const hirate_bucket_cfg *cfg, const v
     }
     hirate_bucket b[HIRATE_BANDS_MAX];
     load_bands(m, e, b);
+    int fresh = !m->stamped || stamp_get(m, e) >= since;
     entry_unlock(e);
+    if (!fresh)
+        return 0;
     hirate_bands_decide(cfg, m->nbands, b, now, cost, 0, d, per);
     return 1;
 }
@@ -597,6 +624,7 @@ int hirate_memory_put(hirate_memory *m, const hirate_bucket_cfg *cfg, const void
         entry_lock(e);
         touch(e);
         store_bands(m, e, state);
+        stamp(m, e, now);
         entry_unlock(e);
     } else if (!insert(m, s, cfg, (uint32_t)h, key, keylen, state, now)) {
         rc = HIRATE_ENOMEM;

@@ -19,8 +19,10 @@ typedef struct hirate_memory hirate_memory;
 
 /* max_keys >= 1; nbands 1..HIRATE_BANDS_MAX: the buckets each key holds
  * (one a band, decided together by hirate_bands_decide), so that every cfg
- * and state below is an array of nbands. Returns NULL when out of memory. */
-hirate_memory *hirate_memory_new(size_t max_keys, size_t nbands);
+ * and state below is an array of nbands. stamped: each entry keeps the time
+ * it was stored (hirate_memory_put's now), which lookups can ask for (the
+ * deny cache). Returns NULL when out of memory. */
+hirate_memory *hirate_memory_new(size_t max_keys, size_t nbands, int stamped);
 void hirate_memory_free(hirate_memory *m);
 
 /* Decides cost at now for key (per: each band's figures, or NULL). Returns
@@ -32,12 +34,12 @@ int hirate_memory_decide(hirate_memory *m, const hirate_bucket_cfg *cfg, const v
                          size_t keylen, int64_t now, int64_t cost, int spend, hirate_decision *d,
                          hirate_decision *per);
 
-/* If key has a bucket: fills *d (and per, when not NULL: each band's) with
- * what cost would get now, spends nothing, and returns 1. Returns 0 when
- * the key has no bucket. */
+/* If key has a bucket (in a stamped table: one stored at since or later):
+ * fills *d (and per, when not NULL: each band's) with what cost would get
+ * now, spends nothing, and returns 1. Returns 0 when the key has none. */
 int hirate_memory_lookup(hirate_memory *m, const hirate_bucket_cfg *cfg, const void *key,
-                         size_t keylen, int64_t now, int64_t cost, hirate_decision *d,
-                         hirate_decision *per);
+                         size_t keylen, int64_t now, int64_t since, int64_t cost,
+                         hirate_decision *d, hirate_decision *per);
 
 /* Stores *state as key's bucket (evicting as a new key would, at now).
  * Returns 0 or HIRATE_ENOMEM. */

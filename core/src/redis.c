@@ -648,10 +648,14 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
         for (size_t i = 0; carried && i < n; i++)
             carried[i] = rcs[i] == select;
     }
-    if (deadline)
+    int64_t started;
+    if (deadline) {
         c->reads = 0;
-    else
+        started = hirate_monotonic_us();
+    } else {
         deadline = begin_roundtrip(r, c);
+        started = deadline - (int64_t)r->timeout_ms * 1000;
+    }
     int io = conn_send(r, c, buf, len, deadline, err, errlen);
     if (buf != stackbuf)
         free(buf);
@@ -699,6 +703,8 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
         for (size_t i = 0; i < n; i++)
             if (!select || !carried || carried[i])
                 rcs[i] = io;   /* out of step: none of this stream's replies can be trusted */
+    if (io == 0)
+        hirate_latency_add(&r->stats.latency, hirate_monotonic_us() - started);
     if (carried && carried != smallmap)
         free(carried);
     if (io < 0 || drop)
@@ -1000,6 +1006,9 @@ void hirate_redis_stats_get(hirate_redis *r, hirate_redis_stats *out)
     out->fcall = __atomic_load_n(&r->stats.fcall, __ATOMIC_RELAXED);
     out->function_loads = __atomic_load_n(&r->stats.function_loads, __ATOMIC_RELAXED);
     out->dropped = __atomic_load_n(&r->stats.dropped, __ATOMIC_RELAXED);
+    for (int i = 0; i < HIRATE_LATENCY_BUCKETS; i++)
+        out->latency.n[i] = __atomic_load_n(&r->stats.latency.n[i], __ATOMIC_RELAXED);
+    out->latency.sum_us = __atomic_load_n(&r->stats.latency.sum_us, __ATOMIC_RELAXED);
 }
 
 void hirate_redis_fork_prepare(hirate_redis *r)

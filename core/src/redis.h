@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "metrics.h"
 #include "proto.h"
 #include "url.h"
 
@@ -71,6 +72,7 @@ void hirate_redis_unlease(hirate_redis *r, hirate_redis_conn *c, int healthy);
 /* The pool's counters (connection attempts are the link's). */
 typedef struct hirate_redis_stats {
     uint64_t evalsha, eval, fcall, function_loads, dropped;
+    hirate_latency latency;     /* the blocking client's round trips that completed */
 } hirate_redis_stats;
 
 void hirate_redis_stats_get(hirate_redis *r, hirate_redis_stats *out);

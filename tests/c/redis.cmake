@@ -7,3 +7,6 @@ hirate_add_test(test_op test_op.c)
 # format, bands changed on existing keys, the deny cache and the policies per
 # band, and 100 threads (its own redis-server).
 hirate_add_test(test_bands test_bands.c)
+# Metrics after a scripted sequence, the log of an outage, and a reset seen
+# by another limiter within deny_cache_max_ms (its own redis-server).
+hirate_add_test(test_metrics test_metrics.c)

@@ -634,7 +634,7 @@ static void test_a_full_table_forgets_a_key_whose_every_band_refilled(void)
     hirate_bucket_cfg cfg[2];
     CHECK_EQ_I64(hirate_bucket_cfg_init(&cfg[0], 10, 10.0, NULL, 0), 0);
     CHECK_EQ_I64(hirate_bucket_cfg_init(&cfg[1], 100, 0.001, NULL, 0), 0);
-    hirate_memory *m = hirate_memory_new(16, 2);
+    hirate_memory *m = hirate_memory_new(16, 2, 0);
     hirate_decision d, per[2];
     char key[16];
     /* 16 keys at t=0, each spending 1 in both bands. */
@@ -649,14 +649,14 @@ static void test_a_full_table_forgets_a_key_whose_every_band_refilled(void)
     int kept = 0;
     for (int i = 0; i < 16; i++) {
         int n = snprintf(key, sizeof key, "k%d", i);
-        if (hirate_memory_lookup(m, cfg, key, (size_t)n, 1000000, 1, &d, per)) {
+        if (hirate_memory_lookup(m, cfg, key, (size_t)n, 1000000, 0, 1, &d, per)) {
             kept++;
             CHECK_EQ_I64(per[0].remaining, 10);
             CHECK_EQ_I64(per[1].remaining, 99);
         }
     }
     CHECK_EQ_I64(kept, 15);
-    CHECK_EQ_I64(hirate_memory_lookup(m, cfg, "new", 3, 1000000, 0, &d, per), 1);
+    CHECK_EQ_I64(hirate_memory_lookup(m, cfg, "new", 3, 1000000, 0, 0, &d, per), 1);
     CHECK_EQ_I64(per[1].remaining, 99);
     hirate_memory_free(m);
 }

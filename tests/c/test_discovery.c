@@ -341,8 +341,9 @@ static void functions_load_once_and_step_aside_when_refused(void)
 }
 
 /* FUNCTION LOAD that meets an outage (a replica's READONLY, OOM) teaches
- * nothing of Redis Functions: the call is an outage, said nowhere in the
- * log, and the next call is by FCALL again. Behind a Sentinel URL the call
+ * nothing of Redis Functions: the call is an outage, which the log says as
+ * an outage (nothing of Redis Functions), and the next call is by FCALL
+ * again. Behind a Sentinel URL the call
  * goes to the master the sentinels name now. */
 static void a_load_that_meets_an_outage_changes_nothing(void)
 {
@@ -362,7 +363,11 @@ static void a_load_that_meets_an_outage_changes_nothing(void)
     CHECK_EQ_I64(it.decision.source, HIRATE_SOURCE_FAIL_CLOSED);
     CHECK_EQ_I64(it.decision.error, HIRATE_ESERVER);
     hirate_op_free(op);
-    CHECK_EQ_I64(nlogged, 0);
+    CHECK_EQ_I64(nlogged, 1);
+    CHECK_EQ_I64(loglevel[0], HIRATE_LOG_WARNING);
+    CHECK_EQ_STR(logged[0], "Redis at 127.0.0.1:6379 failed (Redis replied: READONLY You can't "
+                            "write against a read only replica.): the 'closed' policy decides "
+                            "until it answers again");
     char msg[HIRATE_ERRMSG_SIZE];
     CHECK_EQ_STR(hirate_limiter_errmsg(lim, msg, sizeof msg),
                  "Redis replied: READONLY You can't write against a read only replica.");

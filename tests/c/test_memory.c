@@ -103,7 +103,7 @@ static const step steps[] = {
 static void keys_are_independent_through_the_table(void)
 {
     hirate_bucket_cfg cfg = make_cfg(10, 1);
-    hirate_memory *m = hirate_memory_new(100, 1);
+    hirate_memory *m = hirate_memory_new(100, 1, 0);
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
         const step *s = &steps[i];
         hirate_decision d;
@@ -183,7 +183,7 @@ static void the_monotonic_clock_drives_the_public_calls(void)
 static void the_table_never_holds_more_than_max_keys(void)
 {
     hirate_bucket_cfg cfg = make_cfg(10, 1);
-    hirate_memory *m = hirate_memory_new(1000, 1);
+    hirate_memory *m = hirate_memory_new(1000, 1, 0);
     hirate_limiter *lim = make_limiter(10, 1, 1000);
     size_t most = 0, most_lim = 0;
     long refused = 0;
@@ -213,7 +213,7 @@ static void the_table_never_holds_more_than_max_keys(void)
 static void a_one_key_table_holds_one_key(void)
 {
     hirate_bucket_cfg cfg = make_cfg(10, 1);
-    hirate_memory *m = hirate_memory_new(1, 1);
+    hirate_memory *m = hirate_memory_new(1, 1, 0);
     hirate_decision d;
     CHECK_EQ_I64(mem_decide(m, &cfg, "a", 0, 1, 1, &d), 9);
     CHECK_EQ_I64(mem_decide(m, &cfg, "b", 0, 2, 1, &d), 8);
@@ -293,7 +293,7 @@ static void without_a_full_bucket_the_fullest_of_the_oldest_goes(void)
 static void a_used_bucket_gets_a_second_chance(void)
 {
     hirate_bucket_cfg cfg = make_cfg(10, 0.001);
-    hirate_memory *m = hirate_memory_new(16, 1);
+    hirate_memory *m = hirate_memory_new(16, 1, 0);
     hirate_decision d;
     char key[32];
 
@@ -307,9 +307,9 @@ static void a_used_bucket_gets_a_second_chance(void)
     CHECK_EQ_I64(hirate_memory_decide(m, &cfg, "old", 3, 0, 0, 0, &d, NULL), 0);       /* a use */
     CHECK_EQ_I64(hirate_memory_decide(m, &cfg, "newcomer", 8, 0, 1, 1, &d, NULL), 0);
     CHECK_EQ_I64(hirate_memory_count(m), 16);
-    CHECK_EQ_I64(hirate_memory_lookup(m, &cfg, "old", 3, 0, 1, &d, NULL), 1);
+    CHECK_EQ_I64(hirate_memory_lookup(m, &cfg, "old", 3, 0, 0, 1, &d, NULL), 1);
     CHECK_EQ_I64(d.remaining, 9);
-    CHECK_EQ_I64(hirate_memory_lookup(m, &cfg, "second-fullest", 14, 0, 1, &d, NULL), 0);
+    CHECK_EQ_I64(hirate_memory_lookup(m, &cfg, "second-fullest", 14, 0, 0, 1, &d, NULL), 0);
     hirate_memory_free(m);
 }
 
@@ -319,7 +319,7 @@ static void a_16_byte_key_costs_at_most_128_bytes(void)
 {
     enum { N = 100000, KEYLEN = 16 };
     hirate_bucket_cfg cfg = make_cfg(10, 1);
-    hirate_memory *m = hirate_memory_new(1000000, 1);
+    hirate_memory *m = hirate_memory_new(1000000, 1, 0);
     char key[KEYLEN + 1];
     for (int i = 0; i < N; i++) {
         snprintf(key, sizeof key, "user:%011d", i);

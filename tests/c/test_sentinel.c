@@ -115,6 +115,21 @@ static int log_count(logbook *lb, int level, const char *msg)
     return n;
 }
 
+/* Lines at level that start with head and end with tail. */
+static int log_count_like(logbook *lb, int level, const char *head, const char *tail)
+{
+    int n = 0;
+    size_t hl = strlen(head), tl = strlen(tail);
+    pthread_mutex_lock(&lb->lock);
+    for (int i = 0; i < lb->n && i < LOG_MAX; i++) {
+        size_t ml = strlen(lb->msg[i]);
+        n += lb->level[i] == level && ml >= hl + tl && strncmp(lb->msg[i], head, hl) == 0 &&
+             strcmp(lb->msg[i] + ml - tl, tail) == 0;
+    }
+    pthread_mutex_unlock(&lb->lock);
+    return n;
+}
+
 static int log_total(logbook *lb)
 {
     pthread_mutex_lock(&lb->lock);
@@ -569,8 +584,16 @@ static void test_switch(int kill_it)
     snprintf(line, sizeof line, "sentinel: the master of 'mymaster' moved from 127.0.0.1:%d "
              "to 127.0.0.1:%d", old.port, nu.port);
     CHECK_EQ_I64(log_count(&lb, HIRATE_LOG_INFO, line), 1);
-    CHECK_EQ_I64(log_total(&lb), 2);
-    if (log_count(&lb, HIRATE_LOG_INFO, line) != 1 || log_total(&lb) != 2) log_dump(&lb, line);
+    /* The old master's outage is said once: a killed master fails the calls
+     * on it; a demoted one may have been left by the poll before any did. */
+    char head[64];
+    snprintf(head, sizeof head, "Redis at 127.0.0.1:%d failed (", old.port);
+    int warned = log_count_like(&lb, HIRATE_LOG_WARNING, head,
+                                "): the 'closed' policy decides until it answers again");
+    CHECK(kill_it ? warned == 1 : warned <= 1);
+    CHECK_EQ_I64(log_total(&lb), 2 + warned);
+    if (log_count(&lb, HIRATE_LOG_INFO, line) != 1 || log_total(&lb) != 2 + warned)
+        log_dump(&lb, line);
 
     /* A new key lands on the new master. */
     hirate_decision d;
