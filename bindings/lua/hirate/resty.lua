@@ -73,7 +73,7 @@ local tcp = ngx.socket.tcp
 local get_phase = ngx.get_phase
 local ngx_now, update_time = ngx.now, ngx.update_time
 local ngx_var, ngx_header = ngx.var, ngx.header
-local log, ERR, WARN, INFO = ngx.log, ngx.ERR, ngx.WARN, ngx.INFO
+local log, ERR, WARN, INFO, DEBUG = ngx.log, ngx.ERR, ngx.WARN, ngx.INFO, ngx.DEBUG
 
 local type, pairs, ipairs, setmetatable, getmetatable, error, tostring, tonumber, pcall = type,
     pairs, ipairs, setmetatable, getmetatable, error, tostring, tonumber, pcall
@@ -210,8 +210,12 @@ local function tls_code(err)
     return "ETLS"
 end
 
+-- Each failed I/O, at debug level: what an outage means is the core's to
+-- say, once (its warning when the breaker opens, its info when Redis
+-- answers again), and a misconfiguration is the call's own result; a line
+-- per failed probe would say neither.
 local function io_failed(self, what)
-    log(WARN, "hirate: Redis at ", self.where, ": ", what)
+    log(DEBUG, "hirate: Redis at ", self.where, ": ", what)
 end
 
 -- Where the core's log lines go by default: nginx's error log.

@@ -455,8 +455,8 @@ class Api(unittest.TestCase):
         for r in replies:
             self.assertEqual((r["ok"], r["code"]), (False, "EAUTH"), r)
             self.assertNotIn("wrong-canary-pw", json.dumps(r))
+            self.assertIn("AUTH refused: WRONGPASS", r["err"])
         self.assertNotIn("wrong-canary-pw", S.nginx.error_log())
-        self.assertIn("AUTH refused: WRONGPASS", S.nginx.error_log())
         # 40 calls in a row; after a refusal new connections wait 10 ms, then
         # 20, 40 ... (at least 3/4 of each, jittered), up to 1 s. So within
         # `elapsed` each of the 2 workers connects at most 2 + log2(elapsed /
@@ -498,13 +498,11 @@ class Api(unittest.TestCase):
         return len(re.findall(r" db=3 ", clients))
 
     def test_while_the_breaker_is_open_there_is_no_io(self):
-        before = S.nginx.error_log().count(": connect: connection refused")
-        first, second = (decision(d) for d in call("dead", op="twice", k=fresh("dead"))["value"])
-        after = S.nginx.error_log().count(": connect: connection refused")
-        for d in (first, second):
+        first, second, tried = call("dead", op="twice", k=fresh("dead"))["value"]
+        for d in (decision(first), decision(second)):
             self.assertEqual((d["allowed"], d["source"], d["error"]),
                              (False, "fail_closed", "ECONNECT"))
-        self.assertEqual(after - before, 1, "only the first call may try to connect")
+        self.assertEqual(tried, 1, "only the first call may try to connect")
 
     def test_a_reply_that_trickles_in_still_has_one_timeout(self):
         # The first byte comes at 0.75 s, within the 1 s timeout; the next

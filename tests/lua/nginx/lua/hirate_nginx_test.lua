@@ -297,9 +297,12 @@ function M.call(name)
             local d, err, code = l:allow(key)
             return d, err, code
         elseif op == "twice" then
-            -- The second call meets the breaker the first one opened.
+            -- The second call meets the breaker the first one opened; the
+            -- connections tried meanwhile.
+            local before = lim:stats().connects
             local first, second = lim:allow(key), lim:allow(key)
-            return { plain_decision(first), plain_decision(second) }
+            return { plain_decision(first), plain_decision(second),
+                lim:stats().connects - before }
         elseif op == "badopts" then
             local out = {}
             local function try(f, ...)
