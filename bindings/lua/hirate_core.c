@@ -31,12 +31,12 @@
  * the core than any other program could.
  *
  * The core's log lines (a breaker opened or closed, a Sentinel master found
- * or moved, Redis Functions refused by a server) arrive in log_line(), which may run inside a call of
- * the core, on any thread: it never calls Lua, it queues the line in the
- * limiter's userdata (a few lines, the oldest dropped when full). The
- * methods of plain Lua hand the queue to the `log` function once the core
- * has returned; the OpenResty path takes it with lim:_log_next() after each
- * call and writes it with ngx.log.
+ * or moved, Redis Functions refused by a server) arrive in log_line(),
+ * which may run inside a call of the core, on any thread: it never calls
+ * Lua, it queues the line in the limiter's userdata (a few lines, the
+ * oldest dropped when full). The methods of plain Lua hand the queue to the
+ * `log` function once the core has returned; the OpenResty path takes it
+ * with lim:_log_next() after each call and writes it with ngx.log.
  *
  * Memory: nothing here mallocs. Scratch space and keys live in userdata, so
  * an error raised halfway (a longjmp) leaks nothing; the only C allocations

@@ -102,7 +102,8 @@ function _M.sum(a, b)
     if a == nil then
         a = { decisions = {}, errors = {}, latency = { bounds = {}, counts = {} } }
     end
-    local out = { decisions = {}, errors = {}, latency = { bounds = b.latency.bounds, counts = {} } }
+    local out = { decisions = {}, errors = {},
+        latency = { bounds = b.latency.bounds, counts = {} } }
     for k, v in pairs(b) do
         if k == "decisions" or k == "errors" then
             for name, c in pairs(a[k]) do

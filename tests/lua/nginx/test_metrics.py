@@ -52,8 +52,8 @@ def build_conf(prefix, ports, lua_path, lua_cpath):
                         "        add_header X-Worker $pid always;", "the example")
     # An hour's refill, so that no token comes back while the test runs.
     conf = replace_once(conf, 'limits = "10/minute"', 'limits = "10/hour"', "the example")
-    conf = replace_once(conf, "        location = /metrics {", DECIDE + "        location = /metrics {",
-                        "the example")
+    at = "        location = /metrics {"
+    conf = replace_once(conf, at, DECIDE + at, "the example")
     conf = re.sub(r'lua_package_path\s+"[^"]*";', f'lua_package_path "{lua_path}";', conf)
     conf = re.sub(r'lua_package_cpath\s+"[^"]*";', f'lua_package_cpath "{lua_cpath}";', conf)
     main = ["daemon off;", "master_process on;", f"pid {prefix}/nginx.pid;",
