@@ -219,6 +219,37 @@ class ExactAcrossWorkers(unittest.TestCase):
             first = "cache" if worker == knows else "redis"
             self.assertEqual(sources, [first] + ["cache"] * (len(sources) - 1), worker)
 
+    def test_a_reset_made_elsewhere_is_seen_by_every_workers_deny_cache(self):
+        # deny_cache_max = 0.5 s, given in limit{}'s limiter options.
+        key = fresh("reset")
+        rs = [get(S.port, f"/limit/reset_seen?k={key}") for _ in range(5)]
+        self.assertEqual([r.status for r in rs], [200] * 5)
+        # Both workers' deny caches hold the refusal.
+        deadline = time.monotonic() + 10
+        cached = set()
+        while len(cached) < 2 and time.monotonic() < deadline:
+            r = get(S.port, f"/limit/reset_seen?k={key}")
+            self.assertEqual(r.status, 429, r)
+            if r.header("X-Hirate-Source") == "cache":
+                cached.add(r.header("X-Worker"))
+        self.assertEqual(len(cached), 2, "both workers should refuse from their deny cache")
+        # Another process resets the client (the key the script keeps).
+        self.assertEqual(redis_commands(S.redis.port, ("DEL", f"t-reset:{{k:{key}}}")), [1])
+        # Every worker asks Redis again within the bound, and Redis' first
+        # answer after the reset is that the bucket is full again.
+        deadline = time.monotonic() + 10
+        asked, answers = set(), []
+        while len(asked) < 2 and time.monotonic() < deadline:
+            r = get(S.port, f"/limit/reset_seen?k={key}")
+            if r.header("X-Hirate-Source") == "redis":
+                asked.add(r.header("X-Worker"))
+                answers.append(r.status)
+            else:
+                self.assertEqual((r.status, r.header("X-Hirate-Source")), (429, "cache"))
+        self.assertEqual(cached, asked)
+        self.assertEqual(answers[0], 200)
+        self.assertEqual(answers.count(200), min(len(answers), 5), answers)
+
     def test_after_function_flush_one_function_load_reloads_the_library(self):
         # Redis 7: the workers decide with FCALL of the library; the first
         # call that finds it gone loads it again, the others find it there.
