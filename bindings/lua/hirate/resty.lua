@@ -468,7 +468,7 @@ local function converse(self, op)
         sock:close()
         self.healthy = false
         io_failed(self, why)
-        return op:fail(left, self.where .. ": " .. why)
+        return op:fail(left, why) -- the core's line names the node
     end
     -- A connection is reused only in a known state: nothing left unread,
     -- nothing the core distrusts.
@@ -576,7 +576,7 @@ local function rounds(self, op)
                     sock:close()
                     nd.healthy = false
                     io_failed(nd, "send: " .. err)
-                    code, msg = io_code(err), nd.where .. ": send: " .. err
+                    code, msg = io_code(err), "send: " .. err
                 end
             end
             if not socks[leg] then
@@ -592,7 +592,7 @@ local function rounds(self, op)
                     sock:close()
                     nd.healthy = false
                     io_failed(nd, why)
-                    op:leg_fail(leg, left, nd.where .. ": " .. why)
+                    op:leg_fail(leg, left, why)
                 elseif left or op:leg_drop(leg)
                         or not sock:setkeepalive(self.keepalive_ms, self.pool_size) then
                     sock:close()
