@@ -3,6 +3,8 @@
 --   hirate        bindings/lua/hirate.lua         require "hirate"
 --   hirate.resty  bindings/lua/hirate/resty.lua   the OpenResty (cosocket) path
 --                 (with hirate.headers and hirate.client_ip)
+--   hirate.metrics bindings/lua/hirate/metrics.lua lim:stats() as Prometheus text,
+--                 summed over nginx's workers
 --   hirate.core   the C module, with the C core inside (hiredis and OpenSSL
 --                 are its run-time dependencies)
 -- See docs/lua.md for Lua 5.4, LuaJIT and OpenResty.
@@ -74,6 +76,7 @@ build = {
          ["hirate.resty"] = "bindings/lua/hirate/resty.lua",
          ["hirate.headers"] = "bindings/lua/hirate/headers.lua",
          ["hirate.client_ip"] = "bindings/lua/hirate/client_ip.lua",
+         ["hirate.metrics"] = "bindings/lua/hirate/metrics.lua",
       },
       lib = {
          ["hirate.core"] = "build.luarocks/lua/hirate/core.so",

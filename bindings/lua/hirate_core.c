@@ -30,13 +30,13 @@
  * Only hirate.h and hirate_io.h are included: the binding knows no more of
  * the core than any other program could.
  *
- * The core's log lines (a Sentinel master found or moved, Redis Functions
- * refused by a server) arrive in log_line(), which may run inside a call of
- * the core, on any thread: it never calls Lua, it queues the line in the
- * limiter's userdata (a few lines, the oldest dropped when full). The
- * methods of plain Lua hand the queue to the `log` function once the core
- * has returned; the OpenResty path takes it with lim:_log_next() after each
- * call and writes it with ngx.log.
+ * The core's log lines (a breaker opened or closed, a Sentinel master found
+ * or moved, Redis Functions refused by a server) arrive in log_line(),
+ * which may run inside a call of the core, on any thread: it never calls
+ * Lua, it queues the line in the limiter's userdata (a few lines, the
+ * oldest dropped when full). The methods of plain Lua hand the queue to the
+ * `log` function once the core has returned; the OpenResty path takes it
+ * with lim:_log_next() after each call and writes it with ngx.log.
  *
  * Memory: nothing here mallocs. Scratch space and keys live in userdata, so
  * an error raised halfway (a longjmp) leaks nothing; the only C allocations
@@ -781,9 +781,9 @@ static void redact_url(const char *url, char *out)
  * silent default. */
 static const char *const option_names[] = {
     "url", "capacity", "rate", "limits", "prefix", "on_error", "instances", "timeout",
-    "connect_timeout", "deny_cache", "max_keys", "pool_size", "tls_ca_file", "tls_ca_dir",
-    "tls_cert_file", "tls_key_file", "tls_server_name", "tls_verify", "sentinel_username",
-    "sentinel_password", "functions", "log", NULL};
+    "connect_timeout", "deny_cache", "deny_cache_max", "max_keys", "pool_size", "tls_ca_file",
+    "tls_ca_dir", "tls_cert_file", "tls_key_file", "tls_server_name", "tls_verify",
+    "sentinel_username", "sentinel_password", "functions", "log", NULL};
 
 static void check_option_names(lua_State *L)
 {
@@ -831,9 +831,9 @@ static int64_t opt_int(lua_State *L, const char *name, int64_t dflt, int64_t lo,
     return check_int_range(L, -1, 1, name, lo, hi);
 }
 
-/* A time in seconds, given to the core in whole milliseconds (rounded:
- * 0.1 * 1000 is not exactly 100 in binary). */
-static int opt_seconds(lua_State *L, const char *name, int dflt_ms)
+/* A time in seconds, 0.001 to max_s, given to the core in whole
+ * milliseconds (rounded: 0.1 * 1000 is not exactly 100 in binary). */
+static int opt_seconds_upto(lua_State *L, const char *name, int dflt_ms, int max_s)
 {
     char buf[64];
     int t = get_option(L, name);
@@ -844,10 +844,16 @@ static int opt_seconds(lua_State *L, const char *name, int dflt_ms)
     /* The range is checked before rounding, as the Python package does:
      * 60.0004 s is over 60 s, not 60 s. */
     double ms = (double)lua_tonumber(L, -1) * 1000.0;
-    if (!(ms >= 0.5 && ms <= 60000.0))
-        arg_errorf(L, 1, "%s must be from 0.001 to 60 seconds, got %s", name,
+    if (!(ms >= 0.5 && ms <= max_s * 1000.0))
+        arg_errorf(L, 1, "%s must be from 0.001 to %d seconds, got %s", name, max_s,
                    describe(L, -1, buf, sizeof buf));
     return (int)floor(ms + 0.5);
+}
+
+/* A timeout: 0.001 to 60 seconds. */
+static int opt_seconds(lua_State *L, const char *name, int dflt_ms)
+{
+    return opt_seconds_upto(L, name, dflt_ms, 60);
 }
 
 /* ---- the limit: capacity and rate, or limits ------------------------------------- */
@@ -1092,6 +1098,9 @@ static int l_new(lua_State *L)
     t = get_option(L, "deny_cache");
     if (t != LUA_TNIL)
         o.deny_cache = check_boolean(L, -1, 1, "deny_cache");
+    /* How long one reply may foretell a refusal (so a reset made elsewhere
+     * is seen within it): up to a day, as the core takes it. */
+    o.deny_cache_max_ms = opt_seconds_upto(L, "deny_cache_max", o.deny_cache_max_ms, 86400);
     o.max_keys = (size_t)opt_int(L, "max_keys", (int64_t)o.max_keys, 1, 4000000000LL);
     o.pool_size = (int)opt_int(L, "pool_size", o.pool_size, 1, 1024);
     /* TLS: the core checks that they go with a rediss:// URL. */
@@ -1305,8 +1314,67 @@ static int l_decide_at(lua_State *L)
     return emit_logs(L, u, 1);
 }
 
-/* lim:_stats() -> the core's counters */
+/* Pushes t[name] = v for the table on top, v a count. */
+static void set_count(lua_State *L, const char *name, uint64_t v)
+{
+    hl_pushint64(L, (int64_t)v);   /* exact below 2^53, which no count reaches */
+    lua_setfield(L, -2, name);
+}
+
+/* lim:stats() -> the core's metrics (hirate_stats_get) as a table:
+ * decisions by the core's source names, errors by code name (every code,
+ * 0 for those never met), the latency histogram with its bounds in seconds
+ * (hirate_latency_bounds) and its counts, not cumulative, the last one
+ * above every bound; or nil, message, code once closed. */
 static int l_stats(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    if (u->closed)
+        return push_closed(L);
+    hirate_stats s;
+    if (hirate_stats_get(u->lim, &s, sizeof s) < 0)
+        return push_failure(L, u, HIRATE_EINVAL);
+    lua_createtable(L, 0, 11);
+    lua_createtable(L, 0, HIRATE_SOURCE_FAIL_CLOSED);
+    for (int src = HIRATE_SOURCE_REDIS; src <= HIRATE_SOURCE_FAIL_CLOSED; src++)
+        set_count(L, hirate_source_name(src), s.decisions[src]);
+    lua_setfield(L, -2, "decisions");
+    lua_createtable(L, 0, HIRATE_ERRNO_MAX);
+    for (int code = 1; code <= HIRATE_ERRNO_MAX; code++)
+        set_count(L, code_name(-code), s.errors[code]);
+    lua_setfield(L, -2, "errors");
+    set_count(L, "refused", s.refused);
+    set_count(L, "peeks", s.peeks);
+    set_count(L, "breaker_opens", s.breaker_opens);
+    set_count(L, "breaker_closes", s.breaker_closes);
+    set_count(L, "connects", s.connects);
+    set_count(L, "conns_dropped", s.conns_dropped);
+    size_t nb;
+    const int64_t *bounds = hirate_latency_bounds(&nb);
+    uint64_t count = 0;
+    lua_createtable(L, 0, 2);
+    lua_createtable(L, (int)nb, 0);
+    for (size_t i = 0; i < nb; i++) {
+        lua_pushnumber(L, (lua_Number)bounds[i] / 1e6);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_setfield(L, -2, "bounds");
+    lua_createtable(L, HIRATE_LATENCY_BUCKETS, 0);
+    for (int i = 0; i < HIRATE_LATENCY_BUCKETS; i++) {
+        hl_pushint64(L, (int64_t)s.latency[i]);
+        lua_rawseti(L, -2, i + 1);
+        count += s.latency[i];
+    }
+    lua_setfield(L, -2, "counts");
+    lua_setfield(L, -2, "latency");
+    set_count(L, "latency_count", count);
+    lua_pushnumber(L, (lua_Number)s.latency_sum_us / 1e6);
+    lua_setfield(L, -2, "latency_sum");
+    return 1;
+}
+
+/* lim:_stats() -> the io layer's counters (hirate_counters_get: the tests') */
+static int l_counters(lua_State *L)
 {
     limiter_ud *u = check_limiter(L);
     if (u->closed)
@@ -2182,7 +2250,8 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"_is_sentinel", l_is_sentinel},
         {"_log_next", l_log_next},
         {"_decide_at", l_decide_at},
-        {"_stats", l_stats},
+        {"stats", l_stats},
+        {"_stats", l_counters},
         {NULL, NULL}};
     static const luaL_Reg op_meta[] = {
         {"__gc", l_op_free}, {"__tostring", l_op_tostring}, {NULL, NULL}};

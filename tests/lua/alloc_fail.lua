@@ -13,6 +13,8 @@ assert(#ds == 3 and ds[3].retry_after == math.huge)
 assert(mem:reset("alice"))
 assert(mem:_decide_at("bob", 1, true, 1000).remaining == 4)
 assert(mem:_stats().memory_keys >= 1)
+local st = assert(mem:stats())
+assert(st.decisions["local"] >= 1 and #st.latency.bounds == 13 and st.errors.EKEY == 0)
 assert(tostring(mem):find("memory", 1, true))
 assert(not pcall(mem.allow, mem, ""))            -- an argument error, raised
 assert(not pcall(core.new, { capacity = 0, rate = 1 }))
@@ -25,6 +27,7 @@ assert(tostring(red):find("***", 1, true))
 assert(red:_endpoint().port == 1)
 assert(red:_endpoint().where == "127.0.0.1:1")
 assert(red:allow("k").source == "fail_open")    -- connect refused: the policy
+assert(red:stats().errors.ECONNECT == 1 and red:stats().breaker_opens == 1)
 
 -- The breaker is open now: an op decided at once, without I/O.
 local op = red:_op_start({ { "k", 1 } }, true)

@@ -83,6 +83,12 @@ local new_cases = {
         "connect_timeout must be from 0.001 to 60 seconds, got 0.0004" },
     { "a deny cache that is not a boolean", with { deny_cache = 1 },
         "deny_cache must be a boolean, got number" },
+    { "a deny cache bound of 0", with { deny_cache_max = 0 },
+        "deny_cache_max must be from 0.001 to 86400 seconds, got 0" },
+    { "a deny cache bound over a day", with { deny_cache_max = 86400.001 },
+        "deny_cache_max must be from 0.001 to 86400 seconds, got 86400.001" },
+    { "a deny cache bound that is a string", with { deny_cache_max = "1" },
+        "deny_cache_max must be a number of seconds, got string" },
     { "0 max keys", with { max_keys = 0 }, "max_keys must be from 1 to 4000000000, got 0" },
     { "a pool of 1025", with { pool_size = 1025 }, "pool_size must be from 1 to 1024, got 1025" },
     { "a pool size that is a string", with { pool_size = "4" },
@@ -124,6 +130,7 @@ describe("hirate.new", function()
             url = "redis://127.0.0.1:6379/15", capacity = 9007199254740991, rate = 1e9,
             prefix = ("p"):rep(64), on_error = "closed", instances = 100000, timeout = 60,
             connect_timeout = 0.001, deny_cache = false, max_keys = 4000000000, pool_size = 1024,
+            deny_cache_max = 86400,
         }
         assert.equal("hirate.limiter(redis://127.0.0.1:6379/15, capacity=9007199254740991, "
             .. "rate=1000000000)", tostring(lim))

@@ -22,10 +22,13 @@ local function blocks_of(text)
 end
 local bands_section = assert(doc:match("\n### Several limits\n(.-)\n##"),
     "docs/lua.md has no Several limits section")
+local metrics_section = assert(doc:match("\n## Metrics and logs\n(.-)\n##"),
+    "docs/lua.md has no Metrics and logs section")
 
 local blocks = blocks_of(section)
 local limits_blocks = blocks_of(limits_section)
 local bands_blocks = blocks_of(bands_section)
+local metrics_blocks = blocks_of(metrics_section)
 
 local function quote(s)
     return "'" .. s:gsub("'", "'\\''") .. "'"
@@ -81,5 +84,12 @@ describe("docs/lua.md", function()
         local out, ok = run(bands_blocks[1].text)
         assert.truthy(ok, out)
         assert.equal(bands_blocks[2].text, out)
+    end)
+
+    it("runs the stats example, which prints what the page shows", function()
+        assert.same({ "lua", "" }, { metrics_blocks[1].lang, metrics_blocks[2].lang })
+        local out, ok = run(metrics_blocks[1].text)
+        assert.truthy(ok, out)
+        assert.equal(metrics_blocks[2].text, out)
     end)
 end)

@@ -522,7 +522,14 @@ describe("Redis Sentinel from plain Lua, the master killed", function()
         assert.equal(2, s.master_changes)
         assert.same({ before.function_loads, before.evalsha, before.eval },
             { s.function_loads, s.evalsha, s.eval })
-        assert.same({ found(old), moved(old, switch.port) }, lines)
+        -- The dead master's outage, said once when its breaker opened (it
+        -- never answers again: the new master is another node).
+        assert.equal(3, #lines)
+        assert.same({ found(old), moved(old, switch.port) }, { lines[1], lines[3] })
+        assert.equal("warning", lines[2][1])
+        assert.truthy(lines[2][2]:match("^Redis at 127%.0%.0%.1:" .. old .. " failed %(.+%): "
+            .. "the 'local' policy decides until it answers again$"), lines[2][2])
+        assert.same({ 1, 0 }, { lim:stats().breaker_opens, lim:stats().breaker_closes })
         lim:close()
     end)
 end)

@@ -44,8 +44,9 @@ requests go on meanwhile.
     master's AUTH, SELECT and ROLE). Which sentinel to ask, when to ask
     again and where the master is are the core's: this module knows no
     Sentinel command.
-  * The core's log lines (a Sentinel master found or moved at INFO, Redis
-    Functions refused by a server at WARN) go to ngx.log, or to the `log`
+  * The core's log lines (Redis failed and the breaker opened at WARN, once
+    per outage; Redis answers again at INFO; a Sentinel master found or
+    moved at INFO, Redis Functions refused by a server at WARN) go to ngx.log, or to the `log`
     option's function(level, message) when one is given; the core queues
     them during a call and this module writes them once the call is done.
 
@@ -72,7 +73,7 @@ local tcp = ngx.socket.tcp
 local get_phase = ngx.get_phase
 local ngx_now, update_time = ngx.now, ngx.update_time
 local ngx_var, ngx_header = ngx.var, ngx.header
-local log, ERR, WARN, INFO = ngx.log, ngx.ERR, ngx.WARN, ngx.INFO
+local log, ERR, WARN, INFO, DEBUG = ngx.log, ngx.ERR, ngx.WARN, ngx.INFO, ngx.DEBUG
 
 local type, pairs, ipairs, setmetatable, getmetatable, error, tostring, tonumber, pcall = type,
     pairs, ipairs, setmetatable, getmetatable, error, tostring, tonumber, pcall
@@ -209,8 +210,12 @@ local function tls_code(err)
     return "ETLS"
 end
 
+-- Each failed I/O, at debug level: what an outage means is the core's to
+-- say, once (its warning when the breaker opens, its info when Redis
+-- answers again), and a misconfiguration is the call's own result; a line
+-- per failed probe would say neither.
 local function io_failed(self, what)
-    log(WARN, "hirate: Redis at ", self.where, ": ", what)
+    log(DEBUG, "hirate: Redis at ", self.where, ": ", what)
 end
 
 -- Where the core's log lines go by default: nginx's error log.
@@ -463,7 +468,7 @@ local function converse(self, op)
         sock:close()
         self.healthy = false
         io_failed(self, why)
-        return op:fail(left, self.where .. ": " .. why)
+        return op:fail(left, why) -- the core's line names the node
     end
     -- A connection is reused only in a known state: nothing left unread,
     -- nothing the core distrusts.
@@ -571,7 +576,7 @@ local function rounds(self, op)
                     sock:close()
                     nd.healthy = false
                     io_failed(nd, "send: " .. err)
-                    code, msg = io_code(err), nd.where .. ": send: " .. err
+                    code, msg = io_code(err), "send: " .. err
                 end
             end
             if not socks[leg] then
@@ -587,7 +592,7 @@ local function rounds(self, op)
                     sock:close()
                     nd.healthy = false
                     io_failed(nd, why)
-                    op:leg_fail(leg, left, nd.where .. ": " .. why)
+                    op:leg_fail(leg, left, why)
                 elseif left or op:leg_drop(leg)
                         or not sock:setkeepalive(self.keepalive_ms, self.pool_size) then
                     sock:close()
@@ -885,6 +890,13 @@ end
 --- (one for capacity and rate), as the core holds them.
 function Limiter:bands()
     return self.lim:bands()
+end
+
+--- stats(): the core's metrics of this limiter (see hirate.core's
+--- lim:stats()): the cosocket path's ops are counted as the blocking
+--- client's calls are, each leg of an op one round trip.
+function Limiter:stats()
+    return self.lim:stats()
 end
 
 function Limiter:_stats()

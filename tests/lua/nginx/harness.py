@@ -91,7 +91,7 @@ def build_conf(prefix, ports, lua_path, lua_cpath, vectors, ca_file, env_names=(
         f"uwsgi_temp_path {prefix}/tmp/uwsgi;",
         f"scgi_temp_path {prefix}/tmp/scgi;",
         # Cosocket timeouts are expected here (a stopped Redis); hirate logs
-        # its own one-line warning for each.
+        # the outage once, when the breaker opens.
         "lua_socket_log_errors off;",
     ])
     conf = replace_once(conf, "http {\n", "http {\n" + http_head + "\n")

@@ -5,7 +5,9 @@
 #   2. real nginx (Debian's, with lua-nginx-module, 2 workers) running the
 #      nginx.conf of docs/lua.md and the tests' own server, against a
 #      redis-server of its own (test_nginx.py);
-#   3. Lua 5.4, Python and the hirate tool spending one Redis bucket
+#   3. examples/openresty/nginx.conf (4 workers): hirate.metrics' sums at
+#      /metrics and the log lines of a real outage (test_metrics.py);
+#   4. Lua 5.4, Python and the hirate tool spending one Redis bucket
 #      (tests/lua/test_cross_language.py; its Python part needs the package
 #      in build-py/venv, which make test-python leaves there).
 #
@@ -54,6 +56,10 @@ done
 printf '\n== OpenResty: %s with lua-nginx-module, 2 workers\n' "$(nginx -v 2>&1 | sed 's/.*: //')"
 HIRATE_LUA_DIR=$jit_path HIRATE_LUAJIT_CPATH=$jit_cpath \
     "$python" "$root/tests/lua/nginx/test_nginx.py"
+
+printf '\n== OpenResty: metrics summed over 4 workers, log lines of an outage\n'
+HIRATE_LUA_DIR=$jit_path HIRATE_LUAJIT_CPATH=$jit_cpath \
+    "$python" "$root/tests/lua/nginx/test_metrics.py"
 
 printf '\n== One Redis bucket: Lua 5.4, Python, the hirate tool\n'
 HIRATE_LUA54_PATH=$l54_path HIRATE_LUA54_CPATH=$l54_cpath HIRATE_CLI=$build/core/cli/hirate \

@@ -90,6 +90,10 @@ local limits = {
     bands = { limiter = { url = url, prefix = "t-bands:", deny_cache = false, limits = {
         { capacity = 2, rate = 0.5, name = "burst" }, { capacity = 3, rate = 0.001,
             name = "daily" } } }, key = "var:arg_k" },
+    -- A reset made elsewhere is seen within deny_cache_max: a limiter's
+    -- options through limit{}.
+    reset_seen = { limiter = { url = url, prefix = "t-reset:", capacity = 5, rate = 0.0001,
+        deny_cache_max = 0.5 }, key = "var:arg_k" },
     -- ... or a limit string and the core's names.
     bands_text = { limiter = redis { limits = "2/4s; 3/1000s", prefix = "t-btext:" },
         key = "var:arg_k", legacy_headers = true },
@@ -297,9 +301,12 @@ function M.call(name)
             local d, err, code = l:allow(key)
             return d, err, code
         elseif op == "twice" then
-            -- The second call meets the breaker the first one opened.
+            -- The second call meets the breaker the first one opened; the
+            -- connections tried meanwhile.
+            local before = lim:stats().connects
             local first, second = lim:allow(key), lim:allow(key)
-            return { plain_decision(first), plain_decision(second) }
+            return { plain_decision(first), plain_decision(second),
+                lim:stats().connects - before }
         elseif op == "badopts" then
             local out = {}
             local function try(f, ...)
