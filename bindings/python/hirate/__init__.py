@@ -9,8 +9,9 @@
 
 Without a URL the buckets live in this process; rediss:// URLs speak TLS;
 redis+cluster:// names a Redis Cluster, redis+sentinel:// a Sentinel service.
-Events worth a log line (a Sentinel master found or moved, Redis Functions
-refused by a server) go to the standard logger "hirate". The decisions, the
+Events worth a log line (Redis failing and answering again, a Sentinel
+master found or moved, Redis Functions refused by a server) go to the
+standard logger "hirate"; lim.stats() gives the metrics (hirate.Stats). The decisions, the
 failure policies and the errors are the C core's (see docs/python.md).
 Limit strings ("10/second; 1000/day") are the core's too: parse_limits.
 Several limits on one key ("bands": a burst and a daily quota) are one
@@ -43,6 +44,7 @@ from ._hirate import (
     script_source,
 )
 from ._hirate import parse_limits as _parse_limits
+from ._stats import Stats
 
 
 class Band(_NamedTuple):
@@ -90,6 +92,7 @@ __all__ = [
     "Limiter",
     "NotRedisError",
     "RefusedError",
+    "Stats",
     "TLSError",
     "TimeoutError",
     "__version__",

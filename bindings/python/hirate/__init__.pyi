@@ -18,6 +18,7 @@ from ._hirate import function_library as function_library
 from ._hirate import function_name as function_name
 from ._hirate import script_sha1 as script_sha1
 from ._hirate import script_source as script_source
+from ._stats import Stats as Stats
 
 class Band(_NamedTuple):
     capacity: int

@@ -24,6 +24,7 @@ call it directly.
 
 import asyncio
 import collections
+import dataclasses
 import os
 import socket
 import ssl
@@ -691,7 +692,7 @@ class AsyncLimiter:
                  timeout=0.1, deny_cache=True, max_keys=1_000_000, pool_size=16,
                  tls_ca_file=None, tls_ca_dir=None, tls_cert_file=None, tls_key_file=None,
                  tls_server_name=None, tls_verify=True, sentinel_username=None,
-                 sentinel_password=None, functions=True):
+                 sentinel_password=None, functions=True, deny_cache_max=1.0):
         # The C limiter checks every argument (and never connects itself
         # here: the hooks leave the I/O to this class). Of capacity, rate and
         # limits, those given go on, as hirate.Limiter takes them.
@@ -705,7 +706,7 @@ class AsyncLimiter:
             tls_ca_file=tls_ca_file, tls_ca_dir=tls_ca_dir, tls_cert_file=tls_cert_file,
             tls_key_file=tls_key_file, tls_server_name=tls_server_name, tls_verify=tls_verify,
             sentinel_username=sentinel_username, sentinel_password=sentinel_password,
-            functions=functions)
+            functions=functions, deny_cache_max=deny_cache_max)
         # {loop: {node: _Pool}}; None without a URL.
         self._pools = None if self._lim.url is None else {}
         self._dropped = 0
@@ -815,6 +816,17 @@ class AsyncLimiter:
         if not op.done:
             await self._run(op)
         return op.results()
+
+    def stats(self):
+        """hirate.Stats: the core's metrics of this limiter since it was made
+        (as Limiter.stats(); the round trips are those of the event loop's
+        connections); after close(), as they were when it closed.
+        conns_dropped counts this limiter's own connections (the event
+        loop's, not the C pool's) closed after an error."""
+        stats = self._lim.stats()
+        if self._pools is not None:
+            stats = dataclasses.replace(stats, conns_dropped=self._dropped)
+        return stats
 
     def _stats(self):
         """The core's counters (connects: the handshakes it let start), with

@@ -3,6 +3,7 @@ from types import TracebackType
 from typing import Iterable, List, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 from . import Band, Decision, Error
+from ._stats import Stats
 
 __all__ = ["AsyncLimiter"]
 
@@ -42,6 +43,7 @@ class AsyncLimiter:
         sentinel_username: Optional[str] = None,
         sentinel_password: Optional[str] = None,
         functions: bool = True,
+        deny_cache_max: float = 1.0,
     ) -> None: ...
     @classmethod
     def from_env(
@@ -67,6 +69,7 @@ class AsyncLimiter:
         sentinel_username: Optional[str] = None,
         sentinel_password: Optional[str] = None,
         functions: bool = True,
+        deny_cache_max: float = 1.0,
     ) -> _Self: ...
     @property
     def capacity(self) -> int: ...
@@ -86,6 +89,7 @@ class AsyncLimiter:
         self, pairs: Iterable[Tuple[_Key, int]]
     ) -> List[Union[Decision, Error, MemoryError]]: ...
     async def reset(self, key: _Key) -> None: ...
+    def stats(self) -> Stats: ...
     async def close(self) -> None: ...
     async def aclose(self) -> None: ...
     async def __aenter__(self: _Self) -> _Self: ...

@@ -44,6 +44,7 @@
 #define HR_COUNT_(name, code, msg) +1
 #define NCODES (1 HIRATE_ERRNO_MAP(HR_COUNT_))
 #define NSOURCES 6  /* HIRATE_SOURCE_FAIL_CLOSED + 1 */
+_Static_assert(NCODES == HIRATE_ERRNO_MAX + 1, "HIRATE_ERRNO_MAX is the number of codes");
 
 #if PY_VERSION_HEX >= 0x030C0000
 #  define HR_T_PYSSIZET Py_T_PYSSIZET
@@ -81,6 +82,7 @@ typedef struct {
     PyObject *errname[NCODES];    /* "ETIMEDOUT" ... for -code, interned */
     PyObject *source[NSOURCES];   /* "redis" ... by hirate_source, interned */
     PyObject *str_key, *str_cost; /* keyword names, interned */
+    PyObject *stats_cls;          /* hirate.Stats, looked up at its first use */
     /* An in-memory limiter that judges the values of a batch's items before
      * any of them is decided (see batch_check): the core's own rules and
      * words, without I/O and without touching the caller's limiter. */
@@ -703,7 +705,30 @@ typedef struct {
     PyObject *url;          /* the URL with its password as ***, or None */
     PyObject *prefix;       /* str */
     PyObject *weakrefs;
+    /* The metrics as they were when lim was freed, for stats() after
+     * close(). */
+    hirate_stats last;
 } LimiterObject;
+
+/* Frees self->lim (set to NULL first, so that nothing finds it half gone),
+ * its last metrics kept in self->last. With the GIL held; the freeing
+ * itself, which may close connections, releases it when release is 1. */
+static void limiter_free_core(LimiterObject *self, int release)
+{
+    hirate_limiter *lim = self->lim;
+    if (!lim)
+        return;
+    self->lim = NULL;
+    if (hirate_stats_get(lim, &self->last, sizeof self->last) < 0)
+        memset(&self->last, 0, sizeof self->last);
+    if (release) {
+        Py_BEGIN_ALLOW_THREADS
+        hirate_limiter_free(lim);
+        Py_END_ALLOW_THREADS
+    } else {
+        hirate_limiter_free(lim);
+    }
+}
 
 static PyObject *raise_closed(hstate *st)
 {
@@ -1206,11 +1231,8 @@ static void live_take(LimiterObject *self)
 
 static void live_drop(LimiterObject *self)
 {
-    if (self->live > 0 && --self->live == 0 && self->closed && self->lim) {
-        hirate_limiter *lim = self->lim;
-        self->lim = NULL;
-        hirate_limiter_free(lim);
-    }
+    if (self->live > 0 && --self->live == 0 && self->closed)
+        limiter_free_core(self, 0);
 }
 
 /* The Op: one batch (or a reset) decided with the caller doing the I/O. */
@@ -1917,6 +1939,108 @@ static PyObject *limiter_stats(PyObject *op, PyObject *unused)
                          (unsigned long long)s.master_changes);
 }
 
+/* The figures of s as hirate.Stats' fields: the core's names for sources
+ * and codes, its latency bounds in seconds, the buckets made cumulative
+ * (Prometheus' "le"): the count up to each bound, the last (inf) all. */
+static PyObject *stats_fields(hstate *st, const hirate_stats *s)
+{
+    size_t nb = 0;
+    const int64_t *bounds = hirate_latency_bounds(&nb);
+    if (nb + 1 != HIRATE_LATENCY_BUCKETS) {
+        PyErr_SetString(PyExc_SystemError, "hirate_latency_bounds disagrees with hirate.h");
+        return NULL;
+    }
+    PyObject *decisions = PyDict_New(), *errors = PyDict_New();
+    PyObject *buckets = PyTuple_New(HIRATE_LATENCY_BUCKETS);
+    PyObject *fields = NULL;
+    if (!decisions || !errors || !buckets)
+        goto done;
+    for (int i = HIRATE_SOURCE_REDIS; i < NSOURCES; i++) {
+        PyObject *n = PyLong_FromUnsignedLongLong(s->decisions[i]);
+        if (!n || PyDict_SetItem(decisions, st->source[i], n) < 0) {
+            Py_XDECREF(n);
+            goto done;
+        }
+        Py_DECREF(n);
+    }
+    for (int i = 1; i <= HIRATE_ERRNO_MAX; i++) {
+        PyObject *n = PyLong_FromUnsignedLongLong(s->errors[i]);
+        if (!n || PyDict_SetItem(errors, st->errname[i], n) < 0) {
+            Py_XDECREF(n);
+            goto done;
+        }
+        Py_DECREF(n);
+    }
+    unsigned long long count = 0;
+    for (size_t i = 0; i < HIRATE_LATENCY_BUCKETS; i++) {
+        count += s->latency[i];
+        PyObject *b = Py_BuildValue("(dK)", i < nb ? (double)bounds[i] / 1e6 : INFINITY, count);
+        if (!b)
+            goto done;
+        PyTuple_SET_ITEM(buckets, (Py_ssize_t)i, b);
+    }
+    fields = Py_BuildValue(
+        "{sOsKsKsOsKsKsKsKsOsdsK}", "decisions", decisions, "refused",
+        (unsigned long long)s->refused, "peeks", (unsigned long long)s->peeks, "errors", errors,
+        "breaker_opens", (unsigned long long)s->breaker_opens, "breaker_closes",
+        (unsigned long long)s->breaker_closes, "connects", (unsigned long long)s->connects,
+        "conns_dropped", (unsigned long long)s->conns_dropped, "latency_buckets", buckets,
+        "latency_sum", (double)s->latency_sum_us / 1e6, "latency_count", count);
+done:
+    Py_XDECREF(decisions);
+    Py_XDECREF(errors);
+    Py_XDECREF(buckets);
+    return fields;
+}
+
+/* hirate.Stats(**fields of s). The class is Python's (hirate/_stats.py),
+ * found at the first use: the package has imported it by then. */
+static PyObject *stats_object(hstate *st, const hirate_stats *s)
+{
+    if (!st->stats_cls) {
+        PyObject *m = PyImport_ImportModule("hirate._stats");
+        if (!m)
+            return NULL;
+        st->stats_cls = PyObject_GetAttrString(m, "Stats");
+        Py_DECREF(m);
+        if (!st->stats_cls)
+            return NULL;
+    }
+    PyObject *fields = stats_fields(st, s);
+    if (!fields)
+        return NULL;
+    PyObject *noargs = PyTuple_New(0);
+    PyObject *r = noargs ? PyObject_Call(st->stats_cls, noargs, fields) : NULL;
+    Py_XDECREF(noargs);
+    Py_DECREF(fields);
+    return r;
+}
+
+/* stats(): the core's metrics (hirate_stats_get) now, or after close() as
+ * they were when the limiter was freed; a figure never goes back. */
+static PyObject *limiter_public_stats(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    LimiterObject *self = (LimiterObject *)op;
+    if (!self->lim)
+        return stats_object(self->st, &self->last);
+    hirate_stats s;
+    if (hirate_stats_get(self->lim, &s, sizeof s) < 0) {
+        PyErr_SetString(PyExc_SystemError, "hirate_stats_get failed");
+        return NULL;
+    }
+    return stats_object(self->st, &s);
+}
+
+/* _hirate._empty_stats(): a Stats of zeros (the sum of no limiter). */
+static PyObject *mod_empty_stats(PyObject *m, PyObject *unused)
+{
+    (void)unused;
+    hirate_stats s;
+    memset(&s, 0, sizeof s);
+    return stats_object(state_of_module(m), &s);
+}
+
 /* ---- close ----------------------------------------------------------------- */
 
 static PyObject *limiter_close(PyObject *op, PyObject *unused)
@@ -1934,13 +2058,7 @@ static PyObject *limiter_close(PyObject *op, PyObject *unused)
     }
     if (self->live > 0)
         Py_RETURN_NONE;   /* the last Op or Handshake frees the limiter */
-    hirate_limiter *lim = self->lim;
-    self->lim = NULL;   /* before the GIL goes: a second close() finds nothing */
-    if (lim) {
-        Py_BEGIN_ALLOW_THREADS
-        hirate_limiter_free(lim);
-        Py_END_ALLOW_THREADS
-    }
+    limiter_free_core(self, 1);
     Py_RETURN_NONE;
 }
 
@@ -2092,6 +2210,26 @@ static int timeout_option(hstate *st, PyObject *o, const char *what, int *out_ms
         return -1;
     }
     *out_ms = (int)lround(ms);
+    return 0;
+}
+
+/* A duration in seconds as the core's whole milliseconds, rounded; the
+ * core checks the range (a value no int holds becomes -1, which it refuses
+ * too). */
+static int seconds_to_ms(PyObject *o, const char *what, int *out_ms)
+{
+    if (PyBool_Check(o) || !(PyFloat_Check(o) || PyLong_Check(o))) {
+        PyErr_Format(PyExc_TypeError, "%s must be a number of seconds, not %.200s", what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    double s = PyFloat_AsDouble(o);
+    if (s == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        s = NAN;
+    }
+    double ms = s * 1000.0;
+    *out_ms = ms >= 0.0 && ms < (double)INT_MAX ? (int)lround(ms) : -1;
     return 0;
 }
 
@@ -2313,22 +2451,24 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
                              "pool_size", "tls_ca_file", "tls_ca_dir", "tls_cert_file",
                              "tls_key_file", "tls_server_name", "tls_verify",
                              "sentinel_username", "sentinel_password", "functions", "limits",
-                             NULL};
+                             "deny_cache_max", NULL};
     PyObject *url = Py_None, *capacity = NULL, *rate = NULL, *prefix = NULL, *on_error = NULL;
     PyObject *limits = NULL;
     PyObject *instances = NULL, *connect_timeout = NULL, *timeout = NULL, *deny_cache = NULL;
     PyObject *max_keys = NULL, *pool_size = NULL, *server_name = Py_None, *verify = NULL;
     PyObject *files[4] = {Py_None, Py_None, Py_None, Py_None};
     PyObject *sentinel_username = Py_None, *sentinel_password = Py_None, *functions = NULL;
+    PyObject *deny_cache_max = NULL;
     hstate *st = state_of_type(tp);
     if (!st)
         return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOOOOOOOOOOOOOOOOOOO:Limiter", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOOOOOOOOOOOOOOOOOOOO:Limiter", kwlist,
                                      &url, &capacity, &rate, &prefix, &on_error, &instances,
                                      &connect_timeout, &timeout, &deny_cache, &max_keys,
                                      &pool_size, &files[0], &files[1], &files[2], &files[3],
                                      &server_name, &verify, &sentinel_username,
-                                     &sentinel_password, &functions, &limits))
+                                     &sentinel_password, &functions, &limits,
+                                     &deny_cache_max))
         return NULL;
     /* Without limits (None is not given), capacity and rate are required;
      * with limits, whatever is given goes to the core, which says when two
@@ -2375,6 +2515,9 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
             goto done;
         o.deny_cache = v;
     }
+    if (deny_cache_max && seconds_to_ms(deny_cache_max, "deny_cache_max",
+                                        &o.deny_cache_max_ms) < 0)
+        goto done;
     if (max_keys) {
         long long v;
         int r = int_value(max_keys, "max_keys", &v);
@@ -2679,6 +2822,11 @@ static PyMethodDef limiter_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "_handshake_start(node=0) -> Handshake for a new connection to that node; raises the "
      "failure's error during the node's reconnect backoff."},
+    {"stats", limiter_public_stats, METH_NOARGS,
+     "stats() -> hirate.Stats: the core's metrics of this limiter since it was made "
+     "(decisions by source, refusals, peeks, errors by code, breaker transitions, "
+     "connections, the Redis round-trip latency histogram); after close(), as they were "
+     "when it closed."},
     {"_stats", limiter_stats, METH_NOARGS, "_stats() -> dict of counters."},
     {NULL, NULL, 0, NULL},
 };
@@ -2689,7 +2837,8 @@ static PyType_Slot limiter_slots[] = {
                         "max_keys=1000000, pool_size=16, tls_ca_file=None, tls_ca_dir=None, "
                         "tls_cert_file=None, tls_key_file=None, tls_server_name=None, "
                         "tls_verify=True, sentinel_username=None, sentinel_password=None, "
-                        "functions=True)\nLimiter(url=None, *, limits, ...)\n\n"
+                        "functions=True, deny_cache_max=1.0)\n"
+                        "Limiter(url=None, *, limits, ...)\n\n"
                         "A token-bucket rate limiter: in Redis when url is given, else in "
                         "memory. The limit is capacity and rate, or limits: a limit string "
                         "('10/second; 1000/day') or a sequence of bands (hirate.Band, "
@@ -2704,7 +2853,10 @@ static PyType_Slot limiter_slots[] = {
                         "/service[/db] (the sentinels; user and password are the master's, "
                         "sentinel_username and sentinel_password the sentinels' own) and "
                         "rediss+sentinel://... (TLS). functions=False: EVALSHA always, "
-                        "never FCALL. Events worth a log line go to the logger 'hirate'."},
+                        "never FCALL. deny_cache_max: seconds a refusal is foretold from one "
+                        "reply at most, then Redis is asked again (so a reset made by another "
+                        "process is seen within it). Events worth a log line go to the logger "
+                        "'hirate'; stats() gives the metrics."},
     {Py_tp_new, (void *)limiter_tp_new},
     {Py_tp_dealloc, (void *)limiter_dealloc},
     {Py_tp_repr, (void *)limiter_repr},
@@ -2830,6 +2982,8 @@ static PyMethodDef module_methods[] = {
      "refill_seconds(capacity, rate) -> int: whole seconds an empty bucket takes to fill, "
      "rounded up (the core's hirate_refill_seconds: the w of RateLimit-Policy and of a "
      "band's default name); 0 for a capacity or rate no limiter takes."},
+    {"_empty_stats", mod_empty_stats, METH_NOARGS,
+     "_empty_stats() -> hirate.Stats of zeros, the figures of no limiter."},
     {"_error", mod_error, METH_VARARGS,
      "_error(code, message) -> the exception hirate raises for code."},
     {NULL, NULL, 0, NULL},
@@ -3014,6 +3168,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->handshake_type);
     for (int i = 0; i < NCLASSES; i++)
         Py_VISIT(st->cls[i]);
+    Py_VISIT(st->stats_cls);
     return 0;
 }
 
@@ -3034,6 +3189,7 @@ static int module_clear(PyObject *m)
         Py_CLEAR(st->source[i]);
     Py_CLEAR(st->str_key);
     Py_CLEAR(st->str_cost);
+    Py_CLEAR(st->stats_cls);
     hirate_limiter_free(st->judge);
     st->judge = NULL;
     return 0;

@@ -33,6 +33,7 @@ from starlette.responses import Response
 
 from . import AsyncLimiter as _AsyncLimiter
 from . import Limiter as _Limiter
+from . import Stats as _Stats
 from ._http import ClientIP, Limit, Result, check_limits, check_scope, checks_of, declare
 from ._http import ident_for_ip, ident_for_key, key_header, new_limiter, plan, _check_cost
 
@@ -211,6 +212,10 @@ class RateLimiter:
         self._new_limiter = lambda bands: new_limiter(_AsyncLimiter, url, bands,
                                                       self._options, sentinel)
         self._limiters = {}
+        # The figures of the limiters close() closed, so that stats() never
+        # go back; those being closed count until they are in there.
+        self._retired = _Stats.zero()
+        self._closing = []
 
     def __repr__(self):
         return "<hirate.asgi.RateLimiter url=%r on_error=%r>" % (
@@ -231,10 +236,20 @@ class RateLimiter:
         """Closes the AsyncLimiters (new ones are made if a request comes
         after). RateLimitMiddleware calls it when the app shuts down."""
         limiters, self._limiters = list(self._limiters.values()), {}
+        self._closing += limiters
         for lim in limiters:
             await lim.close()
+            self._retired += lim.stats()
+            self._closing.remove(lim)
 
     aclose = close
+
+    def stats(self):
+        """hirate.Stats: the metrics of this RateLimiter's AsyncLimiters (one
+        per distinct set of limits) added up, those closed by close()
+        included, so no figure goes back."""
+        return _Stats.sum([self._retired, *(lim.stats() for lim in self._closing),
+                           *(lim.stats() for lim in list(self._limiters.values()))])
 
     # -- the client
 

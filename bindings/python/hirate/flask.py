@@ -23,10 +23,12 @@ live in Redis when a URL is configured, shared by every worker and machine.
 
 import json
 import threading
+import weakref
 
 from flask import Blueprint, current_app, request
 
 from . import Limiter as _Limiter
+from . import Stats as _Stats
 from ._http import ClientIP, Limit, Result, check_limits, check_scope, checks_of, decide_sync
 from ._http import declare, ident_for_ip, ident_for_key, key_header, new_limiter as _new_limiter
 from ._http import plan
@@ -110,7 +112,8 @@ def _as_limits(value, where):
 class _AppState:
     """What one app uses: its settings, and one hirate.Limiter per distinct
     set of bands (a Group's), made at its first request and shared by all
-    threads."""
+    threads; and the figures of those it closed (retired), so that its
+    stats() never go back."""
 
     def __init__(self, settings):
         url = settings["url"] or None
@@ -143,6 +146,7 @@ class _AppState:
                                                       sentinel)
         self.limiters = {}
         self.lock = threading.Lock()
+        self.retired = _Stats.zero()
 
     def limiter(self, bands):
         lim = self.limiters.get(bands)
@@ -162,7 +166,12 @@ class _AppState:
         with self.lock:
             for lim in self.limiters.values():
                 lim.close()
+                self.retired += lim.stats()
             self.limiters.clear()
+
+    def stats(self):
+        with self.lock:
+            return _Stats.sum([self.retired, *(lim.stats() for lim in self.limiters.values())])
 
 
 class RateLimiter:
@@ -230,6 +239,7 @@ class RateLimiter:
                             % type(on_refused).__name__)
         self.key = key
         self.on_refused = on_refused
+        self._apps = weakref.WeakSet()   # those set up, for stats()
         self._blueprint_limits = {}
         self._blueprint_exempt = set()
         if app is not None:
@@ -250,9 +260,11 @@ class RateLimiter:
                 settings[name] = default
         states = app.extensions.setdefault("hirate", {})
         old = states.get(self)
-        states[self] = _AppState(settings)
+        states[self] = new = _AppState(settings)
+        self._apps.add(app)
         if old is not None:
             old.close()  # set up again: new settings, the same hooks
+            new.retired = old.stats()
             return
         app.before_request(self._before_request)
         app.after_request(self._after_request)
@@ -268,6 +280,17 @@ class RateLimiter:
         """Closes the app's hirate Limiters (they are made again if another
         request comes). Without an app, the current app's."""
         self._state(app).close()
+
+    def stats(self, app=None):
+        """hirate.Stats: the metrics of the app's hirate Limiters (one per
+        distinct set of limits) added up, those closed by close() included,
+        so no figure goes back. Without an app, of every app this
+        RateLimiter is set up on (usually one); that needs no app context,
+        so a metrics thread may ask."""
+        if app is not None:
+            return self._state(app).stats()
+        states = [a.extensions.get("hirate", {}).get(self) for a in list(self._apps)]
+        return _Stats.sum(state.stats() for state in states if state is not None)
 
     # -- decorators
 

@@ -7,6 +7,7 @@ from flask import Flask, Request
 from ._http import Limit as Limit
 from ._http import Result as Result
 from ._http import key_header as key_header
+from ._stats import Stats
 
 __all__ = ["RateLimiter", "Limit", "Result", "key_header", "current_result"]
 
@@ -45,6 +46,7 @@ class RateLimiter:
     ) -> None: ...
     def init_app(self, app: Flask) -> None: ...
     def close(self, app: Optional[Flask] = None) -> None: ...
+    def stats(self, app: Optional[Flask] = None) -> Stats: ...
     def limit(
         self,
         capacity: Union[int, str],
