@@ -358,7 +358,8 @@ typedef struct hirate_stats {
     uint64_t breaker_opens; /* times a node's breaker opened (an outage began) */
     uint64_t breaker_closes;/* times it closed again (a probe succeeded) */
     uint64_t connects;      /* connections opened (attempts: a refused one too) */
-    uint64_t conns_dropped; /* connections closed after an error */
+    uint64_t conns_dropped; /* connections closed after an error (one whose
+                               handshake failed once it connected, too) */
     uint64_t latency[HIRATE_LATENCY_BUCKETS]; /* Redis round trips by how long
                                they took: latency[i] counts those above bound
                                i-1 and at most bound i (hirate_latency_bounds),

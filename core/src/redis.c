@@ -196,6 +196,7 @@ static int conn_open(hirate_redis *r, int i, conn **out, char *err, size_t errle
                              &r->slots[i].session,
                              hirate_monotonic_us() + (int64_t)ep.connect_timeout_ms * 1000, why,
                              sizeof why);
+    int connected = rc >= 0;
     if (rc < 0)
         state = hirate_handshake_fail(hs, rc, why);
     else
@@ -211,6 +212,8 @@ static int conn_open(hirate_redis *r, int i, conn **out, char *err, size_t errle
         rc = hirate__fail(err, errlen, HIRATE_EPROTO,
                           "malformed reply from Redis: bytes after the handshake's replies");
     if (rc < 0) {
+        if (connected)   /* open, then given up: a handshake that failed */
+            STAT_INC(r, dropped);
         conn_close(r, c, 0);
         return rc;
     }

@@ -233,13 +233,13 @@ describe("hirate.metrics", function()
             'hirate_errors_total{limiter="we\\"b",code="ETIMEDOUT"} 4',
             'hirate_errors_total{limiter="we\\"b",code="EKEY"} 0',
             'hirate_breaker_opens_total{limiter="we\\"b"} 0',
-            'hirate_redis_latency_seconds_bucket{limiter="we\\"b",le="0.0001"} 0',
-            'hirate_redis_latency_seconds_bucket{limiter="we\\"b",le="0.00025"} 2',
-            'hirate_redis_latency_seconds_bucket{limiter="we\\"b",le="1"} 2',
-            'hirate_redis_latency_seconds_bucket{limiter="we\\"b",le="+Inf"} 3',
-            'hirate_redis_latency_seconds_sum{limiter="we\\"b"} 1.5',
-            'hirate_redis_latency_seconds_count{limiter="we\\"b"} 3',
-            "# TYPE hirate_redis_latency_seconds histogram",
+            'hirate_redis_round_trip_seconds_bucket{limiter="we\\"b",le="0.0001"} 0',
+            'hirate_redis_round_trip_seconds_bucket{limiter="we\\"b",le="0.00025"} 2',
+            'hirate_redis_round_trip_seconds_bucket{limiter="we\\"b",le="1"} 2',
+            'hirate_redis_round_trip_seconds_bucket{limiter="we\\"b",le="+Inf"} 3',
+            'hirate_redis_round_trip_seconds_sum{limiter="we\\"b"} 1.5',
+            'hirate_redis_round_trip_seconds_count{limiter="we\\"b"} 3',
+            "# TYPE hirate_redis_round_trip_seconds histogram",
         } do
             assert.is_true(lines[want], want)
         end

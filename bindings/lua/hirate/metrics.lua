@@ -179,7 +179,7 @@ function _M.render(by_name)
             end
         end
     end
-    local metric = "hirate_redis_latency_seconds"
+    local metric = "hirate_redis_round_trip_seconds"
     line("# HELP " .. metric .. " Redis round trips by how long they took.")
     line("# TYPE " .. metric .. " histogram")
     for _, name in ipairs(names) do

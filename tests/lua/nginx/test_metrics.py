@@ -197,13 +197,13 @@ class SummedOverWorkers(Case):
         # The histogram: the core's bounds, cumulative, +Inf the count.
         les = ["0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025",
                "0.05", "0.1", "0.25", "0.5", "1", "+Inf"]
-        buckets = [series(s, "hirate_redis_latency_seconds_bucket", le=le) for le in les]
+        buckets = [series(s, "hirate_redis_round_trip_seconds_bucket", le=le) for le in les]
         self.assertEqual(buckets, sorted(buckets))
-        count = series(s, "hirate_redis_latency_seconds_count")
+        count = series(s, "hirate_redis_round_trip_seconds_count")
         self.assertEqual(buckets[-1], count)
         # A round trip each FCALL (the failed one's too); a handshake is none.
         self.assertEqual(count, fcalls)
-        self.assertGreater(series(s, "hirate_redis_latency_seconds_sum"), 0)
+        self.assertGreater(series(s, "hirate_redis_round_trip_seconds_sum"), 0)
 
 
 class LogsOfAnOutage(Case):
