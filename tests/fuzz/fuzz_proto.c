@@ -74,18 +74,36 @@ static void meaning(parsed *p, const hirate_reply *rep, int64_t cost, int after_
 {
     static const char prefix[] = "rl:";
     static const char args[] = "$2\r\n10\r\n$1\r\n1\r\n";
-    hirate_call c = {prefix, 3, "k", 1, args, sizeof args - 1, cost, 1, -1};
+    static const hirate_bucket_cfg cfg[2] = {{CAPACITY, CAPACITY, 1.0}, {CAPACITY, CAPACITY, 1.0}};
+    hirate_call c = {prefix, 3, "k", 1, args, sizeof args - 1, 1, cost, 1, -1};
     const char *why = NULL;
-    hirate_decision d2;
-    hirate_bucket st2;
+    hirate_decision d2, per[2], whole;
+    hirate_bucket st2, st3[2];
 
     memset(&p->d, 0, sizeof p->d);
     memset(&p->st, 0, sizeof p->st);
     p->drop = 0;
     p->err[0] = '\0';
-    p->class_rc = hirate_proto_decision(rep, &c, CAPACITY, &d2, &st2, &why);
-    p->rc = hirate_proto_outcome(rep, &c, CAPACITY, after_eval, &p->d, &p->st, &p->drop, p->err,
+    p->class_rc = hirate_proto_decision(rep, &c, cfg, &d2, NULL, &st2, &why);
+    p->rc = hirate_proto_outcome(rep, &c, cfg, after_eval, &p->d, NULL, &p->st, &p->drop, p->err,
                                  sizeof p->err);
+
+    /* The same reply read as a call of two bands: a whole that is the
+     * bands' own, or an error, never anything in between. */
+    hirate_call c2 = c;
+    c2.nbands = 2;
+    const char *why2 = NULL;
+    int rc2 = hirate_proto_decision(rep, &c2, cfg, &whole, per, st3, &why2);
+    FUZZ_CHECK(rc2 != HIRATE_EPROTO || why2 != NULL);
+    if (rc2 == 0) {
+        FUZZ_CHECK(rep->nelem == 13);
+        FUZZ_CHECK(whole.allowed == (per[0].allowed && per[1].allowed));
+        FUZZ_CHECK(whole.remaining == (per[0].remaining < per[1].remaining ? per[0].remaining
+                                                                           : per[1].remaining));
+        FUZZ_CHECK(whole.band == 0 || whole.band == 1);
+        FUZZ_CHECK(whole.limit == CAPACITY && per[1].band == 1);
+        FUZZ_CHECK(!whole.allowed || whole.retry_after_us == 0);
+    }
 
     /* Only codes the limiter knows: a decision, NOSCRIPT (send again with
      * the code), NOFUNC (send again by EVALSHA), an outage for the policy,
