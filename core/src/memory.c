@@ -346,14 +346,17 @@ static void evict_one(hirate_memory *m, shard *s, const hirate_bucket_cfg *cfg, 
         int used = e->used;
         e->used = 0;
         entry_unlock(e);
-        /* How full it is: its emptiest band's share of its capacity. */
+        /* How full it is: its emptiest band's share of its capacity; full
+         * (forgetting it loses nothing) only when every band is. */
         double level = 1;
+        int full = 1;
         for (unsigned k = 0; k < m->nbands; k++) {
-            double share = hirate_bucket_level(&cfg[k], &b[k], now) / cfg[k].capacity_d;
-            if (share < level)
-                level = share;
+            double held = hirate_bucket_level(&cfg[k], &b[k], now);
+            full &= held >= cfg[k].capacity_d;
+            if (held / cfg[k].capacity_d < level)
+                level = held / cfg[k].capacity_d;
         }
-        if (level >= 1) {
+        if (full) {
             victim = e;
             break;
         }
