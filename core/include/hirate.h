@@ -376,6 +376,40 @@ HIRATE_EXPORT int hirate_stats_get(hirate_limiter *lim, hirate_stats *out, size_
  * 500000, 1000000. *n (when not NULL) is their number. */
 HIRATE_EXPORT const int64_t *hirate_latency_bounds(size_t *n);
 
+/* A health check, e.g. for a readiness probe: what one node said. */
+#define HIRATE_CHECK_ADDR_MAX 272
+typedef struct hirate_check_node {
+    char addr[HIRATE_CHECK_ADDR_MAX]; /* "host:port", or the socket's path */
+    int rc;                 /* 0: decisions can go to it; else the HIRATE_E*
+                               code a decision would meet there (ECONNECT,
+                               ETIMEDOUT, EAUTH, ESERVER for a replica...) */
+    char role[16];          /* ROLE's first word ("master", "slave"), or ""
+                               when it did not answer (or ROLE is denied) */
+    int functions;          /* 1: the node runs decisions as FCALL (checked
+                               with FUNCTION LIST), 0: as EVALSHA (SCRIPT
+                               EXISTS); -1: unknown (no answer) */
+    int loaded;             /* 1: hirate's library (or script) is loaded there;
+                               0: not yet (the next decision loads it, so the
+                               node is still healthy); -1: unknown */
+    int64_t latency_us;     /* the round trip, request to last reply; -1 when
+                               it did not answer */
+    char message[HIRATE_ERRMSG_SIZE]; /* rc's message ("" when rc is 0); never
+                               a password */
+} hirate_check_node;
+
+/* One round trip to every node decisions go to: the server, each master of
+ * a cluster (its slot map asked for first when none is known), the master
+ * the sentinels name (asked of them first when none is known). Each gets
+ * ROLE and FUNCTION LIST LIBRARYNAME <library> (or SCRIPT EXISTS <sha>),
+ * over a connection of the limiter's pool or a new one, within timeout_ms;
+ * the breaker and backoff do not stop it (it is how an operator asks), and it
+ * is not a decision in hirate_stats. nodes[0 .. min(*n, max)) get the nodes,
+ * *n their number. Returns 0 when every node is healthy (rc 0), else the
+ * first failing node's rc; HIRATE_EINVAL for a NULL limiter, or nodes NULL
+ * with max > 0. A limiter without Redis has no node: *n = 0, 0. */
+HIRATE_EXPORT int hirate_check(hirate_limiter *lim, hirate_check_node *nodes, size_t max,
+                               size_t *n);
+
 /* The Redis script and its SHA1 (40 hex digits), e.g. to SCRIPT LOAD it. */
 HIRATE_EXPORT const char *hirate_script_source(size_t *len);
 HIRATE_EXPORT const char *hirate_script_sha1(void);

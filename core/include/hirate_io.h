@@ -213,6 +213,14 @@ HIRATE_EXPORT int hirate_op_start_bands(hirate_limiter *lim, hirate_item *items,
  * with *op holding the DEL to send. hirate_op_result() gives its outcome. */
 HIRATE_EXPORT int hirate_op_start_reset(hirate_limiter *lim, const void *key, size_t keylen,
                                         hirate_op **op);
+/* hirate_check() as an op: 1 with *op holding its legs (one a node, after
+ * a round of discovery when the nodes are not known), or HIRATE_EINVAL for a
+ * limiter without Redis. After DONE, hirate_op_check() gives the nodes;
+ * hirate_op_result() is what hirate_check() returns. */
+HIRATE_EXPORT int hirate_op_start_check(hirate_limiter *lim, hirate_op **op);
+/* A check op's nodes, as hirate_check() fills them. */
+HIRATE_EXPORT int hirate_op_check(const hirate_op *op, hirate_check_node *nodes, size_t max,
+                                  size_t *n);
 HIRATE_EXPORT const char *hirate_op_request(const hirate_op *op, size_t *len);
 /* Reads replies from buf; *used is how many bytes they took. */
 HIRATE_EXPORT int hirate_op_feed(hirate_op *op, const char *buf, size_t len, size_t *used);
