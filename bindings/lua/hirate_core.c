@@ -2153,8 +2153,10 @@ static int l_op_results(lua_State *L)
 {
     op_ud *o = check_op(L);
     check_answered(L, o, "results");
-    if (o->reset || o->check)
-        return luaL_error(L, "results: a %s op has no items", o->reset ? "reset" : "check");
+    if (o->reset)
+        return luaL_error(L, "results: a reset op has one result (result())");
+    if (o->check)
+        return luaL_error(L, "results: a check op's outcome is health()");
     hl_getuservalue(L, 1);
     push_items(L, o->items, o->n, o->show_bands, kept_message, (const void *)(uintptr_t)L);
     if (o->nbands) {

@@ -1954,12 +1954,13 @@ static int feed_map(hirate_op *op, leg *g, const char *buf, size_t len, size_t *
         return 0;
     int rc;
     char err[HIRATE_ERRMSG_SIZE];
-    if (got < 0 || hirate_rreader_pending(g->rr)) {
-        /* Not RESP, too long, or bytes after it: the stream is lost. */
+    if (got > 0)   /* bytes after it are the next replies on the connection */
+        *used = len - hirate_rreader_pending(g->rr);
+    if (got < 0) {
+        /* Not RESP, or too long: the stream is lost. */
         g->drop = 1;
         hirate_cluster_refresh_end(op->l->cluster, g->node, NULL, NULL, 0);
-        rc = hirate__fail(err, sizeof err, HIRATE_EPROTO, "malformed reply from Redis: %s",
-                          why ? why : "bytes after the reply");
+        rc = hirate__fail(err, sizeof err, HIRATE_EPROTO, "malformed reply from Redis: %s", why);
     } else {
         /* A cluster's error reply (a node not in cluster mode, or one that
          * cannot say now) teaches nothing: another node is asked later, and
@@ -2182,10 +2183,7 @@ static int feed_check(hirate_op *op, size_t i, leg *g, const char *buf, size_t l
         check_reply(op, g, r);
         hirate_rnode_free(r);
     }
-    if (hirate_rreader_pending(g->rr)) {
-        why = "bytes after the reply";
-        goto malformed;
-    }
+    *used = len - hirate_rreader_pending(g->rr);   /* the rest: the next replies */
     check_judge(op, g, hirate_monotonic_us() - g->started);
     g->state = LEG_DONE;
     op->drop |= g->drop;
