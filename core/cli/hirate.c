@@ -7,8 +7,8 @@
  *
  *     hirate [OPTIONS] COMMAND [ARGS]      options may also follow the command
  *
- * Exit status: 0 allowed (peek: would pass; other commands: done), 1 refused,
- * 2 error. The URL is never printed: it may hold a password. The sentinels'
+ * Exit status: 0 allowed (peek: would pass; check: every node healthy; other
+ * commands: done), 1 refused (check: a node is not healthy), 2 error. The URL is never printed: it may hold a password. The sentinels'
  * password comes from the environment only (HIRATE_SENTINEL_PASSWORD): a
  * command line is visible to every user of the machine.
  */
@@ -69,6 +69,8 @@ static void usage(FILE *f)
         "  allow KEY         spend --cost tokens of KEY's bucket if it holds them\n"
         "  peek KEY          what allow would decide now; spends nothing\n"
         "  reset KEY         forget KEY's bucket: it is full again\n"
+        "  check             ask every Redis node decisions go to whether it answers,\n"
+        "                    has the script (or function) and its role; a line each\n"
         "  script [--sha1]   print the Redis script byte for byte, or only its SHA1\n"
         "  bench             load generator: threads deciding on random keys\n"
         "\n"
@@ -94,11 +96,13 @@ static void usage(FILE *f)
         "  --cost N              tokens to spend, or for peek to test; default 1\n"
         "  --prefix P            prepended to every key in Redis; default \"%s\"\n"
         "  --on-error POLICY     when Redis fails: local, open or closed; default %s\n"
-        "  --timeout MS          per Redis command, milliseconds; default %d\n"
-        "  --connect-timeout MS  per connection attempt, milliseconds; default %d\n"
+        "  --timeout DURATION    per Redis command: a number and a unit (250us, 100ms,\n"
+        "                        0.25s, 2m; a number alone is seconds); default %dms\n"
+        "  --connect-timeout DURATION  per connection attempt; default %dms\n"
         "  --no-functions        decide with EVALSHA even where the server has Redis\n"
         "                        Functions (default: FCALL there)\n"
         "  --json                print one JSON object instead of a line of text\n"
+        "  -q, --quiet           print nothing on stdout: the exit status says it all\n"
         "  -h, --help            print this help and exit\n"
         "  --version             print the version and exit\n"
         "\n"
@@ -119,12 +123,13 @@ static void usage(FILE *f)
         "bench options:\n"
         "  --threads N           threads sharing one limiter; default 4\n"
         "  --keys N              keys bench:0 .. bench:N-1, drawn at random; default 1000\n"
-        "  --duration SECONDS    how long to run; default 5\n"
+        "  --duration DURATION   how long to run (10s, 500ms; a number alone is\n"
+        "                        seconds); default 5s\n"
         "  --batch N             decisions per call: 1 hirate_allow, more\n"
         "                        hirate_allow_many; default 1\n"
         "\n"
-        "Exit status: 0 allowed (peek: would pass; reset, script, bench: done),\n"
-        "1 refused, 2 error. See hirate(1).\n",
+        "Exit status: 0 allowed (peek: would pass; check: healthy; reset, script,\n"
+        "bench: done), 1 refused (check: a node is not healthy), 2 error. See hirate(1).\n",
         o.prefix ? o.prefix : "", hirate_on_error_name(o.on_error), o.timeout_ms,
         o.connect_timeout_ms);
 }
@@ -402,6 +407,7 @@ static const struct option long_options[] = {
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
     {"json", no_argument, NULL, OPT_JSON},
+    {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
     {"sha1", no_argument, NULL, OPT_SHA1},
@@ -455,11 +461,22 @@ typedef struct cli_args {
     const char *bench_opt; /* the last bench-only option given, to name it */
 } cli_args;
 
+/* A duration option, as hirate_options_set_duration reads and checks it. */
+static int set_duration(cli_config *c, const char *name, const char *v)
+{
+    char why[HIRATE_ERRMSG_SIZE];
+    if (hirate_options_set_duration(&c->opts, name, v, why, sizeof why) < 0) {
+        cli_error("%s", why);
+        return -1;
+    }
+    return 0;
+}
+
 /* Parses one option into c and a; returns 0 or -1 (message printed). */
 static int take_option(int opt, const char *v, cli_config *c, cli_args *a)
 {
-    int64_t n;
-    double x;
+    int64_t n, us;
+    char why[HIRATE_ERRMSG_SIZE];
     switch (opt) {
     case OPT_URL: a->url = v; a->have_url = 1; return 0;
     case OPT_CAPACITY:
@@ -478,17 +495,11 @@ static int take_option(int opt, const char *v, cli_config *c, cli_args *a)
             return -1;
         }
         return 0;
-    case OPT_TIMEOUT:
-        if (parse_int("--timeout", v, INT_MIN, INT_MAX, &n) < 0)
-            return -1;
-        c->opts.timeout_ms = (int)n;
-        return 0;
-    case OPT_CONNECT_TIMEOUT:
-        if (parse_int("--connect-timeout", v, INT_MIN, INT_MAX, &n) < 0)
-            return -1;
-        c->opts.connect_timeout_ms = (int)n;
-        return 0;
+    /* Durations as the library reads them, its ranges in its words. */
+    case OPT_TIMEOUT: return set_duration(c, "timeout", v);
+    case OPT_CONNECT_TIMEOUT: return set_duration(c, "connect_timeout", v);
     case OPT_JSON: c->json = 1; return 0;
+    case 'q': c->quiet = 1; return 0;
     /* The library checks them (a TLS option with a plain URL, a file it
      * cannot read): the tool passes them on as given. */
     case OPT_TLS_CA_FILE: c->opts.tls_ca_file = v; return 0;
@@ -521,13 +532,15 @@ static int take_option(int opt, const char *v, cli_config *c, cli_args *a)
         return 0;
     case OPT_DURATION:
         a->bench_opt = "--duration";
-        if (parse_num("--duration", v, &x) < 0)
-            return -1;
-        if (!(x > 0 && x <= 1e6)) {
-            cli_error("--duration: %s is out of range (above 0, at most 1000000 seconds)", v);
+        if (hirate_duration_parse(v, &us, why, sizeof why) < 0) {
+            cli_error("--duration: %s", why);
             return -1;
         }
-        c->duration_s = x;
+        if (!(us > 0 && us <= 1000000 * (int64_t)1000000)) {
+            cli_error("--duration: %s is out of range (above 0, at most 1000000s)", v);
+            return -1;
+        }
+        c->duration_s = (double)us / 1e6;
         return 0;
     case OPT_BATCH:
         a->bench_opt = "--batch";
@@ -546,7 +559,7 @@ static int parse_args(int argc, char **argv, cli_config *c, cli_args *a)
 {
     int opt;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "-:h", long_options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "-:hq", long_options, NULL)) != -1) {
         if (opt == 1) {
             if (a->npos < 3)
                 a->pos[a->npos] = optarg;
@@ -645,6 +658,11 @@ int main(int argc, char **argv)
     const char *cmd = a.pos[0];
     if (check_command(&c, &a, cmd) < 0)
         return CLI_ERROR;
+    /* Quiet: the exit status is the answer; errors still go to stderr. */
+    if (c.quiet && !freopen("/dev/null", "w", stdout)) {
+        cli_error("cannot open /dev/null: %s", strerror(errno));
+        return CLI_ERROR;
+    }
 
     c.opts.url = a.have_url ? a.url : getenv("REDIS_URL");
     if (c.opts.url && !c.opts.url[0])

@@ -381,13 +381,13 @@ expect_error "redis: a wrong password fails, and is never printed" '.' \
     "$H" allow k --capacity 1 --rate 1 --url "redis://:$CANARY@127.0.0.1:$port"
 
 expect_re "--on-error open: Redis down allows, and says why" 0 \
-    '\{"allowed":true,.*"source":"fail_open","error":"HIRATE_ECONNECT"\}' \
+    '\{"allowed":true,.*"source":"fail_open","error":"ECONNECT"\}' \
     "$H" --json allow k --capacity 1 --rate 1 --url "redis://127.0.0.1:$dead_port" --on-error open
 expect_re "--on-error closed: Redis down refuses, and says why" 1 \
-    '\{"allowed":false,.*"source":"fail_closed","error":"HIRATE_ECONNECT"\}' \
+    '\{"allowed":false,.*"source":"fail_closed","error":"ECONNECT"\}' \
     "$H" --json allow k --capacity 1 --rate 1 --url "redis://127.0.0.1:$dead_port" --on-error closed
 expect_re "--on-error local: Redis down decides in memory, and says why" 0 \
-    'allowed  remaining=0 limit=1 reset_after=[0-9.]+s source=local error=HIRATE_ECONNECT' \
+    'allowed  remaining=0 limit=1 reset_after=[0-9.]+s source=local error=ECONNECT' \
     "$H" allow k --capacity 1 --rate 1 --url "redis://127.0.0.1:$dead_port"
 
 run "$H" bench --json --duration 0.5 --threads 2 --keys 10 --batch 4 --capacity 100 --rate 1000 \
@@ -455,17 +455,17 @@ if sh "$SRC/tests/support/make_certs.sh" "$certs" && tls_server good server no &
         "$H" --json allow tina --url "rediss://127.0.0.1:$good_tls" $CA $T
 
     for policy in local open closed; do
-        expect_error "tls: a certificate for another host is HIRATE_ETLS under --on-error $policy" \
-            'HIRATE_ETLS\)$' "$H" allow k --url "rediss://localhost:$wrong_tls" $CA $T \
+        expect_error "tls: a certificate for another host is ETLS under --on-error $policy" \
+            'ETLS\)$' "$H" allow k --url "rediss://localhost:$wrong_tls" $CA $T \
             --on-error "$policy"
-        expect_error "tls: redis:// to a TLS port is HIRATE_ETLS under --on-error $policy" \
-            'HIRATE_ETLS\)$' "$H" allow k --url "redis://127.0.0.1:$good_tls" $T \
+        expect_error "tls: redis:// to a TLS port is ETLS under --on-error $policy" \
+            'ETLS\)$' "$H" allow k --url "redis://127.0.0.1:$good_tls" $T \
             --on-error "$policy"
-        expect_error "tls: rediss:// to a plain port is HIRATE_ETLS under --on-error $policy" \
-            'HIRATE_ETLS\)$' "$H" allow k --url "rediss://localhost:$good_port" $CA $T \
+        expect_error "tls: rediss:// to a plain port is ETLS under --on-error $policy" \
+            'ETLS\)$' "$H" allow k --url "rediss://localhost:$good_port" $CA $T \
             --on-error "$policy"
         expect_error "tls: the system's trust store does not know the test CA ($policy)" \
-            'HIRATE_ETLS\)$' "$H" allow k --url "$GOOD" $T --on-error "$policy"
+            'ETLS\)$' "$H" allow k --url "$GOOD" $T --on-error "$policy"
     done
     expect_re "tls: --tls-server-name checks the name the certificate holds" 0 \
         'allowed  remaining=1 limit=2 reset_after=[0-9.]+s source=redis' \
@@ -480,7 +480,7 @@ if sh "$SRC/tests/support/make_certs.sh" "$certs" && tls_server good server no &
         'allowed  remaining=1 limit=2 reset_after=[0-9.]+s source=redis' \
         "$H" allow k-mutual --url "rediss://localhost:$mutual_tls" $CA $T \
         --tls-cert-file "$certs/client.crt" --tls-key-file "$certs/client.key"
-    expect_error "tls: mutual TLS without a client certificate is HIRATE_ETLS" 'HIRATE_ETLS\)$' \
+    expect_error "tls: mutual TLS without a client certificate is ETLS" 'ETLS\)$' \
         "$H" allow k --url "rediss://localhost:$mutual_tls" $CA $T --on-error open
     expect_error "tls: a TLS option with a redis:// URL is refused" 'tls_ca_file' \
         "$H" allow k --url "redis://127.0.0.1:$good_port" $CA $T
