@@ -372,6 +372,104 @@ static int cmd_key(const cli_config *c, const char *cmd, const char *key)
     return status;
 }
 
+/* A check's tri-state (1, 0, -1 unknown) as JSON and as text. */
+static const char *json_tri(int v)
+{
+    return v > 0 ? "true" : v == 0 ? "false" : "null";
+}
+
+static const char *text_tri(int v)
+{
+    return v > 0 ? "yes" : v == 0 ? "no" : "unknown";
+}
+
+/* JSON of any text (a message quotes Redis' words): '"', '\\' and control
+ * bytes escaped. */
+static void json_text(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+/* check: hirate_check on every node decisions go to; a line (or a JSON
+ * member) per node. Exit 0 when every node is healthy, 1 when one is not
+ * (it did not answer, refused the password, is a replica...), 2 for an
+ * error before any node was asked. */
+static int cmd_check(const cli_config *c)
+{
+    hirate_limiter *lim;
+    if (cli_limiter_new(&c->opts, &lim) < 0)
+        return CLI_ERROR;
+    size_t max = 16, n = 0;
+    hirate_check_node *nodes = NULL;
+    int rc;
+    for (;;) {
+        hirate_check_node *more = realloc(nodes, max * sizeof *nodes);
+        if (!more) {
+            cli_error("out of memory");
+            free(nodes);
+            hirate_limiter_free(lim);
+            return CLI_ERROR;
+        }
+        nodes = more;
+        rc = hirate_check(lim, nodes, max, &n);
+        if (n <= max)
+            break;
+        max = n; /* a cluster of more masters: ask again with room for all */
+    }
+    int status = rc == 0 ? CLI_ALLOWED : CLI_REFUSED;
+    if (rc < 0 && n == 0) {
+        /* No node to report on: the check itself failed. */
+        char why[HIRATE_ERRMSG_SIZE];
+        cli_error("%s (%s)", cli_limiter_error(lim, rc, why, sizeof why), hirate_err_name(rc));
+        status = rc <= HIRATE_ECONNECT ? CLI_REFUSED : CLI_ERROR;
+    } else if (c->json) {
+        printf("{\"healthy\":%s,\"nodes\":[", rc == 0 ? "true" : "false");
+        for (size_t i = 0; i < n; i++) {
+            const hirate_check_node *d = &nodes[i];
+            printf(i ? ",{\"addr\":" : "{\"addr\":");
+            json_text(d->addr);
+            printf(",\"rc\":\"%s\",\"message\":", hirate_err_name(d->rc));
+            json_text(d->message);
+            printf(",\"role\":");
+            json_text(d->role);
+            printf(",\"functions\":%s,\"loaded\":%s,\"latency_us\":", json_tri(d->functions),
+                   json_tri(d->loaded));
+            if (d->latency_us < 0)
+                printf("null}");
+            else
+                printf("%lld}", (long long)d->latency_us);
+        }
+        printf("]}\n");
+    } else if (n == 0) {
+        printf("memory  OK  no Redis to check: decisions are made in this process\n");
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            const hirate_check_node *d = &nodes[i];
+            printf("%s  %s  role=%s functions=%s loaded=%s", d->addr, hirate_err_name(d->rc),
+                   d->role[0] ? d->role : "unknown", text_tri(d->functions),
+                   text_tri(d->loaded));
+            if (d->latency_us >= 0)
+                printf(" latency_us=%lld", (long long)d->latency_us);
+            if (d->rc)
+                printf("  %s", d->message);
+            printf("\n");
+        }
+    }
+    free(nodes);
+    hirate_limiter_free(lim);
+    return status;
+}
+
 /* stdout is the script byte for byte, so `hirate script | redis-cli -x
  * SCRIPT LOAD` loads exactly what the library calls by SHA1. */
 static int cmd_script(const cli_config *c)
@@ -589,7 +687,8 @@ static int check_command(const cli_config *c, const cli_args *a, const char *cmd
     int keyed = strcmp(cmd, "allow") == 0 || strcmp(cmd, "peek") == 0 ||
                 strcmp(cmd, "reset") == 0;
     int script = strcmp(cmd, "script") == 0, bench = strcmp(cmd, "bench") == 0;
-    if (!keyed && !script && !bench) {
+    int check = strcmp(cmd, "check") == 0;
+    if (!keyed && !script && !bench && !check) {
         cli_error("unknown command \"%s\"", cmd);
         usage(stderr);
         return -1;
@@ -614,7 +713,7 @@ static int check_command(const cli_config *c, const cli_args *a, const char *cmd
         cli_error("--json does not apply to script");
         return -1;
     }
-    if (strcmp(cmd, "reset") != 0 && !script && !a->have_limit) {
+    if (strcmp(cmd, "reset") != 0 && !script && !check && !a->have_limit) {
         if (!a->have_capacity) {
             cli_error("%s needs --capacity N (the bucket size) and --rate R, or --limit", cmd);
             return -1;
@@ -672,8 +771,8 @@ int main(int argc, char **argv)
     const char *sentinel_password = getenv("HIRATE_SENTINEL_PASSWORD");
     if (sentinel_password && sentinel_password[0])
         c.opts.sentinel_password = sentinel_password; /* empty: none */
-    if (strcmp(cmd, "reset") == 0 && !a.have_limit) {
-        /* reset needs no bucket size, but a limiter needs valid ones */
+    if ((strcmp(cmd, "reset") == 0 || strcmp(cmd, "check") == 0) && !a.have_limit) {
+        /* reset and check need no bucket size, but a limiter needs valid ones */
         if (!a.have_capacity)
             c.opts.capacity = 1;
         if (!a.have_rate)
@@ -685,6 +784,8 @@ int main(int argc, char **argv)
         status = cmd_script(&c);
     else if (strcmp(cmd, "bench") == 0)
         status = cli_bench(&c);
+    else if (strcmp(cmd, "check") == 0)
+        status = cmd_check(&c);
     else
         status = cmd_key(&c, cmd, a.pos[1]);
 
