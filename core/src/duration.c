@@ -96,10 +96,13 @@ static int parse(const char *text, int64_t *us, int *has_unit, char *err, size_t
     while (is_space(*end))
         end++;
     int64_t scale = ue > u ? unit_us(u, (size_t)(ue - u)) : US_PER_S;
-    if (!any || !scale || *end || digits > 15)
+    if (!any || !scale || *end)
         return hirate__fail(err, errlen, HIRATE_EOPTION,
                             "\"%.64s\" is not a duration (a number and a unit: 250us, 100ms, "
                             "0.25s, 2m, 1h; a number alone is seconds)", text);
+    if (digits > 15) /* beyond them a double would not hold the number */
+        return hirate__fail(err, errlen, HIRATE_EOPTION, "\"%.64s\" has more than 15 digits",
+                            text);
     double v = mantissa * (double)scale;
     for (int i = 0; i < decimals; i++)
         v /= 10;
