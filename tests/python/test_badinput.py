@@ -77,9 +77,9 @@ BAD_OPTION_TYPES = [
     ("rate", "1", "rate must be a number, not str"),
     ("rate", None, "rate must be a number, not NoneType"),
     ("rate", False, "rate must be a number, not bool"),
-    ("timeout", "0.1", "timeout must be a number of seconds, not str"),
-    ("timeout", True, "timeout must be a number of seconds, not bool"),
-    ("connect_timeout", None, "connect_timeout must be a number of seconds, not NoneType"),
+    ("timeout", b"0.1", "timeout must be a number of seconds or a str with a unit ('100ms'), not bytes"),
+    ("timeout", True, "timeout must be a number of seconds or a str with a unit ('100ms'), not bool"),
+    ("connect_timeout", None, "connect_timeout must be a number of seconds or a str with a unit ('100ms'), not NoneType"),
 ]
 
 LIMITERS = [hirate.Limiter, hirate.AsyncLimiter]
