@@ -3,6 +3,7 @@
 import builtins
 import os
 from typing import Final, Iterable, Literal, Optional, Sequence, Tuple, TypedDict, Union, final
+from typing_extensions import disjoint_base
 
 from . import Band
 from ._stats import Stats
@@ -158,6 +159,7 @@ class _Endpoint(TypedDict):
     tls_key_file: Optional[str]
     tls_server_name: Optional[str]
 
+@disjoint_base
 class Limiter:
     """url: redis://[user:password@]host[:port][/db], rediss://... (TLS),
     unix:///path[?db=N], or a Redis Cluster:
@@ -178,8 +180,8 @@ class Limiter:
         prefix: str = ...,
         on_error: str = ...,
         instances: int = ...,
-        connect_timeout: float = ...,
-        timeout: float = ...,
+        connect_timeout: Union[float, str] = ...,
+        timeout: Union[float, str] = ...,
         deny_cache: bool = ...,
         max_keys: int = ...,
         pool_size: int = ...,
@@ -192,7 +194,7 @@ class Limiter:
         sentinel_username: Optional[str] = ...,
         sentinel_password: Optional[str] = ...,
         functions: bool = ...,
-        deny_cache_max: float = ...,
+        deny_cache_max: Union[float, str] = ...,
     ) -> "Limiter": ...
     @classmethod
     def from_env(
@@ -204,8 +206,8 @@ class Limiter:
         prefix: str = ...,
         on_error: str = ...,
         instances: int = ...,
-        connect_timeout: float = ...,
-        timeout: float = ...,
+        connect_timeout: Union[float, str] = ...,
+        timeout: Union[float, str] = ...,
         deny_cache: bool = ...,
         max_keys: int = ...,
         pool_size: int = ...,
@@ -218,7 +220,7 @@ class Limiter:
         sentinel_username: Optional[str] = ...,
         sentinel_password: Optional[str] = ...,
         functions: bool = ...,
-        deny_cache_max: float = ...,
+        deny_cache_max: Union[float, str] = ...,
     ) -> "Limiter": ...
     @property
     def capacity(self) -> int: ...
@@ -245,7 +247,7 @@ class Limiter:
     def close(self) -> None: ...
     def stats(self) -> Stats: ...
     def __enter__(self) -> "Limiter": ...
-    def __exit__(self, *exc: object) -> bool: ...
+    def __exit__(self, *exc: object) -> None: ...
     def _op_start(
         self, pairs: Iterable[Tuple[_Key, int]], spend: bool, now_us: int = ...
     ) -> Op: ...
