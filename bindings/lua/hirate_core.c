@@ -824,6 +824,20 @@ static const char *opt_string(lua_State *L, const char *name, const char *dflt)
     return s;
 }
 
+/* A whole-number option the core keeps in an int and checks the range of
+ * (its words for a value an int holds; here only for one it cannot). */
+static int opt_c_int(lua_State *L, const char *name, int dflt)
+{
+    char buf[64];
+    int64_t v;
+    if (get_option(L, name) == LUA_TNIL)
+        return dflt;
+    check_int(L, -1, 1, name, &v);
+    if (v < INT_MIN || v > INT_MAX)
+        arg_errorf(L, 1, "%s is out of range, got %s", name, describe(L, -1, buf, sizeof buf));
+    return (int)v;
+}
+
 /* A whole-number option of the range [lo, hi], as the core states it. */
 static int64_t opt_int(lua_State *L, const char *name, int64_t dflt, int64_t lo, int64_t hi)
 {
@@ -1090,7 +1104,7 @@ static int l_new(lua_State *L)
     if ((o.on_error = hirate_on_error_from_name(policy)) < 0)
         arg_errorf(L, 1, "on_error must be \"local\", \"open\" or \"closed\", got \"%.20s\"",
                    policy);
-    o.instances = (int)opt_int(L, "instances", o.instances, 1, 100000);
+    o.instances = opt_c_int(L, "instances", o.instances);
     opt_duration(L, "timeout", &o);
     opt_duration(L, "connect_timeout", &o);
     t = get_option(L, "deny_cache");
@@ -1100,7 +1114,7 @@ static int l_new(lua_State *L)
      * is seen within it): up to a day, as the core takes it. */
     opt_duration(L, "deny_cache_max", &o);
     o.max_keys = (size_t)opt_int(L, "max_keys", (int64_t)o.max_keys, 1, 4000000000LL);
-    o.pool_size = (int)opt_int(L, "pool_size", o.pool_size, 1, 1024);
+    o.pool_size = opt_c_int(L, "pool_size", o.pool_size);
     /* TLS: the core checks that they go with a rediss:// URL. */
     o.tls_ca_file = opt_string(L, "tls_ca_file", NULL);
     o.tls_ca_dir = opt_string(L, "tls_ca_dir", NULL);
