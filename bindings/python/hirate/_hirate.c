@@ -2971,9 +2971,11 @@ static PyType_Slot limiter_slots[] = {
                         "/service[/db] (the sentinels; user and password are the master's, "
                         "sentinel_username and sentinel_password the sentinels' own) and "
                         "rediss+sentinel://... (TLS). functions=False: EVALSHA always, "
-                        "never FCALL. deny_cache_max: seconds a refusal is foretold from one "
-                        "reply at most, then Redis is asked again (so a reset made by another "
-                        "process is seen within it). Events worth a log line go to the logger "
+                        "never FCALL. Durations (connect_timeout, timeout, deny_cache_max) "
+                        "are seconds, or a str with a unit ('250ms', '2s'). deny_cache_max: "
+                        "how long a refusal is foretold from one reply at most, then Redis is "
+                        "asked again (so a reset made by another process is seen within it). "
+                        "Events worth a log line go to the logger "
                         "'hirate'; stats() gives the metrics."},
     {Py_tp_new, (void *)limiter_tp_new},
     {Py_tp_dealloc, (void *)limiter_dealloc},
