@@ -8,7 +8,8 @@
  *     hirate [OPTIONS] COMMAND [ARGS]      options may also follow the command
  *
  * Exit status: 0 allowed (peek: would pass; check: every node healthy; other
- * commands: done), 1 refused (check: a node is not healthy), 2 error. The URL is never printed: it may hold a password. The sentinels'
+ * commands: done), 1 refused (check: a node is not healthy), 2 error.
+ * The URL is never printed: it may hold a password. The sentinels'
  * password comes from the environment only (HIRATE_SENTINEL_PASSWORD): a
  * command line is visible to every user of the machine.
  */

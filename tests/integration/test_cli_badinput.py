@@ -65,6 +65,10 @@ def allow(*options, key="k", capacity="5", rate="1"):
     return hirate("allow", "--capacity", capacity, "--rate", rate, *options, key)
 
 
+# The core's words for a text that is not a duration.
+NOT_A_DURATION = ("is not a duration (a number and a unit: 250us, 100ms, 0.25s, 2m, 1h; "
+                  "a number alone is seconds)")
+
 # (what, args of allow(), the one line on stderr)
 REFUSED = [
     # capacity: a whole number from 1 to 2^53-1
@@ -116,20 +120,21 @@ REFUSED = [
     ("timeout 0", dict(options=("--timeout", "0")),
      "timeout must be from 0.001 to 60 seconds, got 0"),
     ("timeout 0ms", dict(options=("--timeout", "0ms")), "timeout must be from 1ms to 60s, got 0ms"),
-    ("timeout -1", dict(options=("--timeout", "-1")), 'timeout: "-1" is not a duration (a number and a unit: 250us, 100ms, 0.25s, 2m, 1h; a number alone is seconds)'),
+    ("timeout -1", dict(options=("--timeout", "-1")), 'timeout: "-1" ' + NOT_A_DURATION),
     ("timeout 60001ms", dict(options=("--timeout", "60001ms")),
      "timeout must be from 1ms to 60s, got 60001ms"),
     ("timeout 61", dict(options=("--timeout", "61")),
      "timeout must be from 0.001 to 60 seconds, got 61"),
     ("timeout 2^53", dict(options=("--timeout", "9007199254740992")),
      'timeout: "9007199254740992" has more than 15 digits'),
-    ("timeout 1e308", dict(options=("--timeout", "1e308")), 'timeout: "1e308" is not a duration (a number and a unit: 250us, 100ms, 0.25s, 2m, 1h; a number alone is seconds)'),
-    ("timeout NaN", dict(options=("--timeout", "nan")), 'timeout: "nan" is not a duration (a number and a unit: 250us, 100ms, 0.25s, 2m, 1h; a number alone is seconds)'),
-    ("timeout inf", dict(options=("--timeout", "inf")), 'timeout: "inf" is not a duration (a number and a unit: 250us, 100ms, 0.25s, 2m, 1h; a number alone is seconds)'),
+    ("timeout 1e308", dict(options=("--timeout", "1e308")),
+     'timeout: "1e308" ' + NOT_A_DURATION),
+    ("timeout NaN", dict(options=("--timeout", "nan")), 'timeout: "nan" ' + NOT_A_DURATION),
+    ("timeout inf", dict(options=("--timeout", "inf")), 'timeout: "inf" ' + NOT_A_DURATION),
     ("connect timeout 0", dict(options=("--connect-timeout", "0")),
      "connect_timeout must be from 0.001 to 60 seconds, got 0"),
     ("connect timeout -inf", dict(options=("--connect-timeout", "-inf")),
-     'connect_timeout: "-inf" is not a duration (a number and a unit: 250us, 100ms, 0.25s, 2m, 1h; a number alone is seconds)'),
+     'connect_timeout: "-inf" ' + NOT_A_DURATION),
     ("connect timeout 2m", dict(options=("--connect-timeout", "2m")),
      "connect_timeout must be from 1ms to 60s, got 2m"),
     # keys: 1 to 512 bytes
