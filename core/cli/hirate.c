@@ -434,21 +434,38 @@ static int cmd_check(const cli_config *c)
         cli_error("%s (%s)", cli_limiter_error(lim, rc, why, sizeof why), hirate_err_name(rc));
         status = rc <= HIRATE_ECONNECT ? CLI_REFUSED : CLI_ERROR;
     } else if (c->json) {
-        printf("{\"healthy\":%s,\"nodes\":[", rc == 0 ? "true" : "false");
+        /* The shape of Python's Health.as_dict() and Lua's lim:check(). */
+        printf("{\"ok\":%s,\"error\":", rc == 0 ? "true" : "false");
+        if (rc == 0)
+            printf("null");
+        else
+            printf("\"%s\"", hirate_err_name(rc));
+        printf(",\"nodes\":[");
         for (size_t i = 0; i < n; i++) {
             const hirate_check_node *d = &nodes[i];
             printf(i ? ",{\"addr\":" : "{\"addr\":");
             json_text(d->addr);
-            printf(",\"rc\":\"%s\",\"message\":", hirate_err_name(d->rc));
+            printf(",\"ok\":%s,\"error\":", d->rc ? "false" : "true");
+            if (d->rc)
+                printf("\"%s\"", hirate_err_name(d->rc));
+            else
+                printf("null");
+            printf(",\"message\":");
             json_text(d->message);
             printf(",\"role\":");
-            json_text(d->role);
-            printf(",\"functions\":%s,\"loaded\":%s,\"latency_us\":", json_tri(d->functions),
-                   json_tri(d->loaded));
-            if (d->latency_us < 0)
-                printf("null}");
+            if (d->role[0])
+                json_text(d->role);
             else
-                printf("%lld}", (long long)d->latency_us);
+                printf("null");
+            printf(",\"functions\":%s,\"loaded\":%s,\"latency\":", json_tri(d->functions),
+                   json_tri(d->loaded));
+            if (d->latency_us < 0) {
+                printf("null}");
+            } else {
+                char secs[32];
+                seconds(secs, sizeof secs, d->latency_us, 0);
+                printf("%s}", secs);
+            }
         }
         printf("]}\n");
     } else if (n == 0) {
@@ -459,8 +476,11 @@ static int cmd_check(const cli_config *c)
             printf("%s  %s  role=%s functions=%s loaded=%s", d->addr, hirate_err_name(d->rc),
                    d->role[0] ? d->role : "unknown", text_tri(d->functions),
                    text_tri(d->loaded));
-            if (d->latency_us >= 0)
-                printf(" latency_us=%lld", (long long)d->latency_us);
+            if (d->latency_us >= 0) {
+                char secs[32];
+                seconds(secs, sizeof secs, d->latency_us, 3);
+                printf(" latency=%ss", secs);
+            }
             if (d->rc)
                 printf("  %s", d->message);
             printf("\n");

@@ -433,10 +433,10 @@ assert sum(b["sources"].values()) == b["decisions"], b
 
 # ---- check -------------------------------------------------------------------
 
-L='latency_us=[0-9]+'
+L='latency=[0-9]+\.[0-9]{3,6}s'
 expect "check in memory: no node, healthy" 0 \
     "memory  OK  no Redis to check: decisions are made in this process" "$H" check
-expect "check --json in memory" 0 '{"healthy":true,"nodes":[]}' "$H" check --json
+expect "check --json in memory" 0 '{"ok":true,"error":null,"nodes":[]}' "$H" check --json
 redis-cli -p "$port" function flush >/dev/null
 redis-cli -p "$port" script flush >/dev/null
 expect_re "check: a live server before any decision: healthy, the library not loaded yet" 0 \
@@ -448,13 +448,13 @@ expect_re "check --no-functions: the script is asked for" 0 \
     "127\\.0\\.0\\.1:$port  OK  role=master functions=no loaded=(yes|no) $L" \
     "$H" check --url "$URL" --no-functions
 expect_re "check --json: a live server" 0 \
-    "\\{\"healthy\":true,\"nodes\":\\[\\{\"addr\":\"127\\.0\\.0\\.1:$port\",\"rc\":\"OK\",\"message\":\"\",\"role\":\"master\",\"functions\":true,\"loaded\":true,\"latency_us\":[0-9]+\\}\\]\\}" \
+    "\\{\"ok\":true,\"error\":null,\"nodes\":\\[\\{\"addr\":\"127\\.0\\.0\\.1:$port\",\"ok\":true,\"error\":null,\"message\":\"\",\"role\":\"master\",\"functions\":true,\"loaded\":true,\"latency\":0\\.[0-9]{1,6}\\}\\]\\}" \
     "$H" --json check --url "$URL"
 expect "check: a stopped server is ECONNECT, exit 1" 1 \
     "127.0.0.1:$dead_port  ECONNECT  role=unknown functions=unknown loaded=unknown  connect to 127.0.0.1:$dead_port: Connection refused" \
     "$H" check --url "redis://127.0.0.1:$dead_port"
 expect "check --json: a stopped server" 1 \
-    "{\"healthy\":false,\"nodes\":[{\"addr\":\"127.0.0.1:$dead_port\",\"rc\":\"ECONNECT\",\"message\":\"connect to 127.0.0.1:$dead_port: Connection refused\",\"role\":\"\",\"functions\":null,\"loaded\":null,\"latency_us\":null}]}" \
+    "{\"ok\":false,\"error\":\"ECONNECT\",\"nodes\":[{\"addr\":\"127.0.0.1:$dead_port\",\"ok\":false,\"error\":\"ECONNECT\",\"message\":\"connect to 127.0.0.1:$dead_port: Connection refused\",\"role\":null,\"functions\":null,\"loaded\":null,\"latency\":null}]}" \
     "$H" check --json --url "redis://127.0.0.1:$dead_port"
 expect_lines "check -q: a stopped server, exit 1 and nothing said" 1 "" \
     "$H" -q check --url "redis://127.0.0.1:$dead_port"
@@ -473,7 +473,7 @@ expect "check: a wrong password is EAUTH, exit 1, the password unsaid" 1 \
     "127.0.0.1:$auth_port  EAUTH  role=unknown functions=unknown loaded=unknown  $WRONGPASS" \
     "$H" check --url "redis://:wrong-$CANARY@127.0.0.1:$auth_port"
 expect "check --json: a wrong password" 1 \
-    "{\"healthy\":false,\"nodes\":[{\"addr\":\"127.0.0.1:$auth_port\",\"rc\":\"EAUTH\",\"message\":\"$WRONGPASS\",\"role\":\"\",\"functions\":null,\"loaded\":null,\"latency_us\":null}]}" \
+    "{\"ok\":false,\"error\":\"EAUTH\",\"nodes\":[{\"addr\":\"127.0.0.1:$auth_port\",\"ok\":false,\"error\":\"EAUTH\",\"message\":\"$WRONGPASS\",\"role\":null,\"functions\":null,\"loaded\":null,\"latency\":null}]}" \
     "$H" check --json --url "redis://:wrong-$CANARY@127.0.0.1:$auth_port"
 expect_lines "check: no password where one is required is EAUTH" 1 \
     "127.0.0.1:$auth_port  EAUTH  role=unknown functions=unknown loaded=unknown  PING refused: NOAUTH Authentication required." \
