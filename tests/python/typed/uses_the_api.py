@@ -44,6 +44,12 @@ async def spend_async(key: str) -> int:
         return d.remaining
 
 
+def ready() -> bool:
+    health: hirate.Health = hirate.Limiter(capacity=1, rate=1.0).check()
+    latencies = [n.latency for n in health.nodes if n.latency is not None]
+    return health.ok and latencies == []  # in memory: no node to ask
+
+
 def app() -> flask.Flask:
     web = flask.Flask(__name__)
     limiter = hirate.flask.RateLimiter(web, default_limits="100/minute")
@@ -63,6 +69,7 @@ def main() -> None:
     assert limits() == [10, 1000]
     assert banded() == 8
     assert asyncio.run(spend_async("k")) == 4
+    assert ready() is True
     assert app().test_client().get("/").status_code == 200
     print("ok")
 
