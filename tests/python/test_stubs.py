@@ -45,3 +45,12 @@ def test_stubtest_finds_the_stubs_true_to_the_package(tmp_path):
     p = run("-m", "mypy.stubtest", "hirate", cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.startswith("Success: no issues found in ")
+
+
+def test_exit_returns_none_as_the_stubs_say_and_swallows_nothing():
+    import hirate
+    lim = hirate.Limiter(capacity=1, rate=1.0)
+    assert lim.__exit__(None, None, None) is None
+    with pytest.raises(KeyError):
+        with hirate.Limiter(capacity=1, rate=1.0):
+            raise KeyError("k")

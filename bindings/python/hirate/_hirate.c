@@ -2203,7 +2203,7 @@ static PyObject *limiter_exit(PyObject *op, PyObject *args)
     if (!r)
         return NULL;
     Py_DECREF(r);
-    Py_RETURN_FALSE;
+    Py_RETURN_NONE; /* an exception goes on: the stubs say -> None */
 }
 
 /* ---- construction ------------------------------------------------------------ */
