@@ -270,11 +270,10 @@ static int arg_errorf(lua_State *L, int arg, const char *fmt, ...)
     return luaL_argerror(L, arg, msg);
 }
 
-/* "EAUTH" for HIRATE_EAUTH. */
+/* "EAUTH" for HIRATE_EAUTH: the core's name. */
 static const char *code_name(int rc)
 {
-    const char *name = hirate_err_name(rc);
-    return strncmp(name, "HIRATE_", 7) == 0 ? name + 7 : name;
+    return hirate_err_name(rc);
 }
 
 static int push_closed(lua_State *L)
@@ -825,6 +824,20 @@ static const char *opt_string(lua_State *L, const char *name, const char *dflt)
     return s;
 }
 
+/* A whole-number option the core keeps in an int and checks the range of
+ * (its words for a value an int holds; here only for one it cannot). */
+static int opt_c_int(lua_State *L, const char *name, int dflt)
+{
+    char buf[64];
+    int64_t v;
+    if (get_option(L, name) == LUA_TNIL)
+        return dflt;
+    check_int(L, -1, 1, name, &v);
+    if (v < INT_MIN || v > INT_MAX)
+        arg_errorf(L, 1, "%s is out of range, got %s", name, describe(L, -1, buf, sizeof buf));
+    return (int)v;
+}
+
 /* A whole-number option of the range [lo, hi], as the core states it. */
 static int64_t opt_int(lua_State *L, const char *name, int64_t dflt, int64_t lo, int64_t hi)
 {
@@ -833,29 +846,26 @@ static int64_t opt_int(lua_State *L, const char *name, int64_t dflt, int64_t lo,
     return check_int_range(L, -1, 1, name, lo, hi);
 }
 
-/* A time in seconds, 0.001 to max_s, given to the core in whole
- * milliseconds (rounded: 0.1 * 1000 is not exactly 100 in binary). */
-static int opt_seconds_upto(lua_State *L, const char *name, int dflt_ms, int max_s)
-{
-    char buf[64];
-    int t = get_option(L, name);
-    if (t == LUA_TNIL)
-        return dflt_ms;
-    if (t != LUA_TNUMBER)
-        arg_errorf(L, 1, "%s must be a number of seconds, got %s", name, luaL_typename(L, -1));
-    /* The range is checked before rounding, as the Python package does:
-     * 60.0004 s is over 60 s, not 60 s. */
-    double ms = (double)lua_tonumber(L, -1) * 1000.0;
-    if (!(ms >= 0.5 && ms <= max_s * 1000.0))
-        arg_errorf(L, 1, "%s must be from 0.001 to %d seconds, got %s", name, max_s,
-                   describe(L, -1, buf, sizeof buf));
-    return (int)floor(ms + 0.5);
-}
+/* A duration option (timeout, connect_timeout, deny_cache_max): a string
+ * the core reads ("100ms", "0.25s", "0.25") or a number of seconds, into
+ * *o; the core checks the range and words it in the unit given. */
+static const char *check_cstring(lua_State *L, int idx, const char *what);
 
-/* A timeout: 0.001 to 60 seconds. */
-static int opt_seconds(lua_State *L, const char *name, int dflt_ms)
+static void opt_duration(lua_State *L, const char *name, hirate_options *o)
 {
-    return opt_seconds_upto(L, name, dflt_ms, 60);
+    char why[HIRATE_ERRMSG_SIZE];
+    int rc = 0, t = get_option(L, name);
+    if (t == LUA_TNIL)
+        return;
+    if (t == LUA_TSTRING)
+        rc = hirate_options_set_duration(o, name, check_cstring(L, -1, name), why, sizeof why);
+    else if (t == LUA_TNUMBER)
+        rc = hirate_options_set_seconds(o, name, (double)lua_tonumber(L, -1), why, sizeof why);
+    else
+        arg_errorf(L, 1, "%s must be a number of seconds or a string with a unit (\"100ms\"), "
+                   "got %s", name, luaL_typename(L, -1));
+    if (rc < 0)
+        arg_errorf(L, 1, "%s", why);
 }
 
 /* ---- the limit: capacity and rate, or limits ------------------------------------- */
@@ -1094,17 +1104,17 @@ static int l_new(lua_State *L)
     if ((o.on_error = hirate_on_error_from_name(policy)) < 0)
         arg_errorf(L, 1, "on_error must be \"local\", \"open\" or \"closed\", got \"%.20s\"",
                    policy);
-    o.instances = (int)opt_int(L, "instances", o.instances, 1, 100000);
-    o.timeout_ms = opt_seconds(L, "timeout", o.timeout_ms);
-    o.connect_timeout_ms = opt_seconds(L, "connect_timeout", o.connect_timeout_ms);
+    o.instances = opt_c_int(L, "instances", o.instances);
+    opt_duration(L, "timeout", &o);
+    opt_duration(L, "connect_timeout", &o);
     t = get_option(L, "deny_cache");
     if (t != LUA_TNIL)
         o.deny_cache = check_boolean(L, -1, 1, "deny_cache");
     /* How long one reply may foretell a refusal (so a reset made elsewhere
      * is seen within it): up to a day, as the core takes it. */
-    o.deny_cache_max_ms = opt_seconds_upto(L, "deny_cache_max", o.deny_cache_max_ms, 86400);
+    opt_duration(L, "deny_cache_max", &o);
     o.max_keys = (size_t)opt_int(L, "max_keys", (int64_t)o.max_keys, 1, 4000000000LL);
-    o.pool_size = (int)opt_int(L, "pool_size", o.pool_size, 1, 1024);
+    o.pool_size = opt_c_int(L, "pool_size", o.pool_size);
     /* TLS: the core checks that they go with a rediss:// URL. */
     o.tls_ca_file = opt_string(L, "tls_ca_file", NULL);
     o.tls_ca_dir = opt_string(L, "tls_ca_dir", NULL);

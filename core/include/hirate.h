@@ -101,7 +101,9 @@ enum hirate_errno {
 
 /* "invalid rate" for HIRATE_ERATE; "unknown error" for anything else. */
 HIRATE_EXPORT const char *hirate_strerror(int code);
-/* "HIRATE_ERATE" for HIRATE_ERATE; "HIRATE_UNKNOWN" for anything else. */
+/* "ERATE" for HIRATE_ERATE, "OK" for 0, "UNKNOWN" for anything else: the
+ * name every front end shows (Python's Error.name, Lua's third result, the
+ * hirate tool's error=). */
 HIRATE_EXPORT const char *hirate_err_name(int code);
 
 /* Who made a decision. */
@@ -243,6 +245,25 @@ typedef struct hirate_options {
 /* Fills *opts with the defaults; capacity and rate stay 0 (the limit must be
  * set). */
 HIRATE_EXPORT void hirate_options_init(hirate_options *opts);
+
+/* A duration as people write it: a number and a unit, "250us", "100ms",
+ * "0.25s", "2m", "1h" (us, ms, s, m, h; spaces allowed, case ignored), or a
+ * number alone, which is seconds ("0.25" is 250 ms), as every duration is
+ * in Python and Lua. *us gets it in whole microseconds, rounded to the
+ * nearest. 0, or HIRATE_EOPTION with a message that quotes the text. */
+HIRATE_EXPORT int hirate_duration_parse(const char *text, int64_t *us, char *err, size_t errlen);
+
+/* Sets the duration option name ("timeout", "connect_timeout",
+ * "deny_cache_max": the fields without their "_ms") from text, as
+ * hirate_duration_parse reads it, or from a number of seconds; rounded to
+ * the nearest millisecond. The option's range is checked here, and worded in
+ * the unit the caller used ("timeout must be from 1ms to 60s, got 0ms",
+ * "timeout must be from 0.001 to 60 seconds, got 0"). 0, HIRATE_EOPTION, or
+ * HIRATE_EINVAL for another name. */
+HIRATE_EXPORT int hirate_options_set_duration(hirate_options *opts, const char *name,
+                                              const char *text, char *err, size_t errlen);
+HIRATE_EXPORT int hirate_options_set_seconds(hirate_options *opts, const char *name,
+                                             double seconds, char *err, size_t errlen);
 
 typedef struct hirate_limiter hirate_limiter;
 

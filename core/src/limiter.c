@@ -11,6 +11,7 @@
 #include "breaker.h"
 #include "bucket.h"
 #include "cluster.h"
+#include "duration.h"
 #include "errors.h"
 #include "fork.h"
 #include "handshake.h"
@@ -248,8 +249,8 @@ static int check_options(const hirate_options *o, hirate_limiter *l, char *err, 
 {
     int rc;
     if ((rc = check_limit(o, l, err, errlen)) < 0 ||
-        (rc = check_range("connect_timeout_ms", o->connect_timeout_ms, 1, 60000, err, errlen)) < 0 ||
-        (rc = check_range("timeout_ms", o->timeout_ms, 1, 60000, err, errlen)) < 0 ||
+        (rc = hirate__duration_check(o, "connect_timeout", err, errlen)) < 0 ||
+        (rc = hirate__duration_check(o, "timeout", err, errlen)) < 0 ||
         (rc = check_range("pool_size", o->pool_size, 1, 1024, err, errlen)) < 0 ||
         (rc = check_range("max_keys", (long long)(o->max_keys > 4000000000u ? 4000000001u : o->max_keys),
                           1, 4000000000LL, err, errlen)) < 0)
@@ -268,9 +269,7 @@ static int check_options(const hirate_options *o, hirate_limiter *l, char *err, 
                            (long long)(o->deny_cache_keys > 4000000000u ? 4000000001u
                                                                        : o->deny_cache_keys),
                            1, 4000000000LL, err, errlen)) < 0) ||
-        (o->deny_cache &&
-         (rc = check_range("deny_cache_max_ms", o->deny_cache_max_ms, 1, 86400000, err,
-                           errlen)) < 0))
+        (o->deny_cache && (rc = hirate__duration_check(o, "deny_cache_max", err, errlen)) < 0))
         return rc;
     if (o->prefix && strlen(o->prefix) > HIRATE_PREFIX_MAX)
         return hirate__fail(err, errlen, HIRATE_EOPTION, "prefix is %zu bytes; the most is %d",

@@ -121,11 +121,10 @@ static hstate *state_of_type(PyTypeObject *tp)
 
 /* ----------------------------------------------------------------- errors */
 
-/* "ETIMEDOUT" for HIRATE_ETIMEDOUT: the core's name without its prefix. */
+/* "ETIMEDOUT" for HIRATE_ETIMEDOUT: the core's name. */
 static const char *short_name(int code)
 {
-    const char *n = hirate_err_name(code);
-    return strncmp(n, "HIRATE_", 7) == 0 ? n + 7 : n;
+    return hirate_err_name(code);
 }
 
 /* The exception hirate raises for code, with message msg (a str, whose
@@ -2204,7 +2203,7 @@ static PyObject *limiter_exit(PyObject *op, PyObject *args)
     if (!r)
         return NULL;
     Py_DECREF(r);
-    Py_RETURN_FALSE;
+    Py_RETURN_NONE; /* an exception goes on: the stubs say -> None */
 }
 
 /* ---- construction ------------------------------------------------------------ */
@@ -2316,45 +2315,35 @@ static int int_option(hstate *st, PyObject *o, const char *what, int *out)
     return 0;
 }
 
-/* A timeout in seconds (int or float) as whole milliseconds, 1 ms to 60 s. */
-static int timeout_option(hstate *st, PyObject *o, const char *what, int *out_ms)
+/* A duration option (timeout, connect_timeout, deny_cache_max): a str the
+ * core reads ("100ms", "0.25s", "0.25"), or a number of seconds; the core
+ * checks the range and words it in the unit given. */
+static int duration_option(hstate *st, PyObject *o, const char *name, hirate_options *opts)
 {
-    if (PyBool_Check(o) || !(PyFloat_Check(o) || PyLong_Check(o))) {
-        PyErr_Format(PyExc_TypeError, "%s must be a number of seconds, not %.200s", what,
-                     Py_TYPE(o)->tp_name);
+    char why[HIRATE_ERRMSG_SIZE];
+    int rc;
+    if (PyUnicode_Check(o)) {
+        const char *text = c_string(st, o, name, HIRATE_EOPTION);
+        if (!text)
+            return -1;
+        rc = hirate_options_set_duration(opts, name, text, why, sizeof why);
+    } else if (!PyBool_Check(o) && (PyFloat_Check(o) || PyLong_Check(o))) {
+        double s = PyFloat_AsDouble(o);
+        if (s == -1.0 && PyErr_Occurred()) { /* an int no double holds */
+            PyErr_Clear();
+            s = Py_HUGE_VAL;
+        }
+        rc = hirate_options_set_seconds(opts, name, s, why, sizeof why);
+    } else {
+        PyErr_Format(PyExc_TypeError,
+                     "%s must be a number of seconds or a str with a unit ('100ms'), not %.200s",
+                     name, Py_TYPE(o)->tp_name);
         return -1;
     }
-    double s = PyFloat_AsDouble(o);
-    if (s == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        s = NAN;
-    }
-    double ms = s * 1000.0;
-    if (!(ms >= 0.5 && ms <= 60000.0)) {
-        raise_codef(st, HIRATE_EOPTION, "%s must be from 0.001 to 60 seconds, got %R", what, o);
+    if (rc < 0) {
+        raise_code(st, rc, why);
         return -1;
     }
-    *out_ms = (int)lround(ms);
-    return 0;
-}
-
-/* A duration in seconds as the core's whole milliseconds, rounded; the
- * core checks the range (a value no int holds becomes -1, which it refuses
- * too). */
-static int seconds_to_ms(PyObject *o, const char *what, int *out_ms)
-{
-    if (PyBool_Check(o) || !(PyFloat_Check(o) || PyLong_Check(o))) {
-        PyErr_Format(PyExc_TypeError, "%s must be a number of seconds, not %.200s", what,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    double s = PyFloat_AsDouble(o);
-    if (s == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        s = NAN;
-    }
-    double ms = s * 1000.0;
-    *out_ms = ms >= 0.0 && ms < (double)INT_MAX ? (int)lround(ms) : -1;
     return 0;
 }
 
@@ -2630,9 +2619,8 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     }
     if ((instances && int_option(st, instances, "instances", &o.instances) < 0) ||
         (pool_size && int_option(st, pool_size, "pool_size", &o.pool_size) < 0) ||
-        (connect_timeout &&
-         timeout_option(st, connect_timeout, "connect_timeout", &o.connect_timeout_ms) < 0) ||
-        (timeout && timeout_option(st, timeout, "timeout", &o.timeout_ms) < 0))
+        (connect_timeout && duration_option(st, connect_timeout, "connect_timeout", &o) < 0) ||
+        (timeout && duration_option(st, timeout, "timeout", &o) < 0))
         goto done;
     if (deny_cache) {
         int v = PyObject_IsTrue(deny_cache);
@@ -2640,8 +2628,7 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
             goto done;
         o.deny_cache = v;
     }
-    if (deny_cache_max && seconds_to_ms(deny_cache_max, "deny_cache_max",
-                                        &o.deny_cache_max_ms) < 0)
+    if (deny_cache_max && duration_option(st, deny_cache_max, "deny_cache_max", &o) < 0)
         goto done;
     if (max_keys) {
         long long v;
@@ -2984,9 +2971,11 @@ static PyType_Slot limiter_slots[] = {
                         "/service[/db] (the sentinels; user and password are the master's, "
                         "sentinel_username and sentinel_password the sentinels' own) and "
                         "rediss+sentinel://... (TLS). functions=False: EVALSHA always, "
-                        "never FCALL. deny_cache_max: seconds a refusal is foretold from one "
-                        "reply at most, then Redis is asked again (so a reset made by another "
-                        "process is seen within it). Events worth a log line go to the logger "
+                        "never FCALL. Durations (connect_timeout, timeout, deny_cache_max) "
+                        "are seconds, or a str with a unit ('250ms', '2s'). deny_cache_max: "
+                        "how long a refusal is foretold from one reply at most, then Redis is "
+                        "asked again (so a reset made by another process is seen within it). "
+                        "Events worth a log line go to the logger "
                         "'hirate'; stats() gives the metrics."},
     {Py_tp_new, (void *)limiter_tp_new},
     {Py_tp_dealloc, (void *)limiter_dealloc},

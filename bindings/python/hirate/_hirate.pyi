@@ -3,6 +3,7 @@
 import builtins
 import os
 from typing import Final, Iterable, Literal, Optional, Sequence, Tuple, TypedDict, Union, final
+from typing_extensions import disjoint_base
 
 from . import Band
 from ._health import Health
@@ -160,6 +161,7 @@ class _Endpoint(TypedDict):
     tls_key_file: Optional[str]
     tls_server_name: Optional[str]
 
+@disjoint_base
 class Limiter:
     """url: redis://[user:password@]host[:port][/db], rediss://... (TLS),
     unix:///path[?db=N], or a Redis Cluster:
@@ -180,8 +182,8 @@ class Limiter:
         prefix: str = ...,
         on_error: str = ...,
         instances: int = ...,
-        connect_timeout: float = ...,
-        timeout: float = ...,
+        connect_timeout: Union[float, str] = ...,
+        timeout: Union[float, str] = ...,
         deny_cache: bool = ...,
         max_keys: int = ...,
         pool_size: int = ...,
@@ -194,7 +196,7 @@ class Limiter:
         sentinel_username: Optional[str] = ...,
         sentinel_password: Optional[str] = ...,
         functions: bool = ...,
-        deny_cache_max: float = ...,
+        deny_cache_max: Union[float, str] = ...,
     ) -> "Limiter": ...
     @classmethod
     def from_env(
@@ -206,8 +208,8 @@ class Limiter:
         prefix: str = ...,
         on_error: str = ...,
         instances: int = ...,
-        connect_timeout: float = ...,
-        timeout: float = ...,
+        connect_timeout: Union[float, str] = ...,
+        timeout: Union[float, str] = ...,
         deny_cache: bool = ...,
         max_keys: int = ...,
         pool_size: int = ...,
@@ -220,7 +222,7 @@ class Limiter:
         sentinel_username: Optional[str] = ...,
         sentinel_password: Optional[str] = ...,
         functions: bool = ...,
-        deny_cache_max: float = ...,
+        deny_cache_max: Union[float, str] = ...,
     ) -> "Limiter": ...
     @property
     def capacity(self) -> int: ...
@@ -249,7 +251,7 @@ class Limiter:
     def check(self) -> Health: ...
     def _op_start_check(self) -> Op: ...
     def __enter__(self) -> "Limiter": ...
-    def __exit__(self, *exc: object) -> bool: ...
+    def __exit__(self, *exc: object) -> None: ...
     def _op_start(
         self, pairs: Iterable[Tuple[_Key, int]], spend: bool, now_us: int = ...
     ) -> Op: ...
