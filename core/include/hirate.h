@@ -27,6 +27,14 @@
  *
  * Every function that can fail returns 0 or a negative HIRATE_E* code. A
  * refusal is not an error: it is a decision with allowed == 0.
+ *
+ * Compatibility (docs/c.md, "ABI and SOVERSION"): a program built against an
+ * older hirate.h of the same SOVERSION runs with a newer library unchanged.
+ * hirate_options grows at its end and carries the size the program knew,
+ * set by hirate_options_init; hirate_stats is filled up to the size given.
+ * The other structs (hirate_decision, hirate_item, hirate_band, hirate_limit,
+ * hirate_check_node) keep their layout: what a later release adds comes
+ * through new functions.
  */
 #ifndef HIRATE_H
 #define HIRATE_H
@@ -39,9 +47,9 @@ extern "C" {
 #endif
 
 #define HIRATE_VERSION_MAJOR 0
-#define HIRATE_VERSION_MINOR 1
+#define HIRATE_VERSION_MINOR 2
 #define HIRATE_VERSION_PATCH 0
-#define HIRATE_VERSION_STRING "0.1.0"
+#define HIRATE_VERSION_STRING "0.2.0"
 #define HIRATE_VERSION_NUM \
     (HIRATE_VERSION_MAJOR * 10000 + HIRATE_VERSION_MINOR * 100 + HIRATE_VERSION_PATCH)
 
@@ -191,6 +199,8 @@ typedef struct hirate_band {
 HIRATE_EXPORT int64_t hirate_refill_seconds(int64_t capacity, double rate);
 
 typedef struct hirate_options {
+    size_t size;            /* sizeof(hirate_options) as the program was built:
+                               set by hirate_options_init, never by hand */
     const char *url;        /* redis://[user:password@]host[:port][/db],
                                rediss://... (TLS) or unix:///path[?db=N];
                                a Redis Cluster: redis+cluster://[user:password@]
@@ -240,16 +250,22 @@ typedef struct hirate_options {
     void *log_arg;          /* given to log */
 } hirate_options;
 
-/* Fills *opts with the defaults; capacity and rate stay 0 (the limit must be
- * set). */
-HIRATE_EXPORT void hirate_options_init(hirate_options *opts);
+/* Fills *opts with the defaults and opts->size; capacity and rate stay 0
+ * (the limit must be set). A macro, so that the size is the program's own:
+ * a library newer than the header writes only the fields the program knows,
+ * and gives the others their defaults. */
+#define hirate_options_init(opts) hirate_options_init_size((opts), sizeof *(opts))
+/* hirate_options_init's function: size is sizeof *opts. */
+HIRATE_EXPORT void hirate_options_init_size(hirate_options *opts, size_t size);
 
 typedef struct hirate_limiter hirate_limiter;
 
 /* Validates the options and makes a limiter. It does not connect: the first
- * decision does, so a limiter can be made while Redis is down. On failure
- * *out is NULL and, when errbuf is not NULL, errbuf holds a message naming
- * the problem (the password is never part of it). */
+ * decision does, so a limiter can be made while Redis is down. Every string
+ * and array of the options is copied (or parsed) here: none need outlive the
+ * call. On failure *out is NULL and, when errbuf is not NULL, errbuf holds a
+ * message naming the problem (the password is never part of it); options
+ * that hirate_options_init did not fill are HIRATE_EOPTION. */
 HIRATE_EXPORT int hirate_limiter_new(hirate_limiter **out, const hirate_options *opts,
                                      char *errbuf, size_t errlen);
 

@@ -62,9 +62,11 @@ static hirate_node *node_of(hirate_limiter *l, int id)
     return id == 0 && l->node0.redis ? &l->node0 : NULL;
 }
 
-void hirate_options_init(hirate_options *o)
+/* The defaults, in a struct of this library's size. */
+static void options_defaults(hirate_options *o)
 {
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     o->prefix = "rl:";
     o->connect_timeout_ms = 250;
     o->timeout_ms = 100;
@@ -79,6 +81,48 @@ void hirate_options_init(hirate_options *o)
     o->deny_cache_max_ms = 1000;
     o->tls_verify = 1;
     o->functions = 1;
+}
+
+/* A program built against an older hirate.h has a shorter hirate_options (its
+ * size says how long): it gets the fields it knows, and never a byte more. A
+ * newer program's longer struct gets ours and zeros after them. */
+void hirate_options_init_size(hirate_options *o, size_t size)
+{
+    if (!o || size < sizeof o->size)
+        return;
+    hirate_options d;
+    options_defaults(&d);
+    if (size > sizeof d)
+        memset((char *)o + sizeof d, 0, size - sizeof d);
+    d.size = size;
+    memcpy(o, &d, size < sizeof d ? size : sizeof d);
+}
+
+/* The end of the first hirate_options that carried its size (0.2's): no
+ * hirate_options_init of this SOVERSION sets a smaller one. */
+#define OPTIONS_SIZE_MIN (offsetof(hirate_options, log_arg) + sizeof(void *))
+#define OPTIONS_SIZE_MAX 65536
+
+/* The caller's options as this library's: the fields an older program lacks
+ * keep their defaults; a newer program's fields past ours must be zero
+ * (unused), since this library cannot honour them. */
+static int options_read(hirate_options *o, const hirate_options *in, char *err, size_t errlen)
+{
+    size_t size = in->size;
+    if (size < OPTIONS_SIZE_MIN || size > OPTIONS_SIZE_MAX)
+        return hirate__fail(err, errlen, HIRATE_EOPTION,
+                            "options: size is %zu, not one that hirate_options_init sets "
+                            "(call it before setting any field)", size);
+    options_defaults(o);
+    memcpy(o, in, size < sizeof *o ? size : sizeof *o);
+    for (size_t i = sizeof *o; i < size; i++)
+        if (((const unsigned char *)in)[i] != 0)
+            return hirate__fail(err, errlen, HIRATE_EOPTION,
+                                "options: byte %zu is set, a field this library (hirate %s, "
+                                "options of %zu bytes) does not know",
+                                i, HIRATE_VERSION_STRING, sizeof *o);
+    o->size = sizeof *o;
+    return 0;
 }
 
 static const char *const on_error_names[] = {"local", "open", "closed"};
@@ -278,17 +322,25 @@ static int check_options(const hirate_options *o, hirate_limiter *l, char *err, 
     return 0;
 }
 
-int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err, size_t errlen)
+/* Weak, with a hidden alias: the shared library's hirate_limiter_new@@HIRATE_0.2
+ * is compat_0_1.c's, which calls the alias, next to 0.1's; the static
+ * library and the bindings take this definition as it is. */
+__attribute__((weak)) int hirate_limiter_new(hirate_limiter **out, const hirate_options *opts,
+                                             char *err, size_t errlen)
 {
     hirate_redis_cfg rcfg;
     hirate_link link;
+    hirate_options own;
+    const hirate_options *o = &own;
     int rc;
 
     if (err && errlen)
         err[0] = '\0';
-    if (!out || !o)
+    if (!out || !opts)
         return hirate__fail(err, errlen, HIRATE_EINVAL, "hirate_limiter_new needs out and opts");
     *out = NULL;
+    if ((rc = options_read(&own, opts, err, errlen)) < 0)
+        return rc;
     /* Aligned for the counts' stripes, a cache line each. */
     hirate_limiter *l = aligned_alloc(_Alignof(hirate_limiter),
                                       (sizeof *l + _Alignof(hirate_limiter) - 1) /
@@ -371,6 +423,8 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
     *out = l;
     return 0;
 }
+extern __typeof(hirate_limiter_new) hirate__limiter_new
+    __attribute__((alias("hirate_limiter_new"), visibility("hidden")));
 
 void hirate_limiter_free(hirate_limiter *l)
 {
