@@ -330,11 +330,28 @@ HIRATE_EXPORT int hirate_allow_many(hirate_limiter *lim, hirate_item *items, siz
 HIRATE_EXPORT int hirate_allow_many_bands(hirate_limiter *lim, hirate_item *items, size_t n,
                                           hirate_decision *bands);
 
-/* The message of the last error on this limiter, e.g. "key is empty" or
- * "connect to 127.0.0.1:6379: Connection refused", copied into buf. With
- * threads sharing a limiter it is the last error any of them met; the code
- * each call returns is always that call's own. Returns buf. */
+/* hirate_allow_many_bands (bands NULL: without them) that also writes each
+ * failed item's own message, e.g. "key is empty", into msgs + i * msglen (at
+ * most msglen bytes, NUL included; HIRATE_ERRMSG_SIZE holds any), and "" for
+ * each item whose rc is 0. msgs NULL: none. */
+HIRATE_EXPORT int hirate_allow_many_msgs(hirate_limiter *lim, hirate_item *items, size_t n,
+                                         hirate_decision *bands, char *msgs, size_t msglen);
+
+/* The message of the calling thread's last error on this limiter, e.g. "key
+ * is empty" or "connect to 127.0.0.1:6379: Connection refused", copied into
+ * buf: read it right after the call that failed, in the same thread. Each
+ * thread has its own, so threads sharing a limiter never read each other's;
+ * "" when this thread's last error was on another limiter (or it met none).
+ * A later call that succeeds leaves it as it was. For a batch it is the last
+ * failed item's (hirate_allow_many_msgs gives each item's). Returns buf. */
 HIRATE_EXPORT const char *hirate_limiter_errmsg(hirate_limiter *lim, char *buf, size_t len);
+
+/* The code and message hirate_allow would give for this key and cost before
+ * deciding anything (HIRATE_EKEY, HIRATE_ECOST, HIRATE_ERANGE, HIRATE_EINVAL
+ * for a NULL key), or 0; with no limiter, e.g. to refuse a whole batch before
+ * any item of it is spent. */
+HIRATE_EXPORT int hirate_validate(const void *key, size_t keylen, int64_t cost, char *err,
+                                  size_t errlen);
 
 /* A limit as people write it: "100/minute", "100 per minute", "10/5s",
  * "1000/day burst 50" (docs/semantics.md, "Limit strings"). N per window is
