@@ -35,7 +35,7 @@ check(f'{macro["MAJOR"]}.{macro["MINOR"]}.{macro["PATCH"]}' == version,
       "HIRATE_VERSION_MAJOR, _MINOR, _PATCH make HIRATE_VERSION_STRING")
 major_minor = version.rsplit(".", 1)[0]
 
-SKIP = re.compile(r"^(docs/benchmarks\.|tests/abi/|bench/|CHANGELOG\.md$)")
+SKIP = re.compile(r"^(docs/benchmarks\.|tests/abi/|CHANGELOG\.md$)")
 # (pattern, what the captured group must be)
 PATTERNS = [
     # "hirate 0.2.0", file names; not tests/abi's files of 0.1.0, named by others
