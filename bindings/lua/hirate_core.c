@@ -1327,20 +1327,12 @@ static int l_check(lua_State *L)
     return emit_logs(L, u, 1);
 }
 
-/* The message of item i of a blocking batch. The core keeps one message per
- * limiter, the last error met, which is the last failed item's (the items
- * are decided in order): it serves every item that failed with the same
- * code, and an item that failed otherwise gets its code's own words. */
-typedef struct batch_msgs {
-    int last_rc;
-    char msg[HIRATE_ERRMSG_SIZE];
-} batch_msgs;
-
+/* The message of item i of a blocking batch: its own, from
+ * hirate_allow_many_msgs (HIRATE_ERRMSG_SIZE bytes an item at ctx). */
 static const char *batch_msg(const void *ctx, size_t i, int rc)
 {
-    const batch_msgs *b = (const batch_msgs *)ctx;
-    (void)i;
-    return rc == b->last_rc ? b->msg : hirate_strerror(rc);
+    (void)rc;
+    return (const char *)ctx + i * HIRATE_ERRMSG_SIZE;
 }
 
 /* lim:allow_many{{key, cost}, ...} -> {outcome, ...}: one round trip. Each
@@ -1355,17 +1347,12 @@ static int l_allow_many(lua_State *L)
     if (u->closed)
         return push_closed(L);
     hirate_item *items = (hirate_item *)lua_newuserdata(L, (n ? n : 1) * sizeof *items);
+    char *msgs = (char *)lua_newuserdata(L, (n ? n : 1) * HIRATE_ERRMSG_SIZE);
     fill_items(L, 2, items, n, NULL);
-    int rc = hirate_allow_many(u->lim, items, n);
+    int rc = hirate_allow_many_msgs(u->lim, items, n, NULL, msgs, HIRATE_ERRMSG_SIZE);
     if (rc < 0)
         return emit_logs(L, u, push_failure(L, u, rc));
-    batch_msgs b = {0, ""};
-    for (size_t i = 0; i < n; i++)
-        if (items[i].rc < 0)
-            b.last_rc = items[i].rc;
-    if (b.last_rc)
-        hirate_limiter_errmsg(u->lim, b.msg, sizeof b.msg);
-    push_items(L, items, n, u->show_bands, batch_msg, &b);
+    push_items(L, items, n, u->show_bands, batch_msg, msgs);
     return emit_logs(L, u, 1);
 }
 
@@ -1880,7 +1867,9 @@ static void op_finish(lua_State *L, op_ud *o, int idx)
 }
 
 /* Holds the core's op (rc 1 from a start function), or, when the core
- * needed none, keeps the limiter's message for the items that failed. */
+ * needed none, keeps each failed item's message: such an item failed before
+ * any I/O, on its key or cost (hirate_validate's words), or for want of
+ * memory. */
 static int op_started(lua_State *L, limiter_ud *u, op_ud *o, int rc, hirate_op *op)
 {
     if (rc != 1)
@@ -1897,10 +1886,14 @@ static int op_started(lua_State *L, limiter_ud *u, op_ud *o, int rc, hirate_op *
     }
     o->state = OP_DONE;
     char msg[HIRATE_ERRMSG_SIZE];
-    hirate_limiter_errmsg(u->lim, msg, sizeof msg);
-    for (size_t i = 0; i < o->n; i++)
-        if (o->items[i].rc < 0)
-            keep_message(L, -1, i, msg);
+    for (size_t i = 0; i < o->n; i++) {
+        const hirate_item *it = &o->items[i];
+        if (it->rc >= 0)
+            continue;
+        if (hirate_validate(it->key, it->keylen, it->cost, msg, sizeof msg) == 0)
+            snprintf(msg, sizeof msg, "%s", hirate_strerror(it->rc));
+        keep_message(L, -1, i, msg);
+    }
     return 1;
 }
 

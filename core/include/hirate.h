@@ -27,6 +27,14 @@
  *
  * Every function that can fail returns 0 or a negative HIRATE_E* code. A
  * refusal is not an error: it is a decision with allowed == 0.
+ *
+ * Compatibility (docs/c.md, "ABI and SOVERSION"): a program built against an
+ * older hirate.h of the same SOVERSION runs with a newer library unchanged.
+ * hirate_options grows at its end and carries the size the program knew,
+ * set by hirate_options_init; hirate_stats is filled up to the size given.
+ * The other structs (hirate_decision, hirate_item, hirate_band, hirate_limit,
+ * hirate_check_node) keep their layout: what a later release adds comes
+ * through new functions.
  */
 #ifndef HIRATE_H
 #define HIRATE_H
@@ -39,9 +47,9 @@ extern "C" {
 #endif
 
 #define HIRATE_VERSION_MAJOR 0
-#define HIRATE_VERSION_MINOR 1
+#define HIRATE_VERSION_MINOR 2
 #define HIRATE_VERSION_PATCH 0
-#define HIRATE_VERSION_STRING "0.1.0"
+#define HIRATE_VERSION_STRING "0.2.0"
 #define HIRATE_VERSION_NUM \
     (HIRATE_VERSION_MAJOR * 10000 + HIRATE_VERSION_MINOR * 100 + HIRATE_VERSION_PATCH)
 
@@ -193,6 +201,8 @@ typedef struct hirate_band {
 HIRATE_EXPORT int64_t hirate_refill_seconds(int64_t capacity, double rate);
 
 typedef struct hirate_options {
+    size_t size;            /* sizeof(hirate_options) as the program was built:
+                               set by hirate_options_init, never by hand */
     const char *url;        /* redis://[user:password@]host[:port][/db],
                                rediss://... (TLS) or unix:///path[?db=N];
                                a Redis Cluster: redis+cluster://[user:password@]
@@ -242,9 +252,13 @@ typedef struct hirate_options {
     void *log_arg;          /* given to log */
 } hirate_options;
 
-/* Fills *opts with the defaults; capacity and rate stay 0 (the limit must be
- * set). */
-HIRATE_EXPORT void hirate_options_init(hirate_options *opts);
+/* Fills *opts with the defaults and opts->size; capacity and rate stay 0
+ * (the limit must be set). A macro, so that the size is the program's own:
+ * a library newer than the header writes only the fields the program knows,
+ * and gives the others their defaults. */
+#define hirate_options_init(opts) hirate_options_init_size((opts), sizeof *(opts))
+/* hirate_options_init's function: size is sizeof *opts. */
+HIRATE_EXPORT void hirate_options_init_size(hirate_options *opts, size_t size);
 
 /* A duration as people write it: a number and a unit, "250us", "100ms",
  * "0.25s", "2m", "1h" (us, ms, s, m, h; spaces allowed, case ignored), or a
@@ -268,9 +282,11 @@ HIRATE_EXPORT int hirate_options_set_seconds(hirate_options *opts, const char *n
 typedef struct hirate_limiter hirate_limiter;
 
 /* Validates the options and makes a limiter. It does not connect: the first
- * decision does, so a limiter can be made while Redis is down. On failure
- * *out is NULL and, when errbuf is not NULL, errbuf holds a message naming
- * the problem (the password is never part of it). */
+ * decision does, so a limiter can be made while Redis is down. Every string
+ * and array of the options is copied (or parsed) here: none need outlive the
+ * call. On failure *out is NULL and, when errbuf is not NULL, errbuf holds a
+ * message naming the problem (the password is never part of it); options
+ * that hirate_options_init did not fill are HIRATE_EOPTION. */
 HIRATE_EXPORT int hirate_limiter_new(hirate_limiter **out, const hirate_options *opts,
                                      char *errbuf, size_t errlen);
 
@@ -335,11 +351,28 @@ HIRATE_EXPORT int hirate_allow_many(hirate_limiter *lim, hirate_item *items, siz
 HIRATE_EXPORT int hirate_allow_many_bands(hirate_limiter *lim, hirate_item *items, size_t n,
                                           hirate_decision *bands);
 
-/* The message of the last error on this limiter, e.g. "key is empty" or
- * "connect to 127.0.0.1:6379: Connection refused", copied into buf. With
- * threads sharing a limiter it is the last error any of them met; the code
- * each call returns is always that call's own. Returns buf. */
+/* hirate_allow_many_bands (bands NULL: without them) that also writes each
+ * failed item's own message, e.g. "key is empty", into msgs + i * msglen (at
+ * most msglen bytes, NUL included; HIRATE_ERRMSG_SIZE holds any), and "" for
+ * each item whose rc is 0. msgs NULL: none. */
+HIRATE_EXPORT int hirate_allow_many_msgs(hirate_limiter *lim, hirate_item *items, size_t n,
+                                         hirate_decision *bands, char *msgs, size_t msglen);
+
+/* The message of the calling thread's last error on this limiter, e.g. "key
+ * is empty" or "connect to 127.0.0.1:6379: Connection refused", copied into
+ * buf: read it right after the call that failed, in the same thread. Each
+ * thread has its own, so threads sharing a limiter never read each other's;
+ * "" when this thread's last error was on another limiter (or it met none).
+ * A later call that succeeds leaves it as it was. For a batch it is the last
+ * failed item's (hirate_allow_many_msgs gives each item's). Returns buf. */
 HIRATE_EXPORT const char *hirate_limiter_errmsg(hirate_limiter *lim, char *buf, size_t len);
+
+/* The code and message hirate_allow would give for this key and cost before
+ * deciding anything (HIRATE_EKEY, HIRATE_ECOST, HIRATE_ERANGE, HIRATE_EINVAL
+ * for a NULL key), or 0; with no limiter, e.g. to refuse a whole batch before
+ * any item of it is spent. */
+HIRATE_EXPORT int hirate_validate(const void *key, size_t keylen, int64_t cost, char *err,
+                                  size_t errlen);
 
 /* A limit as people write it: "100/minute", "100 per minute", "10/5s",
  * "1000/day burst 50" (docs/semantics.md, "Limit strings"). N per window is

@@ -50,9 +50,18 @@ struct hirate_limiter {
     int64_t offset_window;      /* when this window began (atomic) */
     uint64_t cache_hits, policy;/* counters (atomic) */
     uint64_t op_evalsha, op_eval, op_fcall, op_loads;/* sent by ops (atomic) */
-    pthread_mutex_t errlock;
-    char errmsg[HIRATE_ERRMSG_SIZE];
+    uint64_t serial;            /* this limiter's number, for last_error */
 };
+
+/* The calling thread's last error (hirate_limiter_errmsg): its message, and
+ * the serial number of the limiter it met it on (an address may be reused by
+ * a limiter made after another is freed; a number is not). Per thread, so
+ * threads sharing a limiter each read their own. */
+static _Thread_local struct {
+    uint64_t serial;
+    char msg[HIRATE_ERRMSG_SIZE];
+} last_error;
+static uint64_t serials;        /* the last serial number given (atomic) */
 
 /* Node id of the limiter: node 0 is its own, a cluster's others are in its
  * table. NULL for a number never given. */
@@ -63,9 +72,11 @@ static hirate_node *node_of(hirate_limiter *l, int id)
     return id == 0 && l->node0.redis ? &l->node0 : NULL;
 }
 
-void hirate_options_init(hirate_options *o)
+/* The defaults, in a struct of this library's size. */
+static void options_defaults(hirate_options *o)
 {
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     o->prefix = "rl:";
     o->connect_timeout_ms = 250;
     o->timeout_ms = 100;
@@ -80,6 +91,48 @@ void hirate_options_init(hirate_options *o)
     o->deny_cache_max_ms = 1000;
     o->tls_verify = 1;
     o->functions = 1;
+}
+
+/* A program built against an older hirate.h has a shorter hirate_options (its
+ * size says how long): it gets the fields it knows, and never a byte more. A
+ * newer program's longer struct gets ours and zeros after them. */
+void hirate_options_init_size(hirate_options *o, size_t size)
+{
+    if (!o || size < sizeof o->size)
+        return;
+    hirate_options d;
+    options_defaults(&d);
+    if (size > sizeof d)
+        memset((char *)o + sizeof d, 0, size - sizeof d);
+    d.size = size;
+    memcpy(o, &d, size < sizeof d ? size : sizeof d);
+}
+
+/* The end of the first hirate_options that carried its size (0.2's): no
+ * hirate_options_init of this SOVERSION sets a smaller one. */
+#define OPTIONS_SIZE_MIN (offsetof(hirate_options, log_arg) + sizeof(void *))
+#define OPTIONS_SIZE_MAX 65536
+
+/* The caller's options as this library's: the fields an older program lacks
+ * keep their defaults; a newer program's fields past ours must be zero
+ * (unused), since this library cannot honour them. */
+static int options_read(hirate_options *o, const hirate_options *in, char *err, size_t errlen)
+{
+    size_t size = in->size;
+    if (size < OPTIONS_SIZE_MIN || size > OPTIONS_SIZE_MAX)
+        return hirate__fail(err, errlen, HIRATE_EOPTION,
+                            "options: size is %zu, not one that hirate_options_init sets "
+                            "(call it before setting any field)", size);
+    options_defaults(o);
+    memcpy(o, in, size < sizeof *o ? size : sizeof *o);
+    for (size_t i = sizeof *o; i < size; i++)
+        if (((const unsigned char *)in)[i] != 0)
+            return hirate__fail(err, errlen, HIRATE_EOPTION,
+                                "options: byte %zu is set, a field this library (hirate %s, "
+                                "options of %zu bytes) does not know",
+                                i, HIRATE_VERSION_STRING, sizeof *o);
+    o->size = sizeof *o;
+    return 0;
 }
 
 static const char *const on_error_names[] = {"local", "open", "closed"};
@@ -103,7 +156,6 @@ int hirate_on_error_from_name(const char *name)
 static void fork_prepare(hirate_fork_node *n)
 {
     hirate_limiter *l = (hirate_limiter *)n;
-    pthread_mutex_lock(&l->errlock);
     pthread_mutex_lock(&l->node0.breaker.lock);
     if (l->node0.redis) {
         hirate_link_fork_prepare(&l->node0.link);
@@ -135,7 +187,6 @@ static void fork_release(hirate_fork_node *n, int child)
     if (l->node0.redis)
         hirate_link_fork_release(&l->node0.link, child);
     pthread_mutex_unlock(&l->node0.breaker.lock);
-    pthread_mutex_unlock(&l->errlock);
 }
 
 static void fork_parent(hirate_fork_node *n)
@@ -277,17 +328,25 @@ static int check_options(const hirate_options *o, hirate_limiter *l, char *err, 
     return 0;
 }
 
-int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err, size_t errlen)
+/* Weak, with a hidden alias: the shared library's hirate_limiter_new@@HIRATE_0.2
+ * is compat_0_1.c's, which calls the alias, next to 0.1's; the static
+ * library and the bindings take this definition as it is. */
+__attribute__((weak)) int hirate_limiter_new(hirate_limiter **out, const hirate_options *opts,
+                                             char *err, size_t errlen)
 {
     hirate_redis_cfg rcfg;
     hirate_link link;
+    hirate_options own;
+    const hirate_options *o = &own;
     int rc;
 
     if (err && errlen)
         err[0] = '\0';
-    if (!out || !o)
+    if (!out || !opts)
         return hirate__fail(err, errlen, HIRATE_EINVAL, "hirate_limiter_new needs out and opts");
     *out = NULL;
+    if ((rc = options_read(&own, opts, err, errlen)) < 0)
+        return rc;
     /* Aligned for the counts' stripes, a cache line each. */
     hirate_limiter *l = aligned_alloc(_Alignof(hirate_limiter),
                                       (sizeof *l + _Alignof(hirate_limiter) - 1) /
@@ -335,7 +394,7 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
         l->argslen += hirate_proto_encode_limits(l->args + l->argslen,
                                                  sizeof l->args - l->argslen, l->cfg[i].capacity,
                                                  l->cfg[i].rate);
-    pthread_mutex_init(&l->errlock, NULL);
+    l->serial = __atomic_add_fetch(&serials, 1, __ATOMIC_RELAXED);
     hirate_breaker_init(&l->node0.breaker, o->backoff_min_ms, o->backoff_max_ms);
     int ok = 1;
     if (o->url) {
@@ -370,6 +429,8 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
     *out = l;
     return 0;
 }
+extern __typeof(hirate_limiter_new) hirate__limiter_new
+    __attribute__((alias("hirate_limiter_new"), visibility("hidden")));
 
 void hirate_limiter_free(hirate_limiter *l)
 {
@@ -387,7 +448,6 @@ void hirate_limiter_free(hirate_limiter *l)
     hirate_memory_free(l->memory);
     hirate_memory_free(l->cache);
     hirate_breaker_destroy(&l->node0.breaker);
-    pthread_mutex_destroy(&l->errlock);
     free(l);
 }
 
@@ -395,9 +455,8 @@ void hirate_limiter_free(hirate_limiter *l)
 
 static int remember(hirate_limiter *l, int rc, const char *msg)
 {
-    pthread_mutex_lock(&l->errlock);
-    snprintf(l->errmsg, sizeof l->errmsg, "%s", msg);
-    pthread_mutex_unlock(&l->errlock);
+    last_error.serial = l->serial;
+    snprintf(last_error.msg, sizeof last_error.msg, "%s", msg);
     return rc;
 }
 
@@ -576,6 +635,11 @@ typedef struct batch {
     size_t n;               /* items */
     int keep_msgs;          /* keep each failed item's message (an op) */
     char **msgs;            /* and those messages, or NULL */
+    char *out_msgs;         /* or write them here, out_len bytes an item
+                               (hirate_allow_many_msgs), or NULL */
+    size_t out_len;
+    char *call_msgs;        /* with out_msgs: each call's own message from
+                               the blocking client (HIRATE_ERRMSG_SIZE a call) */
     int spend;
     int64_t now_us;         /* injected time, or < 0 */
     int64_t now;            /* the decision clock: injected or monotonic */
@@ -662,6 +726,8 @@ static void batch_free(batch *b)
 /* Keeps item i's message, for hirate_op_errmsg (only an op keeps them). */
 static void batch_note(batch *b, size_t i, const char *msg)
 {
+    if (b->out_msgs)
+        snprintf(b->out_msgs + i * b->out_len, b->out_len, "%s", msg);
     if (!b->keep_msgs || (!b->msgs && !(b->msgs = calloc(b->n, sizeof *b->msgs))))
         return;
     free(b->msgs[i]);
@@ -689,10 +755,12 @@ static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_
         if (!l->node0.redis) {
             it->rc = decide_in_memory(l, it->key, it->keylen, it->cost, spend, b->now,
                                       &it->decision, item_bands(b, i));
+            if (it->rc < 0 && b->out_msgs)
+                batch_note(b, i, last_error.msg);   /* what decide_in_memory said */
         } else if ((it->rc = check_input(l, it->key, it->keylen, it->cost)) == 0) {
             it->rc = 1;   /* for Redis */
             npending++;
-        } else if (b->keep_msgs) {
+        } else if (b->keep_msgs || b->out_msgs) {
             char err[HIRATE_ERRMSG_SIZE];
             input_error(it->key, it->keylen, it->cost, err, sizeof err);
             batch_note(b, i, err);
@@ -836,6 +904,8 @@ static void settle_call(batch *b, size_t j, int64_t wait_us, const char *err)
     } else if (is_outage(it->rc)) {
         apply_policy(l, it, bd, b->spend, b->now, it->rc, wait_us);
     } else {
+        if (b->call_msgs && b->call_msgs[j * HIRATE_ERRMSG_SIZE])
+            err = b->call_msgs + j * HIRATE_ERRMSG_SIZE;   /* its own words */
         remember(l, it->rc, err);
         if (!b->msgs || !b->msgs[b->index[j]])
             batch_note(b, b->index[j], err);
@@ -852,29 +922,47 @@ static void batch_settle(batch *b, int verdict, const char *err)
 
 static void run_blocking(hirate_limiter *l, hirate_op *op);
 
-/* Decides items in order: each gets its rc and, when 0, its decision. */
+/* Decides items in order: each gets its rc and, when 0, its decision; with
+ * msgs, each failed item its message in msgs[i * msglen ..). */
 static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int spend,
-                         int64_t now_us, hirate_decision *per)
+                         int64_t now_us, hirate_decision *per, char *msgs, size_t msglen)
 {
+    for (size_t i = 0; msgs && i < n; i++)
+        msgs[i * msglen] = '\0';
     if (l->cluster) {
         hirate_op *op;
-        if (hirate_op_start_bands(l, items, n, spend, now_us, per, &op) == 1)
+        int rc = hirate_op_start_bands(l, items, n, spend, now_us, per, &op);
+        if (rc == 1)
             run_blocking(l, op);
+        for (size_t i = 0; msgs && i < n; i++)
+            if (items[i].rc < 0) {
+                const char *m = op ? hirate_op_errmsg(op, i) : NULL;
+                snprintf(msgs + i * msglen, msglen, "%s",
+                         m && *m ? m : rc < 0 ? "out of memory for a batch"
+                                              : hirate_strerror(items[i].rc));
+            }
         hirate_op_free(op);
         return;
     }
     batch b;
     b.keep_msgs = 0;
     b.msgs = NULL;
+    b.out_msgs = msgs;
+    b.out_len = msglen;
+    b.call_msgs = NULL;
     b.own_per = 0;
     b.calls = NULL;
     if (batch_begin(&b, l, items, n, spend, now_us, per)) {
         int verdict = breaker_enter(&b, &l->node0, NULL, b.m);
         if (verdict != HIRATE_BREAKER_SKIP) {
             char err[HIRATE_ERRMSG_SIZE];
+            /* Without memory for them, items share the round trip's message. */
+            if (msgs)
+                b.call_msgs = malloc(b.m * HIRATE_ERRMSG_SIZE);
             hirate_redis_decide_many(l->node0.redis, b.calls, b.m, l->cfg, b.ds, b.cper,
-                                     b.states, b.rcs, err, sizeof err);
+                                     b.states, b.rcs, b.call_msgs, err, sizeof err);
             batch_settle(&b, verdict, err);
+            free(b.call_msgs);
         }
     }
     count_items(l, items, n, spend);
@@ -900,7 +988,7 @@ static __attribute__((noinline)) int decide_bands(hirate_limiter *l, const void 
             hirate_count_error(l->counts, rc);
     } else {
         hirate_item it = {key, keylen, cost, 0, {0}};
-        decide_items(l, &it, 1, spend, now_us, per);
+        decide_items(l, &it, 1, spend, now_us, per, NULL, 0);
         if ((rc = it.rc) == 0)
             *out = it.decision;
     }
@@ -932,7 +1020,7 @@ decide(hirate_limiter *l, const void *key, size_t keylen, int64_t cost, int spen
         return rc;
     }
     hirate_item it = {key, keylen, cost, 0, {0}};
-    decide_items(l, &it, 1, spend, now_us, NULL);
+    decide_items(l, &it, 1, spend, now_us, NULL, NULL, 0);
     if (it.rc == 0)
         *out = it.decision;
     return it.rc;
@@ -967,7 +1055,7 @@ int hirate_allow_many(hirate_limiter *l, hirate_item *items, size_t n)
     if (!l || (!items && n))
         return HIRATE_EINVAL;
     if (n)
-        decide_items(l, items, n, 1, -1, NULL);
+        decide_items(l, items, n, 1, -1, NULL, NULL, 0);
     return 0;
 }
 
@@ -977,8 +1065,25 @@ int hirate_allow_many_bands(hirate_limiter *l, hirate_item *items, size_t n,
     if (!l || (!items && n) || (!bands && n))
         return HIRATE_EINVAL;
     if (n)
-        decide_items(l, items, n, 1, -1, bands);
+        decide_items(l, items, n, 1, -1, bands, NULL, 0);
     return 0;
+}
+
+int hirate_allow_many_msgs(hirate_limiter *l, hirate_item *items, size_t n,
+                           hirate_decision *bands, char *msgs, size_t msglen)
+{
+    if (!l || (!items && n) || (msgs && !msglen))
+        return HIRATE_EINVAL;
+    if (n)
+        decide_items(l, items, n, 1, -1, bands, msgs, msgs ? msglen : 0);
+    return 0;
+}
+
+int hirate_validate(const void *key, size_t keylen, int64_t cost, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    return input_error(key, keylen, cost, err, errlen);
 }
 
 int hirate_decide_at_bands(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
@@ -1066,9 +1171,7 @@ const char *hirate_limiter_errmsg(hirate_limiter *l, char *buf, size_t len)
         snprintf(buf, len, "%s", "no limiter");
         return buf;
     }
-    pthread_mutex_lock(&l->errlock);
-    snprintf(buf, len, "%s", l->errmsg);
-    pthread_mutex_unlock(&l->errlock);
+    snprintf(buf, len, "%s", last_error.serial == l->serial ? last_error.msg : "");
     return buf;
 }
 

@@ -20,3 +20,8 @@ endforeach()
 # round trips), a SCRIPT FLUSH, a stopped server and fork() meanwhile.
 hirate_add_test(test_coalesce test_coalesce.c)
 set_tests_properties(test_coalesce PROPERTIES LABELS tsan)
+
+# Two threads failing at once on one limiter in two ways each read their own
+# message; a batch's items each theirs (its own redis-server).
+hirate_add_test(test_errmsg test_errmsg.c)
+set_tests_properties(test_errmsg PROPERTIES LABELS tsan)

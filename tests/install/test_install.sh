@@ -78,7 +78,7 @@ cp "$src/examples/demo.c" "$work/consumer/"
 cat >"$work/consumer/CMakeLists.txt" <<'CMAKE'
 cmake_minimum_required(VERSION 3.18)
 project(consumer C)
-find_package(hirate 0.1 REQUIRED)
+find_package(hirate 0.2 REQUIRED)
 add_executable(demo demo.c)
 target_link_libraries(demo PRIVATE hirate::hirate)
 add_executable(demo_static demo.c)

@@ -445,3 +445,17 @@ def test_durations_are_a_str_with_a_unit_or_seconds(given, seconds):
                          **given)
     ep = lim._endpoint()
     assert (ep["timeout"], ep["connect_timeout"]) == seconds
+
+
+def test_each_item_of_a_batch_has_its_own_message(redis):
+    """Two items that Redis refuses in two ways in one round trip: each has
+    its reply's own words (hirate_allow_many_msgs), not the other's."""
+    redis.command("RPUSH", "rl:a list", "x")
+    redis.command("SET", "rl:not a bucket", "1 x")
+    lim = hirate.Limiter(redis.url, capacity=5, rate=1)
+    ok, wrongtype, corrupt = lim.allow_many([("fine", 1), ("a list", 1), ("not a bucket", 1)])
+    assert ok.allowed
+    assert (type(wrongtype), wrongtype.name) == (hirate.BackendError, "EREPLY")
+    assert str(wrongtype).startswith("Redis replied: WRONGTYPE ")
+    assert (type(corrupt), corrupt.name) == (hirate.BackendError, "EREPLY")
+    assert str(corrupt) == "Redis replied: ERR hirate: bucket state is corrupt"

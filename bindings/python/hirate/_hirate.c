@@ -84,10 +84,6 @@ typedef struct {
     PyObject *str_key, *str_cost; /* keyword names, interned */
     PyObject *stats_cls;          /* hirate.Stats, looked up at its first use */
     PyObject *health_cls;         /* hirate.Health, likewise */
-    /* An in-memory limiter that judges the values of a batch's items before
-     * any of them is decided (see batch_check): the core's own rules and
-     * words, without I/O and without touching the caller's limiter. */
-    hirate_limiter *judge;
 } hstate;
 
 static struct PyModuleDef hirate_module;
@@ -1026,6 +1022,8 @@ typedef struct {
     keybuf *bufs;
     int nbands;         /* band figures kept per item in bandv (else 0) */
     hirate_decision *bandv; /* item i's at bandv[i * nbands] */
+    char *msgs;         /* item i's message at msgs[i * HIRATE_ERRMSG_SIZE] ("" when
+                           it was decided), or NULL */
 } batch;
 
 static void batch_clear(batch *b)
@@ -1040,24 +1038,19 @@ static void batch_clear(batch *b)
     PyMem_Free(b->keys);
     PyMem_Free(b->bufs);
     PyMem_Free(b->bandv);
+    PyMem_Free(b->msgs);
     memset(b, 0, sizeof *b);
 }
 
-/* Raises the core's error for a key or cost that hirate.h's limits refuse,
- * as allow() would raise it; 0 when the core finds nothing wrong. The judge
- * (an in-memory limiter of the module) states the rule and its words, so
- * they are the core's; it is asked only about values outside the limits,
- * and asking it has no I/O and no effect on any bucket of the caller. */
+/* Raises the core's error for a key or cost that the core refuses, as
+ * allow() would raise it (hirate_validate: its rule and its words); 0 when
+ * the core finds nothing wrong. */
 static int value_check(hstate *st, const void *key, size_t keylen, int64_t cost)
 {
-    if (keylen >= 1 && keylen <= HIRATE_KEY_MAX && cost >= 0 && cost <= HIRATE_EXACT_MAX)
-        return 0;
-    hirate_decision d;
-    int rc = hirate_peek(st->judge, key, keylen, cost, &d);
+    char msg[HIRATE_ERRMSG_SIZE];
+    int rc = hirate_validate(key, keylen, cost, msg, sizeof msg);
     if (rc == 0)
         return 0;
-    char msg[HIRATE_ERRMSG_SIZE];
-    hirate_limiter_errmsg(st->judge, msg, sizeof msg);
     raise_code(st, rc, msg);
     return -1;
 }
@@ -1135,9 +1128,27 @@ static int batch_bands(batch *b, int nbands)
     return 0;
 }
 
+/* Room for each item's message (see batch.msgs). */
+static int batch_msgs(batch *b)
+{
+    size_t m = b->n > 0 ? (size_t)b->n : 1;
+    if (!(b->msgs = PyMem_Calloc(m, HIRATE_ERRMSG_SIZE))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* Item i's message, or NULL (then the code's words serve). */
+static const char *batch_msg(const batch *b, Py_ssize_t i)
+{
+    return b->msgs ? b->msgs + (size_t)i * HIRATE_ERRMSG_SIZE : NULL;
+}
+
 /* Decides every item of b in memory (no URL), as allow_many and the Op of a
  * limiter without Redis do: one by one, in order, with band figures when b
- * has room for them. */
+ * has room for them, and each failed item's message when it has room for
+ * them. */
 static void batch_decide_here(hirate_limiter *lim, batch *b, int spend, int64_t now_us)
 {
     for (Py_ssize_t i = 0; i < b->n; i++) {
@@ -1146,6 +1157,9 @@ static void batch_decide_here(hirate_limiter *lim, batch *b, int spend, int64_t 
         it->rc = decide_one(lim, &k, it->cost, spend, now_us, &it->decision,
                             b->bandv ? b->bandv + (size_t)i * (size_t)b->nbands : NULL,
                             (size_t)b->nbands);
+        if (it->rc < 0 && b->msgs)
+            hirate_limiter_errmsg(lim, b->msgs + (size_t)i * HIRATE_ERRMSG_SIZE,
+                                  HIRATE_ERRMSG_SIZE);
     }
 }
 
@@ -1165,57 +1179,37 @@ static PyObject *limiter_allow_many(PyObject *op, PyObject *pairs)
     LimiterObject *self = (LimiterObject *)op;
     hstate *st = self->st;
     batch b;
-    char msg[HIRATE_ERRMSG_SIZE] = "";
-    int last = 0;
 
     if (batch_from(st, "allow_many", pairs, &b) < 0)
         return NULL;
+    if (batch_bands(&b, self->nbands) < 0 || batch_msgs(&b) < 0) {
+        batch_clear(&b);
+        return NULL;
+    }
+    /* Each failed item gets its own message (hirate_allow_many_msgs). */
     if (!self->redis) {
         if (self->closed) {
             batch_clear(&b);
             return raise_closed(st);
         }
-        /* Several bands: each item as allow() decides it, which is what
-         * hirate_allow_many does in memory, with the bands' figures. */
-        if (self->nbands > 1) {
-            if (batch_bands(&b, self->nbands) < 0) {
-                batch_clear(&b);
-                return NULL;
-            }
-            batch_decide_here(self->lim, &b, 1, -1);
-        } else {
-            hirate_allow_many(self->lim, b.items, (size_t)b.n);
-        }
-        for (Py_ssize_t i = 0; i < b.n; i++)
-            last = b.items[i].rc < 0 ? b.items[i].rc : last;
-        if (last)
-            hirate_limiter_errmsg(self->lim, msg, sizeof msg);
+        hirate_allow_many_msgs(self->lim, b.items, (size_t)b.n, b.bandv, b.msgs,
+                               HIRATE_ERRMSG_SIZE);
     } else {
-        if (batch_bands(&b, self->nbands) < 0 || enter(self) < 0) {
+        if (enter(self) < 0) {
             batch_clear(&b);
             return NULL;
         }
         hirate_limiter *lim = self->lim;
         Py_BEGIN_ALLOW_THREADS
-        if (b.bandv)
-            hirate_allow_many_bands(lim, b.items, (size_t)b.n, b.bandv);
-        else
-            hirate_allow_many(lim, b.items, (size_t)b.n);
-        for (Py_ssize_t i = 0; i < b.n; i++)
-            last = b.items[i].rc < 0 ? b.items[i].rc : last;
-        if (last)
-            hirate_limiter_errmsg(lim, msg, sizeof msg);
+        hirate_allow_many_msgs(lim, b.items, (size_t)b.n, b.bandv, b.msgs, HIRATE_ERRMSG_SIZE);
         Py_END_ALLOW_THREADS
         leave(self);
     }
-    /* hirate_allow_many leaves one message on the limiter, the last failed
-     * item's: it goes to the items of that code, and the others get their
-     * code's words (a batch rarely fails in two ways at once). */
     int nb = b.nbands;
     PyObject *list = PyList_New(b.n);
     for (Py_ssize_t i = 0; list && i < b.n; i++) {
         const hirate_item *it = &b.items[i];
-        PyObject *r = item_result(st, it, it->rc == last ? msg : NULL,
+        PyObject *r = item_result(st, it, batch_msg(&b, i),
                                   b.bandv ? b.bandv + (size_t)i * (size_t)b.nbands : NULL, nb);
         if (!r)
             Py_CLEAR(list);
@@ -1297,6 +1291,10 @@ static PyObject *limiter_op_start(PyObject *op, PyObject *args, PyObject *kw)
     }
     if (!self->redis) {
         /* Nothing to send: decided here, as allow_many or peek would. */
+        if (batch_msgs(&o->b) < 0) {
+            Py_DECREF(o);
+            return NULL;
+        }
         batch_decide_here(self->lim, &o->b, spend, now_us);
         o->done = 1;
         return (PyObject *)o;
@@ -1592,7 +1590,8 @@ static PyObject *op_results(PyObject *op, PyObject *unused)
     PyObject *list = PyList_New(b->n);
     for (Py_ssize_t i = 0; list && i < b->n; i++) {
         const hirate_item *it = &b->items[i];
-        const char *msg = it->rc < 0 && self->op ? hirate_op_errmsg(self->op, (size_t)i) : NULL;
+        const char *msg = it->rc >= 0 ? NULL
+                          : self->op ? hirate_op_errmsg(self->op, (size_t)i) : batch_msg(b, i);
         PyObject *r = item_result(st, it, msg,
                                   b->bandv ? b->bandv + (size_t)i * (size_t)b->nbands : NULL,
                                   b->nbands);
@@ -3238,19 +3237,6 @@ static int module_exec(PyObject *m)
         add_exceptions(m, st) < 0)
         return -1;
 
-    hirate_options jo;
-    hirate_options_init(&jo);
-    jo.capacity = 1;
-    jo.rate = 1.0;
-    jo.max_keys = 1;
-    jo.deny_cache = 0;
-    char why[HIRATE_ERRMSG_SIZE];
-    int rc = hirate_limiter_new(&st->judge, &jo, why, sizeof why);
-    if (rc < 0) {
-        raise_code(st, rc, why);
-        return -1;
-    }
-
     for (int i = 1; i < NCODES; i++) {
         const char *n = short_name(-i);
         if (!(st->errname[i] = PyUnicode_InternFromString(n)) ||
@@ -3312,8 +3298,6 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->str_cost);
     Py_CLEAR(st->stats_cls);
     Py_CLEAR(st->health_cls);
-    hirate_limiter_free(st->judge);
-    st->judge = NULL;
     return 0;
 }
 
