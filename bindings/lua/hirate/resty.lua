@@ -66,6 +66,7 @@ band.
 
 local core = require "hirate.core"
 local headers = require "hirate.headers"
+local response = headers.response
 local client_ip = require "hirate.client_ip"
 
 local ngx = ngx
@@ -1012,30 +1013,18 @@ local function compile(opts)
     -- slot: only when asked for.
     c.ctx = opts.ctx == true
     -- The headers describe the limiter's bands, by the core's names and
-    -- windows: one item per band.
+    -- windows: one item per band (hirate.headers, the core's formatter).
     local bands = lim:bands()
-    if #bands > 1 then
-        if opts.name ~= nil then
-            limit_error("name: a limiter of several bands names each of them (hirate.new{ "
-                .. "limits = { {capacity =, rate =, name =}, ... } })")
-        end
-        c.multi, c.quoted, c.windows = true, {}, {}
-        for i, b in ipairs(bands) do
-            c.quoted[i] = headers.quote(b.name)
-            c.windows[i] = headers.window(b.capacity, b.rate)
-        end
-        c.policy = headers.policies(c.quoted, bands, c.windows)
-    else
-        local b = bands[1]
-        c.capacity = b.capacity
-        local quoted
-        ok, quoted = pcall(headers.quote, opts.name == nil and b.name or opts.name)
-        if not ok then
-            limit_error(quoted)
-        end
-        c.quoted = quoted
-        c.policy = headers.policy(quoted, b.capacity, headers.window(b.capacity, b.rate))
+    if #bands > 1 and opts.name ~= nil then
+        limit_error("name: a limiter of several bands names each of them (hirate.new{ "
+            .. "limits = { {capacity =, rate =, name =}, ... } })")
     end
+    local made, limits = pcall(headers.limits, bands, opts.name)
+    if not made then
+        limit_error(limits)
+    end
+    c.limits = limits
+    c.flags = (c.headers and headers.RATELIMIT or 0) + (c.legacy and headers.LEGACY or 0)
     c.memo, c.memo_n = {}, 0
     local body = opts.body
     if body ~= nil and type(body) ~= "string" and type(body) ~= "function" then
@@ -1173,31 +1162,29 @@ function _M.limit(opts)
     if c.ctx then
         ngx.ctx.hirate = d
     end
-    local t = headers.t(d)
+    local status, _, policy, ratelimit, x_limit, x_remaining, x_reset, retry_after, text =
+        response(c.limits, d, c.flags)
     if c.headers then
-        ngx_header["RateLimit-Policy"] = c.policy
-        ngx_header["RateLimit"] = c.multi and headers.items(d, c.quoted)
-            or headers.item(c.quoted, d.remaining, t)
+        ngx_header["RateLimit-Policy"] = policy
+        ngx_header["RateLimit"] = ratelimit
     end
     if c.legacy then
-        ngx_header["X-RateLimit-Limit"] = headers.int(c.multi and d.limit or c.capacity)
-        ngx_header["X-RateLimit-Remaining"] = headers.int(max(0, d.remaining))
-        ngx_header["X-RateLimit-Reset"] = t and headers.int(t) or nil
+        ngx_header["X-RateLimit-Limit"] = x_limit
+        ngx_header["X-RateLimit-Remaining"] = x_remaining
+        ngx_header["X-RateLimit-Reset"] = x_reset
     end
     if d.allowed then
         return d
     end
-    if t then
-        -- Retry-After belongs to a refusal, with the RateLimit headers or not.
-        ngx_header["Retry-After"] = headers.int(t)
-    end
+    -- Retry-After belongs to a refusal, with the RateLimit headers or not.
+    ngx_header["Retry-After"] = retry_after
     local body = c.body
     if type(body) == "function" then
         body = body(d)
     elseif body == nil then
-        body = headers.refusal_text(d)
+        body = text .. "\n"
     end
-    ngx.status = d.source == "fail_closed" and c.unavailable or c.status
+    ngx.status = status == 503 and c.unavailable or c.status
     ngx_header["Content-Type"] = "text/plain; charset=utf-8"
     ngx.print(body)
     return ngx.exit(ngx.HTTP_OK)

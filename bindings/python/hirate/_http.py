@@ -8,7 +8,6 @@ the decisions to a Result, which knows the headers and the refusal body.
 
 import hashlib
 import ipaddress
-import math
 import numbers
 import re
 
@@ -661,18 +660,6 @@ def decide_sync(calls):
 # Results and headers
 
 
-def _sf_string(text):
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _ceil_seconds(seconds):
-    return max(0, math.ceil(seconds))
-
-
-_QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-_REDUCED_CAPACITY = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
-
-
 class Result:
     """The outcome of the limits of one request.
 
@@ -689,113 +676,81 @@ class Result:
                  came from on_error="closed" while Redis was down (the
                  client did nothing wrong: the limit could not be checked)
     violated     the names of the limits that refused
+
+    The headers, status, wait and texts are the core's
+    (hirate_response_format), as every integration sends them.
     """
 
-    __slots__ = ("checks", "allowed", "retry_after", "status", "violated")
+    __slots__ = ("checks", "allowed", "retry_after", "status", "violated", "_headers",
+                 "_type", "_title", "_detail")
 
     def __init__(self, checks):
         self.checks = tuple(checks)
-        refused = [(lim, d) for lim, d in self.checks if not d.allowed]
-        self.allowed = not refused
-        self.violated = [lim.name for lim, _ in refused]
-        if self.allowed:
-            self.retry_after = None
-            self.status = 200
+        self.violated = [lim.name for lim, d in self.checks if not d.allowed]
+        self.allowed = not self.violated
+        if not self.checks:
+            self.status, self.retry_after, self._headers = 200, None, []
+            self._type = self._title = self._detail = None
             return
-        if any(math.isinf(d.retry_after) for _, d in refused):
-            self.retry_after = None
-        else:
-            self.retry_after = max(_ceil_seconds(d.retry_after) for _, d in refused)
-        self.status = 503 if all(d.source == "fail_closed" for _, d in refused) else 429
+        (self.status, self.retry_after, self._headers, self._type, self._title,
+         self._detail) = _hirate.response(
+             [(lim.name, lim.capacity, lim.rate, d) for lim, d in self.checks],
+             _hirate.HEADERS_RATELIMIT | _hirate.HEADERS_LEGACY)
 
-    def _t(self, decision):
-        """The "t" of one item: until this request could pass that limit
-        when the limit refused it; else until the bucket is full (a limit
-        that held the cost of a refused request spent nothing, and reports
-        its own time). None for never."""
-        if not decision.allowed:
-            if math.isinf(decision.retry_after):
-                return None
-            return _ceil_seconds(decision.retry_after)
-        return _ceil_seconds(decision.reset_after)
+    def _value(self, name):
+        for header, value in self._headers:
+            if header == name:
+                return value
+        return None
 
     def policy_header(self):
         """RateLimit-Policy: "name";q=<capacity>;w=<seconds to refill from
         empty>, one item per limit."""
-        return ", ".join("%s;q=%d;w=%d" % (_sf_string(lim.name), lim.capacity, lim.window)
-                         for lim, _ in self.checks)
+        return self._value("RateLimit-Policy") or ""
 
     def ratelimit_header(self):
         """RateLimit: "name";r=<remaining>;t=<seconds>, one item per limit
-        (no t when the request can never pass that limit)."""
-        items = []
-        for lim, d in self.checks:
-            t = self._t(d)
-            item = "%s;r=%d" % (_sf_string(lim.name), max(0, d.remaining))
-            if t is not None:
-                item += ";t=%d" % t
-            items.append(item)
-        return ", ".join(items)
-
-    def _binding(self):
-        """The limit the legacy headers describe: the refused one with the
-        longest wait, or, when allowed, the one with the fewest tokens left."""
-        if self.allowed:
-            return min(self.checks, key=lambda c: (c[1].remaining, -c[1].reset_after))
-        refused = [c for c in self.checks if not c[1].allowed]
-        return max(refused, key=lambda c: c[1].retry_after)
+        whose figures are a bucket's (none for a decision of on_error
+        "open" or "closed"); "" when no limit has one."""
+        return self._value("RateLimit") or ""
 
     def headers(self, ratelimit=True, legacy=False):
         """The response headers as a list of (name, value): RateLimit-Policy
-        and RateLimit; X-RateLimit-Limit, -Remaining and -Reset (seconds, as
-        RateLimit's t) when legacy; Retry-After on a refusal that can pass
-        some day."""
+        and RateLimit; X-RateLimit-Limit, -Remaining and -Reset when legacy;
+        Retry-After on a refusal that can pass some day (docs/semantics.md,
+        "Response headers")."""
         out = []
-        if not self.checks:
-            return out
-        if ratelimit:
-            out.append(("RateLimit-Policy", self.policy_header()))
-            out.append(("RateLimit", self.ratelimit_header()))
-        if legacy:
-            lim, d = self._binding()
-            out.append(("X-RateLimit-Limit", str(lim.capacity)))
-            out.append(("X-RateLimit-Remaining", str(max(0, d.remaining))))
-            t = self._t(d)
-            if t is not None:
-                out.append(("X-RateLimit-Reset", str(t)))
-        if not self.allowed and self.retry_after is not None:
-            out.append(("Retry-After", str(self.retry_after)))
+        for name, value in self._headers:
+            if name.startswith("RateLimit"):
+                if ratelimit:
+                    out.append((name, value))
+            elif name.startswith("X-RateLimit"):
+                if legacy:
+                    out.append((name, value))
+            else:
+                out.append((name, value))
         return out
 
     def detail(self):
-        if self.status == 503:
-            text = "The rate limit cannot be checked now"
-        else:
-            text = "Too many requests"
-        if self.retry_after is None:
-            return text + "; this request exceeds the limit and can never pass."
-        return text + "; retry in %d second%s." % (self.retry_after,
-                                                   "" if self.retry_after == 1 else "s")
+        """The refusal in words, e.g. "Too many requests; retry in 2
+        seconds." (None when allowed)."""
+        return self._detail
 
     def problem(self):
         """The default JSON body of a refusal (RFC 9457 problem details, with
         the problem types of the RateLimit headers draft)."""
-        if self.status == 503:
-            kind, title = _REDUCED_CAPACITY, "Rate limit unavailable"
-        else:
-            kind, title = _QUOTA_EXCEEDED, "Too many requests"
         return {
-            "type": kind,
-            "title": title,
+            "type": self._type,
+            "title": self._title,
             "status": self.status,
-            "detail": self.detail(),
+            "detail": self._detail,
             "violated-policies": list(self.violated),
             "retry_after": self.retry_after,
         }
 
     def text(self):
         """The default plain-text body of a refusal."""
-        return self.detail() + "\n"
+        return self._detail + "\n"
 
     def __repr__(self):
         return "<hirate Result %s%s %s>" % (

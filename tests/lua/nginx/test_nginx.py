@@ -341,9 +341,10 @@ class Headers(unittest.TestCase):
         self.assertEqual(r.status, 200)
         self.assertEqual(r.header("RateLimit-Policy"), '"2-per-4s";q=2;w=4, "3-per-1000s";q=3;w=1000')
         self.assertEqual(r.header("RateLimit"), '"2-per-4s";r=1;t=2, "3-per-1000s";r=2;t=334')
-        # The whole: the fewest left (burst's 1 of 2), full again in 334 s.
+        # One band's three figures: the fewest left (burst's 1 of 2), full
+        # again in 2 s (not the daily band's 334 s).
         self.assertEqual((r.header("X-RateLimit-Limit"), r.header("X-RateLimit-Remaining"),
-                          r.header("X-RateLimit-Reset")), ("2", "1", "334"))
+                          r.header("X-RateLimit-Reset")), ("2", "1", "2"))
 
     def test_a_policy_name_for_several_bands_raises(self):
         r = get(S.port, f"/limit/bands_named?k={fresh('bnamed')}&raises=1")
@@ -359,6 +360,81 @@ class Headers(unittest.TestCase):
         self.assertIsNone(b.header("RateLimit"))
         self.assertEqual(b.header("Retry-After"), "4")
         self.assertEqual(b.body, b"slow down\n")
+
+
+def fields(r):
+    """The rate-limit headers of a response, each parsed by a Structured
+    Fields parser (http_sf raises on anything a field may not be): the two
+    lists as [(name, {param: int})], the others as ints."""
+    import http_sf
+    out = {}
+    for name in ("RateLimit-Policy", "RateLimit"):
+        if r.header(name) is not None:
+            out[name] = [(item, dict(params)) for item, params in
+                         http_sf.parse(r.header(name).encode(), tltype="list")]
+    for name in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+                 "Retry-After"):
+        if r.header(name) is not None:
+            item, params = http_sf.parse(r.header(name).encode(), tltype="item")
+            assert type(item) is int and params == {}, (name, r.header(name))
+            out[name] = item
+    return out
+
+
+class HeaderFields(unittest.TestCase):
+    """The headers of limit{} in each case, as the Python integrations send
+    them (tests/python/test_response_headers.py has the same cases)."""
+
+    POLICY = [("2-per-60s", {"q": 2, "w": 60}), ("1000-per-86400s", {"q": 1000, "w": 86400})]
+
+    def test_allowed_and_refused_by_one_band(self):
+        key = fresh("sf1")
+        a, b, c = (get(S.port, f"/limit/headers?k={key}") for _ in range(3))
+        policy = [("2-per-4s", {"q": 2, "w": 4})]
+        self.assertEqual((a.status, fields(a)), (200, {
+            "RateLimit-Policy": policy, "RateLimit": [("2-per-4s", {"r": 1, "t": 2})]}))
+        self.assertEqual((b.status, fields(b)), (200, {
+            "RateLimit-Policy": policy, "RateLimit": [("2-per-4s", {"r": 0, "t": 4})]}))
+        self.assertEqual((c.status, fields(c)), (429, {
+            "RateLimit-Policy": policy, "RateLimit": [("2-per-4s", {"r": 0, "t": 2})],
+            "Retry-After": 2}))
+
+    def test_a_burst_refusal_leaves_the_daily_band_its_own_reset_time(self):
+        key = fresh("sf2")
+        a, b, c = (get(S.port, f"/limit/sf?k={key}") for _ in range(3))
+        self.assertEqual((a.status, fields(a)), (200, {
+            "RateLimit-Policy": self.POLICY,
+            "RateLimit": [("2-per-60s", {"r": 1, "t": 30}), ("1000-per-86400s", {"r": 999, "t": 87})],
+            "X-RateLimit-Limit": 2, "X-RateLimit-Remaining": 1, "X-RateLimit-Reset": 30}))
+        self.assertEqual(b.status, 200)
+        # The daily band held the cost and spent nothing: 998 left, full in
+        # 2 x 86.4 s, never "full in 0 s" nor the burst's 30 s.
+        self.assertEqual((c.status, fields(c)), (429, {
+            "RateLimit-Policy": self.POLICY,
+            "RateLimit": [("2-per-60s", {"r": 0, "t": 30}), ("1000-per-86400s", {"r": 998, "t": 173})],
+            "X-RateLimit-Limit": 2, "X-RateLimit-Remaining": 0, "X-RateLimit-Reset": 30,
+            "Retry-After": 30}))
+        self.assertEqual(c.body, b"Too many requests (2-per-60s); retry in 30 seconds.\n")
+
+    def test_on_error_open_sends_the_policy_and_no_ratelimit_item(self):
+        key = fresh("sf3")
+        for _ in range(3):
+            r = get(S.port, f"/limit/sf_open?k={key}")
+            self.assertEqual((r.status, fields(r)), (200, {"RateLimit-Policy": self.POLICY}))
+
+    def test_on_error_closed_is_a_503_without_ratelimit_item(self):
+        r = get(S.port, f"/limit/sf_closed?k={fresh('sf4')}")
+        self.assertEqual((r.status, fields(r)), (503, {
+            "RateLimit-Policy": [("2-per-60s", {"q": 2, "w": 60})], "Retry-After": 1}))
+        self.assertEqual(r.body, b"The rate limit cannot be checked now; retry in 1 second.\n")
+
+    def test_on_error_local_sends_the_local_bucket_s_own_figures(self):
+        # Each worker has its own local bucket: one request, whichever answers.
+        r = get(S.port, f"/limit/sf_local?k={fresh('sf5')}")
+        self.assertEqual((r.status, fields(r)), (200, {
+            "RateLimit-Policy": self.POLICY,
+            "RateLimit": [("2-per-60s", {"r": 1, "t": 30}), ("1000-per-86400s", {"r": 999, "t": 87})],
+            "X-RateLimit-Limit": 2, "X-RateLimit-Remaining": 1, "X-RateLimit-Reset": 30}))
 
 
 class Keys(unittest.TestCase):

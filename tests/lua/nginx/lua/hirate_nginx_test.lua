@@ -100,6 +100,17 @@ local limits = {
     -- A policy's name is a band's: several bands cannot take one.
     bands_named = { limiter = redis { limits = "2/4s; 3/1000s", prefix = "t-bnamed:" },
         key = "var:arg_k", name = "api" },
+    -- The headers of every case, which test_nginx.py parses as Structured
+    -- Fields: a burst band on a daily one, through Redis or decided by each
+    -- failure policy (nothing listens at the dead port).
+    sf = { limiter = redis { limits = "2/minute; 1000/day", prefix = "t-sf:" },
+        key = "var:arg_k", legacy_headers = true },
+    sf_open = { limiter = { url = "redis://127.0.0.1:" .. dead, limits = "2/minute; 1000/day",
+        on_error = "open" }, key = "var:arg_k", legacy_headers = true },
+    sf_closed = { limiter = { url = "redis://127.0.0.1:" .. dead, limits = "2/minute",
+        on_error = "closed" }, key = "var:arg_k", legacy_headers = true },
+    sf_local = { limiter = { url = "redis://127.0.0.1:" .. dead, limits = "2/minute; 1000/day",
+        on_error = "local" }, key = "var:arg_k", legacy_headers = true },
     -- The certificate is for localhost: the name checked, while the
     -- cosocket connects to the address (no resolver needed).
     exact_tls = { limiter = redis { url = tls_url, tls_server_name = "localhost",
