@@ -924,7 +924,13 @@ local LIMIT_OPTIONS = {
     limiter = true, key = true, cost = true, trusted_proxies = true, proxy_hops = true,
     forwarded_header = true, ipv6_subnet = true, status = true, unavailable_status = true,
     headers = true,
-    legacy_headers = true, name = true, body = true, ctx = true,
+    legacy_headers = true, name = true, body = true, ctx = true, methods = true,
+    deduct_when = true,
+}
+
+local HTTP_METHODS = {
+    GET = true, HEAD = true, POST = true, PUT = true, DELETE = true, PATCH = true,
+    OPTIONS = true, TRACE = true, CONNECT = true,
 }
 
 -- Compiled options, per options table: a limit's table is made once (in
@@ -1026,6 +1032,30 @@ local function compile(opts)
     c.limits = limits
     c.flags = (c.headers and headers.RATELIMIT or 0) + (c.legacy and headers.LEGACY or 0)
     c.memo, c.memo_n = {}, 0
+    local methods = opts.methods
+    if methods ~= nil then
+        if type(methods) == "string" then
+            methods = { methods }
+        end
+        if type(methods) ~= "table" or #methods == 0 then
+            limit_error("methods must be a method name or a list of them, got "
+                .. describe(opts.methods))
+        end
+        c.methods = {}
+        for _, m in ipairs(methods) do
+            local up = type(m) == "string" and string.upper(m) or nil
+            if not HTTP_METHODS[up] then
+                limit_error("methods: " .. describe(m) .. " is not an HTTP method")
+            end
+            c.methods[up] = true
+        end
+        -- A GET location answers HEAD: a HEAD must not escape the limit.
+        c.methods.HEAD = c.methods.HEAD or c.methods.GET
+    end
+    if opts.deduct_when ~= nil and type(opts.deduct_when) ~= "function" then
+        limit_error("deduct_when must be a function(status), got " .. type(opts.deduct_when))
+    end
+    c.deduct_when = opts.deduct_when
     local body = opts.body
     if body ~= nil and type(body) ~= "string" and type(body) ~= "function" then
         limit_error("body must be a string or a function, got " .. type(body))
@@ -1105,6 +1135,16 @@ end
 -- "#<SHA-1>", which neither form can spell. The identity is in braces, a
 -- Redis Cluster hash tag, so that every limiter's bucket for one client is
 -- on one node. nil: the request is exempt.
+-- The bucket key of an identity: in braces, a Redis Cluster hash tag, so
+-- that every limiter's bucket for one client is on one node; one longer
+-- than a key may be becomes "#<SHA-1>", which neither form can spell.
+local function bucket_key(ident)
+    if #ident + 2 > KEY_MAX then
+        ident = "#" .. hex(ngx.sha1_bin(ident))
+    end
+    return "{" .. ident .. "}"
+end
+
 local function key_of(c)
     local ident
     local kind = c.key_kind
@@ -1130,10 +1170,43 @@ local function key_of(c)
         end
         ident = "k:" .. v
     end
-    if #ident + 2 > KEY_MAX then
-        ident = "#" .. hex(ngx.sha1_bin(ident))
+    return bucket_key(ident)
+end
+
+-- A client of reset() and peek(): { key = <what the key option reads> } or
+-- { address = <the client's address> }.
+local function client_key(c, client, fname)
+    if type(client) ~= "table" or (client.key == nil) == (client.address == nil) then
+        arg_error(fname, 2, "the client must be { key = <value> } or { address = <address> }, "
+            .. "one of them")
     end
-    return "{" .. ident .. "}"
+    if client.key ~= nil then
+        local v = client.key
+        if type(v) == "number" and v == floor(v) then
+            v = headers.int(v)
+        elseif type(v) ~= "string" then
+            arg_error(fname, 2, "key must be a string or a whole number, got " .. type(v))
+        end
+        return bucket_key("k:" .. v)
+    end
+    return bucket_key("ip:" .. (client_ip.key(c.ip, client.address) or "unknown"))
+end
+
+--- reset(opts, client): forgets one client's bucket of a limit{} (it is
+--- full again) without naming its key: client is { key = <what the key
+--- option reads for it> } or { address = <its address> }. true, or nil,
+--- message, code.
+function _M.reset(opts, client)
+    local c = compiled[opts] or compile(opts)
+    return c.limiter:reset(client_key(c, client, "reset"))
+end
+
+--- peek(opts, client, cost): one client's bucket of a limit{} (client as
+--- for reset), spending nothing: the decision for cost (default 0: the
+--- bucket as it is), or nil, message, code.
+function _M.peek(opts, client, cost)
+    local c = compiled[opts] or compile(opts)
+    return c.limiter:peek(client_key(c, client, "peek"), cost or 0)
 end
 
 --- limit(opts): applies the limit to the current request. Allowed: returns
@@ -1146,6 +1219,9 @@ end
 --- log_by_lua*, say).
 function _M.limit(opts)
     local c = compiled[opts] or compile(opts)
+    if c.methods and not c.methods[ngx.req.get_method()] then
+        return nil
+    end
     local key = key_of(c)
     if key == nil then
         return nil
@@ -1154,7 +1230,22 @@ function _M.limit(opts)
     if c.cost_fn then
         cost = c.cost_fn()
     end
-    local d, err, code = c.limiter:allow(key, cost)
+    local d, err, code
+    if c.deduct_when then
+        -- Checked now, charged by charge() once the response is known.
+        d, err, code = c.limiter:peek(key, cost)
+        if d and d.allowed then
+            local ctx = ngx.ctx
+            local pending = ctx.hirate_charges
+            if not pending then
+                pending = {}
+                ctx.hirate_charges = pending
+            end
+            pending[#pending + 1] = { c.limiter, key, cost, c.deduct_when }
+        end
+    else
+        d, err, code = c.limiter:allow(key, cost)
+    end
     if not d then
         log(ERR, "hirate: ", err, " (", code, ")")
         return ngx.exit(500)
@@ -1188,6 +1279,42 @@ function _M.limit(opts)
     ngx_header["Content-Type"] = "text/plain; charset=utf-8"
     ngx.print(body)
     return ngx.exit(ngx.HTTP_OK)
+end
+
+local function charge_now(premature, pending)
+    if premature then
+        return
+    end
+    for _, p in ipairs(pending) do
+        local d, err, code = p[1]:allow(p[2], p[3])
+        if not d then
+            log(ERR, "hirate: charge: ", err, " (", code, ")")
+        end
+    end
+end
+
+--- charge(): from log_by_lua*, charges the limits with deduct_when of the
+--- current request whose deduct_when(status) says so. The log phase has
+--- no cosockets, so the charge runs in a timer right after the request:
+--- see docs/lua.md for what that means when requests race.
+function _M.charge()
+    local pending = ngx.ctx.hirate_charges
+    if not pending then
+        return
+    end
+    ngx.ctx.hirate_charges = nil
+    local status, due = ngx.status, {}
+    for _, p in ipairs(pending) do
+        if p[4](status) then
+            due[#due + 1] = p
+        end
+    end
+    if due[1] then
+        local ok, err = ngx.timer.at(0, charge_now, due)
+        if not ok then
+            log(ERR, "hirate: charge: cannot start a timer: ", err)
+        end
+    end
 end
 
 return _M

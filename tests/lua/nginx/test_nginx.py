@@ -437,6 +437,64 @@ class HeaderFields(unittest.TestCase):
             "X-RateLimit-Limit": 2, "X-RateLimit-Remaining": 1, "X-RateLimit-Reset": 30}))
 
 
+def client(name, op, **who):
+    q = "&".join(f"{k}={v}" for k, v in who.items())
+    r = get(S.port, f"/client/{name}?op={op}&{q}")
+    assert r.status == 200, r
+    return json.loads(r.body)
+
+
+def remaining_becomes(name, want, **who):
+    """Waits (10 s at most) until one client's bucket holds want tokens: a
+    charge runs in a timer after the response. The count is exact; only
+    when it lands is not."""
+    deadline = time.monotonic() + 10
+    while True:
+        got = client(name, "peek", **who)["remaining"]
+        if got == want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.01)
+
+
+class ClientManagement(unittest.TestCase):
+
+    def test_a_client_reset_through_limit(self):
+        # A limit keyed by address: the client named by its address.
+        by = [get(S.port, "/limit/by_addr").status for _ in range(3)]
+        self.assertEqual(by, [200, 200, 429])
+        self.assertEqual(client("by_addr", "peek", addr="127.0.0.1"),
+                         {"allowed": True, "remaining": 0})
+        self.assertEqual(client("by_addr", "reset", addr="127.0.0.1"), {"ok": True})
+        self.assertEqual(client("by_addr", "peek", addr="127.0.0.1"),
+                         {"allowed": True, "remaining": 2})
+        self.assertEqual([get(S.port, "/limit/by_addr").status for _ in range(3)],
+                         [200, 200, 429])
+        self.assertEqual(client("by_addr", "reset", addr="127.0.0.1"), {"ok": True})
+
+    def test_only_failed_logins_are_charged_exactly(self):
+        k = fresh("login")
+        seen = []
+        for pw, left in [("ok", 3), ("bad", 2), ("ok", 2), ("ok", 2), ("bad", 1), ("bad", 0),
+                         ("bad", 0), ("ok", 0)]:
+            seen.append(get(S.port, f"/charged/login?k={k}&pw={pw}").status)
+            self.assertEqual(remaining_becomes("login", left, k=k), left)
+        # Three failures charged, then refused at the check (nothing more
+        # spent), whatever the password.
+        self.assertEqual(seen, [200, 401, 200, 200, 401, 401, 429, 429])
+        key = f"t-login:{{k:{k}}}"
+        self.assertEqual(redis_commands(S.redis.port, ("EXISTS", key))[0], 1)
+        self.assertEqual(client("login", "reset", k=k), {"ok": True})
+        self.assertEqual(get(S.port, f"/charged/login?k={k}&pw=ok").status, 200)
+
+    def test_a_limit_on_post_only(self):
+        k = fresh("posts")
+        self.assertEqual([get(S.port, f"/limit/posts?k={k}").status for _ in range(3)],
+                         [200, 200, 200])
+        self.assertEqual([get(S.port, f"/limit/posts?k={k}", method="POST").status
+                          for _ in range(2)], [200, 429])
+        self.assertEqual(get(S.port, f"/limit/posts?k={k}").status, 200)
+
+
 class Keys(unittest.TestCase):
 
     def address(self, name, **headers):
