@@ -670,7 +670,7 @@ class Group:
     __slots__ = ("limits", "positions", "scope", "keyfunc", "exempt_when", "deduct_when",
                  "bands", "_head")
 
-    def __init__(self, scope, keyfunc, exempt_when, deduct_when):
+    def __init__(self, scope, keyfunc, exempt_when, deduct_when=None):
         self.limits, self.positions = [], []
         self.scope, self.keyfunc, self.exempt_when = scope, keyfunc, exempt_when
         self.deduct_when = deduct_when
@@ -746,15 +746,16 @@ def new_limiter(cls, url, bands, options, sentinel):
 def decide_sync(calls):
     """Decisions for [(limiter, key, cost, spend), ...], one a group, in the
     order above; a call with spend False (a group charged after the
-    response, deduct_when) is only peeked at."""
+    response, deduct_when) is only peeked at. A call without spend
+    spends."""
     order = decide_order(calls)
     out = [None] * len(calls)
     for i in order.peeks:
-        lim, key, cost, _ = calls[i]
+        lim, key, cost = calls[i][:3]
         out[i] = lim.peek(key, cost)
     if order.last is None:
         return out
-    lim, key, cost, _ = calls[order.last]
+    lim, key, cost = calls[order.last][:3]
     if not all(out[i].allowed for i in order.peeks):
         out[order.last] = lim.peek(key, cost)
         return out
@@ -762,7 +763,7 @@ def decide_sync(calls):
     if not out[order.last].allowed:
         return out
     for i in order.then:
-        lim, key, cost, _ = calls[i]
+        lim, key, cost = calls[i][:3]
         out[i] = lim.allow(key, cost)
         if not out[i].allowed:
             break
@@ -777,7 +778,7 @@ class decide_order:
     __slots__ = ("peeks", "last", "then")
 
     def __init__(self, calls):
-        spending = [i for i, c in enumerate(calls) if c[3]]
+        spending = [i for i, c in enumerate(calls) if len(c) < 4 or c[3]]
         self.last = spending[-1] if spending else None
         self.peeks = [i for i in range(len(calls)) if i != self.last]
         self.then = spending[:-1]
@@ -798,7 +799,8 @@ def identity(client_ip, key=None, address=None):
 def charges(groups, calls):
     """[(position, group, (limiter, key, cost))] of the calls that are
     charged after the response (deduct_when)."""
-    return [(i, g, c[:3]) for i, (g, c) in enumerate(zip(groups, calls)) if not c[3]]
+    return [(i, g, c[:3]) for i, (g, c) in enumerate(zip(groups, calls))
+            if len(c) > 3 and not c[3]]
 
 
 def charge_sync(pending, decisions, response):

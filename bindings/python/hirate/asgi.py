@@ -514,7 +514,7 @@ async def _decide(calls):
         out[i] = d
     if order.last is None:
         return out
-    lim, key, cost, _ = calls[order.last]
+    lim, key, cost = calls[order.last][:3]
     if not all(out[i].allowed for i in order.peeks):
         out[order.last] = await lim.peek(key, cost)
         return out
