@@ -446,9 +446,9 @@ typedef struct hirate_response {
 
 /* Writes the response of limits[0 .. n) (n >= 1) with the headers that flags
  * ask for (Retry-After always goes with a refusal that can pass) into *out,
- * its strings into buf. 0; HIRATE_EINVAL for a NULL argument, n of 0 or a
- * bad name (a message in err, when not NULL); HIRATE_ERANGE when len is
- * below HIRATE_RESPONSE_SIZE(n). */
+ * its strings into buf. 0; HIRATE_EINVAL for a NULL argument or n of 0,
+ * HIRATE_EOPTION for a bad name (a band's rule), HIRATE_ERANGE when len is
+ * below HIRATE_RESPONSE_SIZE(n); a message in err, when not NULL. */
 HIRATE_EXPORT int hirate_response_format(const hirate_response_limit *limits, size_t n,
                                          int flags, hirate_response *out, char *buf,
                                          size_t len, char *err, size_t errlen);

@@ -9,6 +9,7 @@
 
 #include "errors.h"
 #include "hirate.h"
+#include "name.h"
 
 #define QUOTA_EXCEEDED "https://iana.org/assignments/http-problem-types#quota-exceeded"
 #define REDUCED_CAPACITY \
@@ -91,23 +92,6 @@ static int64_t t_of(const hirate_decision *d)
     return ceil_s(d->retry_after_us);
 }
 
-static int check_name(const char *name, size_t i, char *err, size_t errlen)
-{
-    size_t n = 0;
-    if (!name)
-        return hirate__fail(err, errlen, HIRATE_EINVAL, "limits[%zu]: name is NULL", i);
-    for (const char *p = name; *p; p++, n++)
-        if (*p < 32 || *p > 126)
-            return hirate__fail(err, errlen, HIRATE_EINVAL,
-                                "limits[%zu]: a name must be printable ASCII (it is sent in "
-                                "the RateLimit headers)", i);
-    if (n == 0 || n > HIRATE_BAND_NAME_MAX)
-        return hirate__fail(err, errlen, HIRATE_EINVAL,
-                            "limits[%zu]: a name is 1 to %d bytes, got %zu", i,
-                            HIRATE_BAND_NAME_MAX, n);
-    return 0;
-}
-
 /* The limit the legacy headers describe, or -1 when none has figures. */
 static long binding(const hirate_response_limit *l, size_t n, int allowed)
 {
@@ -141,7 +125,11 @@ int hirate_response_format(const hirate_response_limit *limits, size_t n, int fl
         if (!limits[i].decision)
             return hirate__fail(err, errlen, HIRATE_EINVAL, "limits[%zu]: decision is NULL",
                                 i);
-        int rc = check_name(limits[i].name, i, err, errlen);
+        char what[32];
+        snprintf(what, sizeof what, "limits[%zu]", i);
+        if (!limits[i].name)
+            return hirate__fail(err, errlen, HIRATE_EINVAL, "%s: name is NULL", what);
+        int rc = hirate__name_check(limits[i].name, what, err, errlen);
         if (rc < 0)
             return rc;
     }

@@ -189,13 +189,13 @@ static void test_bad_input(void)
     hirate_response r;
     char err[HIRATE_ERRMSG_SIZE], small[8];
     CHECK_EQ_I64(hirate_response_format(&l, 1, 0, &r, buf, sizeof buf, err, sizeof err),
-                 HIRATE_EINVAL);
-    CHECK_EQ_STR(err, "limits[0]: a name must be printable ASCII (it is sent in the "
-                      "RateLimit headers)");
+                 HIRATE_EOPTION);
+    CHECK_EQ_STR(err, "limits[0]: a band's name must be printable ASCII (it is sent in "
+                      "headers)");
     l.name = "";
     CHECK_EQ_I64(hirate_response_format(&l, 1, 0, &r, buf, sizeof buf, err, sizeof err),
-                 HIRATE_EINVAL);
-    CHECK_EQ_STR(err, "limits[0]: a name is 1 to 64 bytes, got 0");
+                 HIRATE_EOPTION);
+    CHECK_EQ_STR(err, "limits[0]: a band's name must be 1 to 64 bytes, got 0");
     l.name = "ok";
     CHECK_EQ_I64(hirate_response_format(&l, 0, 0, &r, buf, sizeof buf, err, sizeof err),
                  HIRATE_EINVAL);

@@ -92,8 +92,9 @@ describe("hirate.headers", function()
                 local ok, err = pcall(headers.limits, { { capacity = 2, rate = 1, name = "b" } },
                     name)
                 assert.is_false(ok)
-                assert.truthy(tostring(err):find(name == "" and "a name is 1 to 64 bytes, got 0"
-                    or "a name must be printable ASCII (it is sent in the RateLimit headers)",
+                assert.truthy(tostring(err):find(("name %q: "):format(name)
+                    .. (name == "" and "a band's name must be 1 to 64 bytes, got 0"
+                    or "a band's name must be printable ASCII (it is sent in headers)"),
                     1, true))
             end)
         end

@@ -49,7 +49,8 @@ function _M.limits(bands, name)
     end
     local ok, err = pcall(core.response, out, probe, 0)
     if not ok then
-        error((err:gsub("^limits%[0%]: ", "")), 2)
+        -- The core's words, said of the name given.
+        error(format("name %q: %s", tostring(name), (err:gsub("^limits%[%d+%]: ", ""))), 2)
     end
     return out
 end

@@ -700,8 +700,8 @@ class Api(unittest.TestCase):
             "hirate.resty.limit: cost must be a whole number from 0 to 2^53-1 or a function, "
             "got -1",
             "hirate.resty.limit: status must be an HTTP error status from 400 to 599, got 200",
-            "hirate.resty.limit: name must be 1 or more printable ASCII characters (it is sent "
-            'in the RateLimit headers), got "café"',
+            'hirate.resty.limit: name "café": a band\'s name must be printable ASCII (it is '
+            "sent in headers)",
             "hirate.resty.limit: trusted_proxies: \"10.0.0.0/33\" is not an address or network "
             "(e.g. '10.0.0.0/8', '::1', 'unix')",
             "hirate.resty.limit: proxy_hops must be a whole number from 0 to 64, got 65",
@@ -986,14 +986,17 @@ class RedisStopped(unittest.TestCase):
         for r in opened:
             self.assertEqual((r.status, r.header("X-Hirate-Source"), r.header("X-Hirate-Error")),
                              (200, "fail_open", "ETIMEDOUT"))
-            # As if the bucket were full (docs/semantics.md): capacity - cost.
-            self.assertEqual(r.header("RateLimit"), '"4-per-4000s";r=3;t=0')
+            # No bucket stands behind the policy's figures: the policy, and
+            # no RateLimit item (docs/semantics.md, "Response headers").
+            self.assertEqual(fields(r), {"RateLimit-Policy": [("4-per-4000s",
+                                                               {"q": 4, "w": 4000})]})
         for r in closed:
             self.assertEqual((r.status, r.header("X-Hirate-Source"), r.header("X-Hirate-Error")),
                              (503, "fail_closed", "ETIMEDOUT"))
-            self.assertEqual(r.header("RateLimit-Policy"), '"4-per-4000s";q=4;w=4000')
             retry = int(r.header("Retry-After"))
-            self.assertEqual(r.header("RateLimit"), f'"4-per-4000s";r=0;t={retry}')
+            self.assertEqual(fields(r), {
+                "RateLimit-Policy": [("4-per-4000s", {"q": 4, "w": 4000})],
+                "Retry-After": retry})
             self.assertIn(retry, range(1, 8))
             unit = "second" if retry == 1 else "seconds"
             self.assertEqual(r.body, "The rate limit cannot be checked now; "
@@ -1004,6 +1007,10 @@ class RedisStopped(unittest.TestCase):
             self.assertEqual((r.header("X-Hirate-Source"), r.header("X-Hirate-Error")),
                              ("local", "ETIMEDOUT"))
             by_worker[r.header("X-Worker")].append(r.status)
+            # The local bucket's own figures: capacity 2 (4 / 2 instances).
+            item = fields(r)["RateLimit"]
+            self.assertEqual((len(item), item[0][0]), (1, "4-per-4000s"))
+            self.assertIn(item[0][1]["r"], (0, 1))
         for worker, statuses in by_worker.items():
             self.assertEqual(Counter(statuses)[200], min(2, len(statuses)), worker)
             self.assertEqual(Counter(statuses)[429], max(0, len(statuses) - 2), worker)
