@@ -245,3 +245,36 @@ def test_a_dependency_cannot_deduct_when():
         limiter.limits(asgi.Limit("1/hour", deduct_when=lambda r: True))
     assert str(e.value) == ("deduct_when needs the response, which a dependency does not "
                             "see: give the limit to the middleware (routes=)")
+
+
+def test_asgi_reset_through_a_dependency_with_a_scope_and_the_default_limits(redis):
+    from fastapi import Depends
+
+    limiter = asgi.RateLimiter(url=redis.url, default_limits="1/hour",
+                               key=asgi.key_header("X-User"))
+    quota = limiter.limit("1/hour", scope="quota")
+    app = FastAPI()
+    app.add_middleware(asgi.RateLimitMiddleware, limiter=limiter)
+    app.add_exception_handler(asgi.RateLimitExceeded, limiter.exception_handler)
+
+    @app.get("/q", dependencies=[Depends(quota)])
+    async def q():
+        return "q"
+
+    with TestClient(app) as c:
+        u = {"X-User": "u"}
+        # The default limit (the middleware) and the dependency's each allow one.
+        assert [c.get("/q", headers=u).status_code for _ in range(2)] == [200, 429]
+        c.portal.call(lambda: limiter.reset(None, key="u"))
+        # The default budget is back; the dependency's is still spent (and
+        # the middleware spent the default one again before it refused).
+        assert c.get("/q", headers=u).status_code == 429
+        assert c.portal.call(lambda: limiter.peek(quota, key="u")).checks[0][1].remaining == 0
+        assert c.portal.call(lambda: limiter.peek(None, key="u")).checks[0][1].remaining == 0
+        c.portal.call(lambda: limiter.reset(quota, key="u"))
+        c.portal.call(lambda: limiter.reset(None, key="u"))
+        assert c.get("/q", headers=u).status_code == 200
+        with pytest.raises(ValueError) as e:
+            c.portal.call(lambda: limiter.reset(limiter.limit("1/hour"), key="u"))
+        assert str(e.value) == ("a limit without a scope has a bucket per route: give it a "
+                                "scope=, or name its routes pattern")
