@@ -224,7 +224,10 @@ static void test_the_bound_holds(void)
     CHECK(r.detail != NULL);
     size_t end = (size_t)(r.detail - buf) + strlen(r.detail);
     CHECK(end < sizeof buf);
-    CHECK_EQ_I64(strlen(r.ratelimit), HIRATE_BANDS_MAX * (2 + 1 + 2 * 63 + 3 + 16 + 3 + 10 + 2) - 2);
+    /* Each item: quotes, a letter and 63 escaped quotes, r of 16 digits, t of
+     * 10, and ", " between. */
+    CHECK_EQ_I64(strlen(r.ratelimit),
+                 HIRATE_BANDS_MAX * (2 + 1 + 2 * 63 + 3 + 16 + 3 + 10 + 2) - 2);
 }
 
 int main(void)

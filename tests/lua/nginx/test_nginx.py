@@ -404,14 +404,16 @@ class HeaderFields(unittest.TestCase):
         a, b, c = (get(S.port, f"/limit/sf?k={key}") for _ in range(3))
         self.assertEqual((a.status, fields(a)), (200, {
             "RateLimit-Policy": self.POLICY,
-            "RateLimit": [("2-per-60s", {"r": 1, "t": 30}), ("1000-per-86400s", {"r": 999, "t": 87})],
+            "RateLimit": [("2-per-60s", {"r": 1, "t": 30}),
+                          ("1000-per-86400s", {"r": 999, "t": 87})],
             "X-RateLimit-Limit": 2, "X-RateLimit-Remaining": 1, "X-RateLimit-Reset": 30}))
         self.assertEqual(b.status, 200)
         # The daily band held the cost and spent nothing: 998 left, full in
         # 2 x 86.4 s, never "full in 0 s" nor the burst's 30 s.
         self.assertEqual((c.status, fields(c)), (429, {
             "RateLimit-Policy": self.POLICY,
-            "RateLimit": [("2-per-60s", {"r": 0, "t": 30}), ("1000-per-86400s", {"r": 998, "t": 173})],
+            "RateLimit": [("2-per-60s", {"r": 0, "t": 30}),
+                          ("1000-per-86400s", {"r": 998, "t": 173})],
             "X-RateLimit-Limit": 2, "X-RateLimit-Remaining": 0, "X-RateLimit-Reset": 30,
             "Retry-After": 30}))
         self.assertEqual(c.body, b"Too many requests (2-per-60s); retry in 30 seconds.\n")
@@ -433,7 +435,8 @@ class HeaderFields(unittest.TestCase):
         r = get(S.port, f"/limit/sf_local?k={fresh('sf5')}")
         self.assertEqual((r.status, fields(r)), (200, {
             "RateLimit-Policy": self.POLICY,
-            "RateLimit": [("2-per-60s", {"r": 1, "t": 30}), ("1000-per-86400s", {"r": 999, "t": 87})],
+            "RateLimit": [("2-per-60s", {"r": 1, "t": 30}),
+                          ("1000-per-86400s", {"r": 999, "t": 87})],
             "X-RateLimit-Limit": 2, "X-RateLimit-Remaining": 1, "X-RateLimit-Reset": 30}))
 
 
