@@ -796,6 +796,15 @@ def identity(client_ip, key=None, address=None):
     return ident_for_ip(client_ip.key(address))
 
 
+def client_buckets(applied, default_key, ident, limiter_for):
+    """The Groups of [(Limit, scope)] and, for each, (limiter, bucket key)
+    of one client's identity (identity()): what reset() and peek() of an
+    integration act on, limiter_for(bands) being its limiter of a Group's
+    bands."""
+    groups = plan(applied, default_key)
+    return groups, [(limiter_for(g.bands), g.bucket_key(ident)) for g in groups]
+
+
 def charges(groups, calls):
     """[(position, group, (limiter, key, cost))] of the calls that are
     charged after the response (deduct_when)."""

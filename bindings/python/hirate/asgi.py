@@ -27,6 +27,7 @@ import asyncio
 import inspect
 import json
 
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -34,12 +35,11 @@ from starlette.responses import Response
 from . import AsyncLimiter as _AsyncLimiter
 from . import Limiter as _Limiter
 from . import Stats as _Stats
-from starlette.datastructures import Headers
 
 from ._http import LIMITER_OPTIONS, METHODS as _METHODS, SETTINGS, ClientIP, Limit, Result
-from ._http import charges, check_limits, check_scope, checks_of, declare, decide_order
-from ._http import from_environ, ident_for_ip, ident_for_key, identity, key_header, new_limiter
-from ._http import plan, _check_cost
+from ._http import charges, check_limits, check_scope, checks_of, client_buckets, declare
+from ._http import decide_order, from_environ, ident_for_ip, ident_for_key, identity, key_header
+from ._http import new_limiter, plan, _check_cost
 
 __all__ = ["RateLimiter", "RateLimitMiddleware", "RateLimitExceeded", "Limit", "Result",
            "ResponseStart", "key_header"]
@@ -390,8 +390,8 @@ class RateLimiter:
     def _client_calls(self, target, key, address):
         applied = self._targets(target)
         ident = identity(self.client_ip, key, address)
-        groups = plan(applied, self.key)
-        return groups, applied, [(self._limiter(g.bands), g.bucket_key(ident)) for g in groups]
+        groups, calls = client_buckets(applied, self.key, ident, self._limiter)
+        return groups, applied, calls
 
     async def reset(self, target, key=None, *, address=None):
         """Forgets one client's buckets of a route or limit (they are full

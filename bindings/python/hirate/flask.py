@@ -30,8 +30,9 @@ from flask import Blueprint, current_app, request
 from . import Limiter as _Limiter
 from . import Stats as _Stats
 from ._http import LIMITER_OPTIONS, SETTINGS, ClientIP, Limit, Result, charge_sync, charges
-from ._http import check_limits, check_scope, checks_of, decide_sync, declare, ident_for_ip
-from ._http import ident_for_key, identity, key_header, new_limiter as _new_limiter, plan
+from ._http import check_limits, check_scope, checks_of, client_buckets, decide_sync, declare
+from ._http import ident_for_ip, ident_for_key, identity, key_header, plan
+from ._http import new_limiter as _new_limiter
 
 __all__ = ["RateLimiter", "Limit", "Result", "key_header", "current_result"]
 
@@ -464,8 +465,8 @@ class RateLimiter:
         state = self._state(app)
         applied = self._targets(state, target)
         ident = identity(state.client_ip, key, address)
-        groups = plan(applied, self.key)
-        return groups, applied, [(state.limiter(g.bands), g.bucket_key(ident)) for g in groups]
+        groups, calls = client_buckets(applied, self.key, ident, state.limiter)
+        return groups, applied, calls
 
     def reset(self, target, key=None, *, address=None, app=None):
         """Forgets one client's buckets of a route or limit (they are full
