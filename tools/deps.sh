@@ -18,7 +18,7 @@ build="gcc make cmake pkg-config libhiredis-dev libssl-dev openssl"
 test="$build redis-server redis-tools redis-sentinel libcjson-dev python3 python3-jsonschema faketime
       abigail-tools"
 python="$test python3-dev python3-venv python3-pip"
-lua="$test lua5.4 liblua5.4-dev lua5.3 liblua5.3-dev lua5.2 liblua5.2-dev lua5.1 liblua5.1-0-dev luajit2
+lua="$test python3-venv lua5.4 liblua5.4-dev lua5.3 liblua5.3-dev lua5.2 liblua5.2-dev lua5.1 liblua5.1-0-dev luajit2
      libluajit2-5.1-dev luarocks lua-busted lua-dkjson nginx libnginx-mod-http-lua valgrind"
 fuzz="$test clang libfuzzer-14-dev libclang-rt-14-dev"
 bench="$python valgrind nginx libnginx-mod-http-lua luajit2 libluajit2-5.1-dev lua5.4 liblua5.4-dev wrk"

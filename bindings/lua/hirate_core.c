@@ -2279,6 +2279,91 @@ static int l_refill_seconds(lua_State *L)
     return 1;
 }
 
+/* A decision table's figures back into a hirate_decision (the seconds are
+ * us / 1e6, one rounding from the microseconds, which llround undoes below
+ * 2^53). */
+static void read_decision(lua_State *L, int idx, hirate_decision *d)
+{
+    memset(d, 0, sizeof *d);
+    lua_getfield(L, idx, "allowed");
+    d->allowed = lua_toboolean(L, -1);
+    lua_getfield(L, idx, "remaining");
+    d->remaining = (int64_t)lua_tonumber(L, -1);
+    lua_getfield(L, idx, "retry_after");
+    lua_Number retry = lua_tonumber(L, -1);
+    d->retry_after_us = retry == HUGE_VAL ? HIRATE_NEVER : (int64_t)llround(retry * 1e6);
+    lua_getfield(L, idx, "reset_after");
+    d->reset_after_us = (int64_t)llround(lua_tonumber(L, -1) * 1e6);
+    lua_getfield(L, idx, "source");
+    const char *src = lua_tostring(L, -1);
+    for (int k = HIRATE_SOURCE_REDIS; src && k <= HIRATE_SOURCE_FAIL_CLOSED; k++)
+        if (strcmp(src, hirate_source_name(k)) == 0)
+            d->source = k;
+    lua_pop(L, 5);
+}
+
+/* hirate.core.response(limits, d, flags) -> status, retry_after (nil: none),
+ * then the values of RateLimit-Policy, RateLimit, X-RateLimit-Limit,
+ * X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After and the refusal's
+ * text (each nil when not sent): the core's hirate_response_format of one
+ * limiter's decision d. limits is { {name =, capacity =, rate =}, ... },
+ * one per band; with several, d.bands gives each band's figures. */
+static int l_response(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    int flags = (int)luaL_checkinteger(L, 3);
+    size_t n = (size_t)hl_rawlen(L, 1);
+    if (n < 1 || n > HIRATE_BANDS_MAX)
+        arg_errorf(L, 1, "limits must hold 1 to %d limits, got %d", HIRATE_BANDS_MAX, (int)n);
+    hirate_response_limit lim[HIRATE_BANDS_MAX];
+    hirate_decision dec[HIRATE_BANDS_MAX];
+    lua_getfield(L, 2, "bands");
+    int bands = lua_gettop(L);
+    int have_bands = n > 1 && lua_type(L, bands) == LUA_TTABLE;
+    for (size_t i = 0; i < n; i++) {
+        lua_rawgeti(L, 1, (int)i + 1);
+        int t = lua_gettop(L);
+        if (lua_type(L, t) != LUA_TTABLE)
+            arg_errorf(L, 1, "limits[%d] must be a table", (int)i + 1);
+        lua_getfield(L, t, "name");
+        lim[i].name = lua_tostring(L, -1);   /* kept alive by limits */
+        lua_getfield(L, t, "capacity");
+        lim[i].capacity = (int64_t)lua_tonumber(L, -1);
+        lua_getfield(L, t, "rate");
+        lim[i].rate = (double)lua_tonumber(L, -1);
+        lua_pop(L, 4);
+        if (have_bands) {
+            lua_rawgeti(L, bands, (int)i + 1);
+            read_decision(L, lua_gettop(L), &dec[i]);
+            lua_pop(L, 1);
+        } else {
+            read_decision(L, 2, &dec[i]);
+        }
+        lim[i].decision = &dec[i];
+    }
+    lua_pop(L, 1);
+    char buf[HIRATE_RESPONSE_SIZE(HIRATE_BANDS_MAX)], err[HIRATE_ERRMSG_SIZE];
+    hirate_response r;
+    int rc = hirate_response_format(lim, n, flags, &r, buf, sizeof buf, err, sizeof err);
+    if (rc < 0)
+        return luaL_error(L, "%s", err);
+    lua_pushinteger(L, r.status);
+    if (r.allowed || r.retry_after_s < 0)
+        lua_pushnil(L);
+    else
+        hl_pushint64(L, r.retry_after_s);
+    const char *v[7] = {r.ratelimit_policy, r.ratelimit, r.x_ratelimit_limit,
+                        r.x_ratelimit_remaining, r.x_ratelimit_reset, r.retry_after, r.detail};
+    for (int i = 0; i < 7; i++) {
+        if (v[i])
+            lua_pushstring(L, v[i]);
+        else
+            lua_pushnil(L);
+    }
+    return 9;
+}
+
 static int l_script_source(lua_State *L)
 {
     size_t len;
@@ -2409,6 +2494,7 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"version", l_version},
         {"parse_limits", l_parse_limits},
         {"refill_seconds", l_refill_seconds},
+        {"response", l_response},
         {"_live", l_live},
         {NULL, NULL}};
 
@@ -2425,6 +2511,10 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
     /* The core's limits, so that Lua code (hirate/resty.lua) states none. */
     hl_pushint64(L, HIRATE_KEY_MAX);
     lua_setfield(L, -2, "KEY_MAX");
+    hl_pushint64(L, HIRATE_HEADERS_RATELIMIT);
+    lua_setfield(L, -2, "HEADERS_RATELIMIT");
+    hl_pushint64(L, HIRATE_HEADERS_LEGACY);
+    lua_setfield(L, -2, "HEADERS_LEGACY");
     hl_pushint64(L, HIRATE_PREFIX_MAX);
     lua_setfield(L, -2, "PREFIX_MAX");
     hl_pushint64(L, HIRATE_EXACT_MAX);

@@ -430,6 +430,83 @@ HIRATE_EXPORT int hirate_stats_get(hirate_limiter *lim, hirate_stats *out, size_
  * 500000, 1000000. *n (when not NULL) is their number. */
 HIRATE_EXPORT const int64_t *hirate_latency_bounds(size_t *n);
 
+/* The HTTP response of a request's limits: the RateLimit and RateLimit-Policy
+ * headers (the IETF httpapi rate-limit headers draft, Structured Field
+ * lists), the legacy X-RateLimit-* headers, Retry-After, the status and the
+ * refusal's text, from each limit's decision. Every web integration (Flask,
+ * ASGI, Django, OpenResty) writes them with this, so that they agree
+ * (docs/semantics.md, "Response headers"):
+ *
+ *   RateLimit-Policy  "<name>";q=<capacity>;w=<hirate_refill_seconds>, one
+ *                     item per limit, in order, whoever decided
+ *   RateLimit         "<name>";r=<remaining>;t=<seconds>, one item per limit
+ *                     whose figures are a bucket's (source redis, local or
+ *                     cache); a limit decided by on_error "open" or "closed"
+ *                     has no bucket behind its figures and no item (no
+ *                     header at all when no limit has one). t is until the
+ *                     bucket is full for a limit that held the cost (a band
+ *                     of a refused call too: it spent nothing and reports its
+ *                     own reset time), until the same cost could pass for a
+ *                     limit that refused; no t when it never can
+ *   X-RateLimit-Limit, -Remaining, -Reset (HIRATE_HEADERS_LEGACY)
+ *                     one limit's q, r and t: when refused, the refusing
+ *                     limit that waits longest; when allowed, the one with
+ *                     the fewest tokens left (of equals, the longest t, then
+ *                     the first); only limits with figures, so a response
+ *                     whose limit has none has none of the three
+ *   Retry-After       a refusal's longest wait, when it can ever pass
+ *
+ * Seconds are rounded up, so that a client that waits that long is never
+ * early. */
+typedef struct hirate_response_limit {
+    const char *name;       /* the policy's name: 1..HIRATE_BAND_NAME_MAX
+                               printable ASCII bytes (a band's rule) */
+    int64_t capacity;       /* q */
+    double rate;            /* w is hirate_refill_seconds(capacity, rate) */
+    const hirate_decision *decision; /* this limit's own (a band's for a band:
+                               hirate_allow_bands) */
+} hirate_response_limit;
+
+#define HIRATE_HEADERS_RATELIMIT 1  /* RateLimit-Policy and RateLimit */
+#define HIRATE_HEADERS_LEGACY 2     /* X-RateLimit-Limit, -Remaining, -Reset */
+
+typedef struct hirate_response {
+    int allowed;            /* every limit passed */
+    int status;             /* 200; 429 when refused; 503 when every refusal
+                               was on_error "closed" while Redis failed (the
+                               client did nothing wrong) */
+    int64_t retry_after_s;  /* refused: whole seconds until it could pass,
+                               rounded up, or -1 when it never can; 0 when
+                               allowed */
+    /* Header values, NUL-terminated in the caller's buffer; NULL: not sent. */
+    const char *ratelimit_policy;
+    const char *ratelimit;
+    const char *x_ratelimit_limit;
+    const char *x_ratelimit_remaining;
+    const char *x_ratelimit_reset;
+    const char *retry_after;
+    /* The refusal, for a body (NULL when allowed): its problem type URI and
+     * title (RFC 9457 problem details, the draft's problem types) and text,
+     * e.g. "Too many requests; retry in 2 seconds.", which names the limits
+     * that refused when there are several ("Too many requests (burst);
+     * ..."). */
+    const char *problem_type;
+    const char *title;
+    const char *detail;
+} hirate_response;
+
+/* Room enough in buf for a response of n limits. */
+#define HIRATE_RESPONSE_SIZE(n) (256 + 480 * (size_t)(n))
+
+/* Writes the response of limits[0 .. n) (n >= 1) with the headers that flags
+ * ask for (Retry-After always goes with a refusal that can pass) into *out,
+ * its strings into buf. 0; HIRATE_EINVAL for a NULL argument or n of 0,
+ * HIRATE_EOPTION for a bad name (a band's rule), HIRATE_ERANGE when len is
+ * below HIRATE_RESPONSE_SIZE(n); a message in err, when not NULL. */
+HIRATE_EXPORT int hirate_response_format(const hirate_response_limit *limits, size_t n,
+                                         int flags, hirate_response *out, char *buf,
+                                         size_t len, char *err, size_t errlen);
+
 /* A health check, e.g. for a readiness probe: what one node said. */
 #define HIRATE_CHECK_ADDR_MAX 300
 typedef struct hirate_check_node {

@@ -13,6 +13,7 @@
 #include "cluster.h"
 #include "duration.h"
 #include "errors.h"
+#include "name.h"
 #include "fork.h"
 #include "handshake.h"
 #include "hirate_io.h"
@@ -220,17 +221,10 @@ static int band_name(const char *name, const hirate_bucket_cfg *cfg, char *out, 
                  (long long)hirate_refill_seconds(cfg->capacity, cfg->rate));
         return 0;
     }
-    size_t len = strlen(name);
-    if (len == 0 || len > HIRATE_BAND_NAME_MAX)
-        return hirate__fail(err, errlen, HIRATE_EOPTION,
-                            "%s: a band's name must be 1 to %d bytes, got %zu", what,
-                            HIRATE_BAND_NAME_MAX, len);
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)name[i] < 0x20 || (unsigned char)name[i] > 0x7e)
-            return hirate__fail(err, errlen, HIRATE_EOPTION,
-                                "%s: a band's name must be printable ASCII (it is sent in "
-                                "headers)", what);
-    memcpy(out, name, len + 1);
+    int rc = hirate__name_check(name, what, err, errlen);
+    if (rc < 0)
+        return rc;
+    memcpy(out, name, strlen(name) + 1);
     return 0;
 }
 

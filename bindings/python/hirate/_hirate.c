@@ -3083,6 +3083,96 @@ static PyObject *mod_refill_seconds(PyObject *m, PyObject *args)
     return PyLong_FromLongLong(r ? 0 : hirate_refill_seconds(capacity, rate));
 }
 
+/* response(limits, flags) -> (status, retry_after, headers, problem_type,
+ * title, detail): hirate_response_format of [(name, capacity, rate,
+ * Decision)], headers a list of (name, value) in the order the core gives
+ * them; retry_after None when allowed or never; the last three None when
+ * allowed. */
+static PyObject *mod_response(PyObject *m, PyObject *args)
+{
+    hstate *st = state_of_module(m);
+    PyObject *seq_obj;
+    int flags;
+    if (!PyArg_ParseTuple(args, "Oi:response", &seq_obj, &flags))
+        return NULL;
+    PyObject *seq = PySequence_Fast(seq_obj, "response: limits must be a sequence");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *result = NULL;
+    hirate_response_limit small[8], *lim = small;
+    char sbuf[HIRATE_RESPONSE_SIZE(8)], *buf = sbuf;
+    size_t len = sizeof sbuf;
+    if (n > 8) {
+        lim = PyMem_Malloc((size_t)n * sizeof *lim);
+        len = HIRATE_RESPONSE_SIZE(n);
+        buf = PyMem_Malloc(len);
+        if (!lim || !buf) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *name, *dec;
+        long long capacity;
+        double rate;
+        if (!PyArg_ParseTuple(item, "ULdO:response", &name, &capacity, &rate, &dec))
+            goto done;
+        if (!PyObject_TypeCheck(dec, st->decision_type)) {
+            PyErr_Format(PyExc_TypeError, "response: limits[%zd]: a Decision, got %s", i,
+                         Py_TYPE(dec)->tp_name);
+            goto done;
+        }
+        lim[i].name = PyUnicode_AsUTF8(name);
+        if (!lim[i].name)
+            goto done;
+        lim[i].capacity = capacity;
+        lim[i].rate = rate;
+        lim[i].decision = &((DecisionObject *)dec)->d;
+    }
+    hirate_response r;
+    char err[HIRATE_ERRMSG_SIZE];
+    int rc = hirate_response_format(lim, (size_t)n, flags, &r, buf, len, err, sizeof err);
+    if (rc < 0) {
+        raise_code(st, rc, err);
+        goto done;
+    }
+    static const char *names[6] = {"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit",
+                                   "X-RateLimit-Remaining", "X-RateLimit-Reset",
+                                   "Retry-After"};
+    const char *values[6] = {r.ratelimit_policy, r.ratelimit, r.x_ratelimit_limit,
+                             r.x_ratelimit_remaining, r.x_ratelimit_reset, r.retry_after};
+    PyObject *headers = PyList_New(0);
+    if (!headers)
+        goto done;
+    for (int i = 0; i < 6; i++) {
+        if (!values[i])
+            continue;
+        PyObject *pair = Py_BuildValue("(ss)", names[i], values[i]);
+        if (!pair || PyList_Append(headers, pair) < 0) {
+            Py_XDECREF(pair);
+            Py_DECREF(headers);
+            goto done;
+        }
+        Py_DECREF(pair);
+    }
+    PyObject *retry = r.allowed || r.retry_after_s < 0 ? Py_NewRef(Py_None)
+                                                      : PyLong_FromLongLong(r.retry_after_s);
+    if (!retry) {
+        Py_DECREF(headers);
+        goto done;
+    }
+    result = Py_BuildValue("(iNNzzz)", r.status, retry, headers, r.problem_type, r.title,
+                           r.detail);
+done:
+    if (lim != small)
+        PyMem_Free(lim);
+    if (buf != sbuf)
+        PyMem_Free(buf);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"script_source", mod_script_source, METH_NOARGS,
      "script_source() -> str: the Lua script hirate runs in Redis."},
@@ -3101,6 +3191,9 @@ static PyMethodDef module_methods[] = {
      "refill_seconds(capacity, rate) -> int: whole seconds an empty bucket takes to fill, "
      "rounded up (the core's hirate_refill_seconds: the w of RateLimit-Policy and of a "
      "band's default name); 0 for a capacity or rate no limiter takes."},
+    {"response", mod_response, METH_VARARGS,
+     "response(limits, flags) -> (status, retry_after, headers, problem_type, title, detail): "
+     "the core's response of [(name, capacity, rate, Decision)] (hirate_response_format)."},
     {"_empty_stats", mod_empty_stats, METH_NOARGS,
      "_empty_stats() -> hirate.Stats of zeros, the figures of no limiter."},
     {"_error", mod_error, METH_VARARGS,
@@ -3257,6 +3350,8 @@ static int module_exec(PyObject *m)
         PyModule_AddIntConstant(m, "IO_REPLY_MAX", HIRATE_IO_REPLY_MAX) < 0 ||
         PyModule_AddIntConstant(m, "ERRMSG_SIZE", HIRATE_ERRMSG_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "KEY_MAX", HIRATE_KEY_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "HEADERS_RATELIMIT", HIRATE_HEADERS_RATELIMIT) < 0 ||
+        PyModule_AddIntConstant(m, "HEADERS_LEGACY", HIRATE_HEADERS_LEGACY) < 0 ||
         PyModule_AddIntConstant(m, "PREFIX_MAX", HIRATE_PREFIX_MAX) < 0 ||
         PyModule_AddObject(m, "EXACT_MAX", PyLong_FromLongLong(HIRATE_EXACT_MAX)) < 0 ||
         PyModule_AddStringConstant(m, "__version__", hirate_version()) < 0)

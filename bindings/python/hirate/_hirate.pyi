@@ -2,7 +2,8 @@
 
 import builtins
 import os
-from typing import Final, Iterable, Literal, Optional, Sequence, Tuple, TypedDict, Union, final
+from typing import (Final, Iterable, List, Literal, Optional, Sequence, Tuple, TypedDict, Union,
+                    final)
 from typing_extensions import disjoint_base
 
 from . import Band
@@ -23,6 +24,8 @@ IO_PROBE: Final[int]
 IO_REPLY_MAX: Final[int]
 ERRMSG_SIZE: Final[int]
 KEY_MAX: Final[int]
+HEADERS_RATELIMIT: Final[int]
+HEADERS_LEGACY: Final[int]
 PREFIX_MAX: Final[int]
 EXACT_MAX: Final[int]
 
@@ -267,5 +270,9 @@ def function_library() -> str: ...
 def function_name() -> str: ...
 def parse_limits(text: str, /) -> list[Tuple[int, float, int, int]]: ...
 def refill_seconds(capacity: int, rate: float, /) -> int: ...
+def response(
+    limits: Sequence[Tuple[str, int, float, Decision]], flags: int, /
+) -> Tuple[int, Optional[int], List[Tuple[str, str]], Optional[str], Optional[str],
+           Optional[str]]: ...
 def _error(code: int, message: str) -> BaseException: ...
 def _empty_stats() -> Stats: ...

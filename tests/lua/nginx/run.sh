@@ -53,9 +53,16 @@ for run in "lua5.4 $l54_path $l54_cpath" "luajit $jit_path $jit_cpath"; do
         "$1" /usr/bin/busted "$root"/tests/lua/resty_*_spec.lua)
 done
 
+# The nginx tests parse every rate-limit header with a Structured Fields
+# parser (tests/lua/nginx/requirements.txt), in a virtualenv of their own.
+venv=$out/nginx/venv
+[ -x "$venv/bin/python" ] || "$python" -m venv --system-site-packages "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check \
+    -r "$root/tests/lua/nginx/requirements.txt"
+
 printf '\n== OpenResty: %s with lua-nginx-module, 2 workers\n' "$(nginx -v 2>&1 | sed 's/.*: //')"
 HIRATE_LUA_DIR=$jit_path HIRATE_LUAJIT_CPATH=$jit_cpath \
-    "$python" "$root/tests/lua/nginx/test_nginx.py"
+    "$venv/bin/python" "$root/tests/lua/nginx/test_nginx.py"
 
 printf '\n== OpenResty: metrics summed over 4 workers, log lines of an outage\n'
 HIRATE_LUA_DIR=$jit_path HIRATE_LUAJIT_CPATH=$jit_cpath \
