@@ -224,10 +224,25 @@ class SharedAcrossWorkers(unittest.TestCase):
         self.assertEqual(len(alerts), 1, alerts)
         self.assertIn(f"worker process {victim} exited on signal 9", alerts[0])
 
+    def shared_mappings(self, pid):
+        """The sizes of pid's shared anonymous mappings (nginx's own zones
+        and hirate's tables)."""
+        sizes = []
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                if line.rstrip().endswith("/dev/zero (deleted)"):
+                    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                    sizes.append(hi - lo)
+        return sorted(sizes)
+
     def test_a_reload_gives_the_new_workers_a_new_table(self):
         allowed, old = self.allow_many("reload", 60)
         self.assertEqual(allowed, 40)
-        os.kill(self.nginx.proc.pid, signal.SIGHUP)
+        master = self.nginx.proc.pid
+        before = self.shared_mappings(master)
+        # The table of 100,000 keys of 2 bands: a mapping of 56 to 57 MB.
+        self.assertEqual(len([n for n in before if 56e6 <= n <= 57e6]), 1, before)
+        os.kill(master, signal.SIGHUP)
         deadline = time.monotonic() + 10
         while any(alive(p) for p in old) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -236,6 +251,8 @@ class SharedAcrossWorkers(unittest.TestCase):
         self.assertEqual(allowed, 40)
         self.assertEqual(len(new), WORKERS)
         self.assertFalse(new & old)
+        # The master closed its old Lua state, and the old table with it.
+        self.assertEqual(self.shared_mappings(master), before)
 
 
 if __name__ == "__main__":
