@@ -145,6 +145,41 @@ static void every_band_is_shared_and_spent_all_or_nothing(void)
     hirate_limiter_free(lim);
 }
 
+static int64_t spend_in_fallback(hirate_limiter *lim, int i)
+{
+    (void)i;
+    int64_t allowed = 0;
+    for (int k = 0; k < 30; k++) {
+        hirate_decision d;
+        if (hirate_allow(lim, "f", 1, 1, &d) != 0 || d.source != HIRATE_SOURCE_LOCAL ||
+            d.error != HIRATE_ECONNECT)
+            return -100000;
+        allowed += d.allowed;
+    }
+    return allowed;
+}
+
+static void the_local_fallback_is_shared_too(void)
+{
+    /* Nothing listens on port 1: every call is an outage, which the
+     * fallback answers, from one table for every process. */
+    hirate_options o;
+    hirate_options_init(&o);
+    o.url = "redis://127.0.0.1:1";
+    o.capacity = 100;
+    o.rate = 0.001;
+    o.shared = 1;
+    hirate_limiter *lim = NULL;
+    CHECK_EQ_I64(hirate_limiter_new(&lim, &o, NULL, 0), 0);
+    if (!lim)
+        return;
+    CHECK_EQ_I64(in_children(lim, spend_in_fallback), 100);
+    hirate_counters c;
+    hirate_counters_get(lim, &c);
+    CHECK_EQ_I64(c.local_keys, 1);
+    hirate_limiter_free(lim);
+}
+
 static int64_t drain_then_report(hirate_limiter *lim, int i)
 {
     hirate_decision d;
@@ -336,6 +371,7 @@ int main(void)
     forked_processes_spend_exactly_the_capacity();
     every_band_is_shared_and_spent_all_or_nothing();
     a_reset_is_seen_by_every_process();
+    the_local_fallback_is_shared_too();
     the_table_holds_max_keys_at_most();
     a_process_killed_holding_a_lock_blocks_nobody_and_changes_nothing();
     threads_share_it_too();
