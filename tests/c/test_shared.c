@@ -7,8 +7,11 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -310,6 +313,86 @@ static void a_process_killed_holding_a_lock_blocks_nobody_and_changes_nothing(vo
     hirate_shm_free(t);
 }
 
+/* Children deciding without pause on one key (and on others they reset),
+ * SIGKILLed one after another wherever they are, inside a shard's lock or
+ * not: nobody hangs, no lock is lost, and what the table spent is what the
+ * children counted, give or take the one decision each killed child may
+ * have made and not yet counted. */
+static void processes_killed_anywhere_leave_the_table_consistent(void)
+{
+    enum { CAP = 4000000, KILLS = 24, LIVE = 4 };
+    hirate_bucket_cfg cfg;
+    CHECK_EQ_I64(hirate_bucket_cfg_init(&cfg, CAP, 0.001, NULL, 0), 0);
+    hirate_shm *t = hirate_shm_new(64, 1);
+    /* Each child's count of its allowed decisions on "s". */
+    int64_t *counted = mmap(NULL, (LIVE + KILLS) * sizeof *counted, PROT_READ | PROT_WRITE,
+                            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(counted != MAP_FAILED);
+    if (!t || counted == MAP_FAILED)
+        return;
+    pid_t kids[LIVE], parent = getpid();
+    for (int i = 0; i < LIVE + KILLS; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            char key[16];
+            for (uint64_t n = 0;; n++) {
+                if (n % 1024 == 0 && getppid() != parent)
+                    _exit(0);   /* the test is gone */
+                hirate_decision d;
+                hirate_shm_decide(t, &cfg, "s", 1, -1, 1, 1, &d, NULL);
+                if (d.allowed)
+                    __atomic_store_n(&counted[i], counted[i] + 1, __ATOMIC_RELEASE);
+                int len = snprintf(key, sizeof key, "o%d", (int)(n % 40));
+                hirate_shm_decide(t, &cfg, key, (size_t)len, -1, 1, 1, &d, NULL);
+                if (n % 7 == 0)
+                    hirate_shm_reset(t, key, (size_t)len);
+            }
+        }
+        if (i < LIVE) {
+            kids[i] = pid;
+            continue;
+        }
+        /* Let them run (at least one decision of the newest), then kill one. */
+        for (int spin = 0; spin < 1000000 &&
+                           __atomic_load_n(&counted[i - LIVE], __ATOMIC_ACQUIRE) < 100; spin++)
+            sched_yield();
+        int victim = i % LIVE;
+        kill(kids[victim], SIGKILL);
+        waitpid(kids[victim], NULL, 0);
+        kids[victim] = pid;
+    }
+    for (int spin = 0; spin < 1000000 &&
+                       __atomic_load_n(&counted[LIVE + KILLS - 1], __ATOMIC_ACQUIRE) < 100; spin++)
+        sched_yield();
+    for (int i = 0; i < LIVE; i++) {
+        kill(kids[i], SIGKILL);
+        waitpid(kids[i], NULL, 0);
+    }
+    int64_t told = 0;
+    for (int i = 0; i < LIVE + KILLS; i++)
+        told += counted[i];
+    hirate_decision d;
+    hirate_shm_decide(t, &cfg, "s", 1, -1, 0, 0, &d, NULL);
+    int64_t spent = CAP - d.remaining;
+    CHECK(told > 0);
+    CHECK(spent >= told);
+    CHECK(spent <= told + LIVE + KILLS);
+    if (spent < told || spent > told + LIVE + KILLS)
+        fprintf(stderr, "spent %" PRId64 ", counted %" PRId64 "\n", spent, told);
+    /* Every key decided on again, every shard locked: no lock was lost. */
+    for (int k = 0; k < 40; k++) {
+        char key[16];
+        int len = snprintf(key, sizeof key, "o%d", k);
+        hirate_shm_decide(t, &cfg, key, (size_t)len, -1, 1, 1, &d, NULL);
+        CHECK_EQ_I64(d.allowed, 1);
+    }
+    CHECK(hirate_shm_count(t) <= 41);
+    printf("killed %d deciding processes: %" PRId64 " decisions on one key, %" PRIu64
+           " shard repairs\n", LIVE + KILLS, spent, hirate_shm_repairs(t));
+    munmap(counted, (LIVE + KILLS) * sizeof *counted);
+    hirate_shm_free(t);
+}
+
 /* ---- threads of one process (TSan) ------------------------------------------- */
 
 static hirate_limiter *g_lim;
@@ -374,6 +457,7 @@ int main(void)
     the_local_fallback_is_shared_too();
     the_table_holds_max_keys_at_most();
     a_process_killed_holding_a_lock_blocks_nobody_and_changes_nothing();
+    processes_killed_anywhere_leave_the_table_consistent();
     threads_share_it_too();
     options();
     return check_summary("test_shared");
