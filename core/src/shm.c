@@ -63,7 +63,6 @@
 /* As in memory.c: every shard holds at least twice the eviction scan. */
 #define EVICT_SCAN 8
 #define SHARD_MIN (2 * EVICT_SCAN)
-#define MAGIC 0x68697261746573ull   /* "hirates" */
 
 /* A slot: a key's buckets, then its key. Numbered from 1 (0: none). */
 typedef struct slot {
@@ -93,7 +92,6 @@ typedef struct shard {
 } __attribute__((aligned(64))) shard;
 
 struct hirate_shm {
-    uint64_t magic;
     uint64_t seed;
     size_t size;            /* bytes mapped */
     size_t slot_size;
@@ -148,7 +146,6 @@ hirate_shm *hirate_shm_new(size_t max_keys, size_t nbands)
     if (p == MAP_FAILED)
         return NULL;
     hirate_shm *t = p;   /* zeroed by the kernel */
-    t->magic = MAGIC;
     t->size = size;
     t->slot_size = slot_size;
     t->nshards = nshards;

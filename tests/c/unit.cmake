@@ -1,8 +1,8 @@
 # Unit tests of the core, one program per layer, no Redis needed: the error
-# list, the sans-IO protocol, the bucket arithmetic, the memory backend (its
-# own and the one shared by forked processes) and
-# the public API's validation, the cluster's topology rules, and the
-# rules of a Sentinel service and of Redis Functions.
+# list, the sans-IO protocol, the bucket arithmetic, the memory backend (a
+# process' own, and the table shared by forked processes) and the public
+# API's validation, the cluster's topology rules, and the rules of a
+# Sentinel service and of Redis Functions.
 hirate_add_test(test_errors test_errors.c)
 hirate_add_test(test_proto test_proto.c)
 hirate_add_test(test_bucket test_bucket.c)
