@@ -784,7 +784,7 @@ static const char *const option_names[] = {
     "url", "capacity", "rate", "limits", "prefix", "on_error", "instances", "timeout",
     "connect_timeout", "deny_cache", "deny_cache_max", "max_keys", "pool_size", "tls_ca_file",
     "tls_ca_dir", "tls_cert_file", "tls_key_file", "tls_server_name", "tls_verify",
-    "sentinel_username", "sentinel_password", "functions", "log", NULL};
+    "sentinel_username", "sentinel_password", "functions", "log", "shared", NULL};
 
 static void check_option_names(lua_State *L)
 {
@@ -1130,6 +1130,11 @@ static int l_new(lua_State *L)
     t = get_option(L, "functions");
     if (t != LUA_TNIL)
         o.functions = check_boolean(L, -1, 1, "functions");
+    /* The in-memory buckets shared with the processes forked after new()
+     * (nginx's workers, for a limiter made in init_by_lua). */
+    t = get_option(L, "shared");
+    if (t != LUA_TNIL)
+        o.shared = check_boolean(L, -1, 1, "shared");
     t = get_option(L, "log");
     if (t != LUA_TNIL && t != LUA_TFUNCTION)
         arg_errorf(L, 1, "log must be a function(level, message), got %s",

@@ -250,6 +250,17 @@ typedef struct hirate_options {
                                (default); 0: EVALSHA always */
     hirate_log_fn log;      /* events for a log (see hirate_log_fn), or NULL */
     void *log_arg;          /* given to log */
+    int shared;             /* 1: the in-memory buckets (no URL, or the LOCAL
+                               fallback's) are shared with every process
+                               forked after the limiter is made, e.g. nginx's
+                               workers when it is made in the master: one
+                               table of max_keys buckets in shared memory,
+                               mapped whole at once (address space: about
+                               max_keys * (536 + 16 * bands) bytes, memory as
+                               keys arrive), each decision atomic across the
+                               processes, a process that dies mid-decision
+                               never blocking the others; 0: this process'
+                               own table (default) */
 } hirate_options;
 
 /* Fills *opts with the defaults and opts->size; capacity and rate stay 0

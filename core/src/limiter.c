@@ -22,6 +22,7 @@
 #include "metrics.h"
 #include "redis.h"
 #include "script.h"
+#include "shm.h"
 
 struct hirate_limiter {
     hirate_fork_node fork;      /* first: the fork hooks get this pointer */
@@ -44,6 +45,8 @@ struct hirate_limiter {
     hirate_cluster *cluster;    /* a Redis Cluster's nodes and map, or NULL */
     hirate_memory *memory;      /* the buckets without a URL; with one, the
                                    LOCAL fallback's (NULL for OPEN, CLOSED) */
+    hirate_shm *shm;            /* with shared: the table in place of memory,
+                                   shared with the processes forked since */
     hirate_memory *cache;       /* refusals foretold from Redis' replies */
     uint64_t reset_epoch;       /* bumped by every reset (atomic) */
     int64_t offset_min[2];      /* least (Redis time - send time) seen in this
@@ -309,6 +312,7 @@ static int check_options(const hirate_options *o, hirate_limiter *l, char *err, 
         (rc = check_range("backoff_max_ms", o->backoff_max_ms, o->backoff_min_ms, 600000,
                           err, errlen)) < 0 ||
         (rc = check_range("deny_cache", o->deny_cache, 0, 1, err, errlen)) < 0 ||
+        (rc = check_range("shared", o->shared, 0, 1, err, errlen)) < 0 ||
         (o->deny_cache &&
          (rc = check_range("deny_cache_keys",
                            (long long)(o->deny_cache_keys > 4000000000u ? 4000000001u
@@ -316,6 +320,11 @@ static int check_options(const hirate_options *o, hirate_limiter *l, char *err, 
                            1, 4000000000LL, err, errlen)) < 0) ||
         (o->deny_cache && (rc = hirate__duration_check(o, "deny_cache_max", err, errlen)) < 0))
         return rc;
+    if (o->shared && o->url && o->on_error != HIRATE_ON_ERROR_LOCAL)
+        return hirate__fail(err, errlen, HIRATE_EOPTION,
+                            "shared: a limiter with a URL keeps in-memory buckets only for "
+                            "on_error = local; with on_error = %s it has none to share",
+                            hirate_on_error_name(o->on_error));
     if (o->prefix && strlen(o->prefix) > HIRATE_PREFIX_MAX)
         return hirate__fail(err, errlen, HIRATE_EOPTION, "prefix is %zu bytes; the most is %d",
                             strlen(o->prefix), HIRATE_PREFIX_MAX);
@@ -410,8 +419,16 @@ __attribute__((weak)) int hirate_limiter_new(hirate_limiter **out, const hirate_
         if (ok && o->deny_cache)
             ok = (l->cache = hirate_memory_new(o->deny_cache_keys, l->nbands, 1)) != NULL;
     }
-    if (ok && (!o->url || o->on_error == HIRATE_ON_ERROR_LOCAL))
-        ok = (l->memory = hirate_memory_new(o->max_keys, l->nbands, 0)) != NULL;
+    if (ok && (!o->url || o->on_error == HIRATE_ON_ERROR_LOCAL)) {
+        if (o->shared && !(l->shm = hirate_shm_new(o->max_keys, l->nbands))) {
+            hirate_limiter_free(l);
+            return hirate__fail(err, errlen, HIRATE_ENOMEM,
+                                "cannot map a shared table of %zu keys; lower max_keys",
+                                o->max_keys);
+        }
+        if (!o->shared)
+            ok = (l->memory = hirate_memory_new(o->max_keys, l->nbands, 0)) != NULL;
+    }
     if (!ok) {
         hirate_limiter_free(l);
         return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory");
@@ -440,12 +457,31 @@ void hirate_limiter_free(hirate_limiter *l)
     if (l->node0.link.started)
         hirate_link_destroy(&l->node0.link);
     hirate_memory_free(l->memory);
+    hirate_shm_free(l->shm);
     hirate_memory_free(l->cache);
     hirate_breaker_destroy(&l->node0.breaker);
     free(l);
 }
 
 /* ---- decisions ------------------------------------------------------------------ */
+
+/* The local buckets (no URL, or the LOCAL fallback's): this process' own
+ * table, or the one shared with the processes forked since. */
+static int local_decide(hirate_limiter *l, const hirate_bucket_cfg *cfg, const void *key,
+                        size_t keylen, int64_t now, int64_t cost, int spend, hirate_decision *d,
+                        hirate_decision *per)
+{
+    if (l->shm) {
+        hirate_shm_decide(l->shm, cfg, key, keylen, now, cost, spend, d, per);
+        return 0;
+    }
+    return hirate_memory_decide(l->memory, cfg, key, keylen, now, cost, spend, d, per);
+}
+
+static size_t local_count(hirate_limiter *l)
+{
+    return l->shm ? hirate_shm_count(l->shm) : hirate_memory_count(l->memory);
+}
 
 static int remember(hirate_limiter *l, int rc, const char *msg)
 {
@@ -483,8 +519,8 @@ static void apply_policy(hirate_limiter *l, hirate_item *it, hirate_decision *pe
     __atomic_fetch_add(&l->policy, 1, __ATOMIC_RELAXED);
     it->rc = 0;
     if (l->on_error == HIRATE_ON_ERROR_LOCAL) {
-        it->rc = hirate_memory_decide(l->memory, l->local_cfg, it->key, it->keylen, now,
-                                      it->cost, spend, d, per);
+        it->rc = local_decide(l, l->local_cfg, it->key, it->keylen, now, it->cost, spend, d,
+                              per);
     } else {
         hirate_decision own[HIRATE_BANDS_MAX], *bd = n == 1 ? d : per ? per : own;
         int open = l->on_error == HIRATE_ON_ERROR_OPEN;
@@ -611,7 +647,7 @@ static int decide_in_memory(hirate_limiter *l, const void *key, size_t keylen, i
     int rc = check_input(l, key, keylen, cost);
     if (rc < 0)
         return rc;
-    rc = hirate_memory_decide(l->memory, l->cfg, key, keylen, now, cost, spend, out, per);
+    rc = local_decide(l, l->cfg, key, keylen, now, cost, spend, out, per);
     return rc < 0 ? remember(l, rc, "out of memory for a new bucket") : 0;
 }
 
@@ -1123,6 +1159,8 @@ static int reset_local(hirate_limiter *l, const void *key, size_t keylen, char *
     }
     if (l->memory)
         hirate_memory_reset(l->memory, key, keylen);
+    if (l->shm)
+        hirate_shm_reset(l->shm, key, keylen);
     return 0;
 }
 
@@ -1201,10 +1239,10 @@ void hirate_counters_get(hirate_limiter *l, hirate_counters *out)
             out->asked = __atomic_load_n(&l->cluster->asked, __ATOMIC_RELAXED);
             out->master_changes = __atomic_load_n(&l->cluster->master_changes, __ATOMIC_RELAXED);
         }
-        if (l->memory)
-            out->local_keys = hirate_memory_count(l->memory);
+        if (l->memory || l->shm)
+            out->local_keys = local_count(l);
     } else {
-        out->memory_keys = hirate_memory_count(l->memory);
+        out->memory_keys = local_count(l);
     }
     if (l->cache)
         out->cache_keys = hirate_memory_count(l->cache);

@@ -10,7 +10,7 @@ set_tests_properties(test_stress PROPERTIES LABELS tsan)
 # but it times bursts against backoffs of 20 to 400 ms, which TSan's
 # slowdown stretches past its bounds, so it runs in the plain and ASan
 # builds only.
-foreach(t test_memory test_redis test_op test_bands test_metrics)
+foreach(t test_memory test_shared test_redis test_op test_bands test_metrics)
   if(TEST ${t})
     set_tests_properties(${t} PROPERTIES LABELS tsan)
   endif()

@@ -97,6 +97,12 @@ local new_cases = {
     { "a pool of 1025", with { pool_size = 1025 }, "pool_size must be from 1 to 1024, got 1025" },
     { "a pool size that is a string", with { pool_size = "4" },
         "pool_size must be an integer, got string" },
+    { "shared that is not a boolean", with { shared = 1 },
+        "shared must be a boolean, got number" },
+    { "shared with nothing to share", with { url = "redis://127.0.0.1", on_error = "open",
+        shared = true },
+        "shared: a limiter with a URL keeps in-memory buckets only for on_error = local; "
+            .. "with on_error = open it has none to share" },
 }
 
 if lua54 then

@@ -714,10 +714,16 @@ end
 --- 60; 0 keeps it for ever) and backlog (see above); log, when not given,
 --- is nginx's error log. tls_ca_file and tls_ca_dir are refused: cosockets
 --- trust what nginx's lua_ssl_trusted_certificate names, for every socket of
---- the worker.
+--- the worker. shared = true (the in-memory buckets shared by every worker)
+--- is for a limiter made in init_by_lua*, in the master, before the workers
+--- fork: made anywhere else, each worker would have a table of its own.
 function _M.new(opts)
     if type(opts) ~= "table" then
         arg_error("new", 1, "table expected, got " .. type(opts))
+    end
+    if opts.shared == true and get_phase() ~= "init" then
+        arg_error("new", 1, "shared = true shares the buckets with the workers nginx forks "
+            .. "after the limiter is made: make it in init_by_lua*, not in " .. get_phase())
     end
     local keepalive = check_seconds(opts, "keepalive_timeout", 60, 0, 86400)
     local backlog = opts.backlog
