@@ -156,3 +156,28 @@ def test_check_after_close_raises_closed():
     lim.close()
     with pytest.raises(hirate.ClosedError):
         lim.check()
+
+
+def test_flask_and_asgi_health_check_their_redis(redis, own_redis):
+    from flask import Flask
+
+    from hirate.asgi import RateLimiter as AsgiRateLimiter
+    from hirate.flask import RateLimiter as FlaskRateLimiter
+
+    app = Flask(__name__)
+    app.config["HIRATE_URL"] = redis.url
+    flask_limiter = FlaskRateLimiter(app)
+    h = flask_limiter.health(app)
+    assert [(n.addr, n.role, n.ok) for n in h.nodes] == [(f"127.0.0.1:{redis.port}", "master",
+                                                         True)]
+    own_redis.kill()
+    asgi_limiter = AsgiRateLimiter(url=own_redis.url)
+
+    async def go():
+        h = await asgi_limiter.health()
+        await asgi_limiter.close()
+        return h
+    h = asyncio.run(go())
+    assert (h.ok, h.error, [n.addr for n in h.nodes]) == (False, "ECONNECT",
+                                                           [f"127.0.0.1:{own_redis.port}"])
+    flask_limiter.close(app)

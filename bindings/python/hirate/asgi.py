@@ -294,6 +294,14 @@ class RateLimiter:
         return _Stats.sum([self._retired, *(lim.stats() for lim in self._closing),
                            *(lim.stats() for lim in list(self._limiters.values()))])
 
+    async def health(self):
+        """hirate.Health: AsyncLimiter.check() of this RateLimiter's Redis
+        (every node decisions go to: its role, whether the script is
+        loaded, the round trip), for a readiness probe; without Redis, ok
+        with no node."""
+        lim = next(iter(self._limiters.values()), None) or self._limiter(((1, 1.0),))
+        return await lim.check()
+
     # -- the client
 
     def client_address(self, request):

@@ -169,6 +169,12 @@ class _AppState:
         with self.lock:
             return _Stats.sum([self.retired, *(lim.stats() for lim in self.limiters.values())])
 
+    def health(self):
+        # Every limiter of the app has the same URL, so one check is every
+        # node's; before the first request, a limiter of its own asks.
+        lim = next(iter(list(self.limiters.values())), None) or self.limiter(((1, 1.0),))
+        return lim.check()
+
 
 class RateLimiter:
     """The Flask extension. Give it the app now or later (init_app, for app
@@ -292,6 +298,13 @@ class RateLimiter:
             return self._state(app).stats()
         states = [a.extensions.get("hirate", {}).get(self) for a in list(self._apps)]
         return _Stats.sum(state.stats() for state in states if state is not None)
+
+    def health(self, app=None):
+        """hirate.Health: Limiter.check() of the app's Redis (every node
+        decisions go to: its role, whether the script is loaded, the round
+        trip), for a readiness probe; without Redis, ok with no node. Without
+        an app, of the current app."""
+        return self._state(app).health()
 
     # -- decorators
 

@@ -7,6 +7,7 @@ from flask import Flask, Request, Response
 from ._http import Limit as Limit
 from ._http import Result as Result
 from ._http import key_header as key_header
+from ._health import Health
 from ._stats import Stats
 
 __all__ = ["RateLimiter", "Limit", "Result", "key_header", "current_result"]
@@ -51,6 +52,7 @@ class RateLimiter:
     def init_app(self, app: Flask) -> None: ...
     def close(self, app: Optional[Flask] = None) -> None: ...
     def stats(self, app: Optional[Flask] = None) -> Stats: ...
+    def health(self, app: Optional[Flask] = None) -> Health: ...
     def limit(
         self,
         capacity: Union[int, str],
