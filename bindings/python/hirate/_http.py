@@ -6,6 +6,7 @@ request into a peer address and header values, ask their limiters, and hand
 the decisions to a Result, which knows the headers and the refusal body.
 """
 
+import asyncio
 import hashlib
 import ipaddress
 import math
@@ -802,3 +803,25 @@ class Result:
             "allowed" if self.allowed else "refused",
             "" if self.allowed else " retry_after=%r" % self.retry_after,
             self.ratelimit_header())
+
+
+# ---------------------------------------------------------------------------
+# Deciding on AsyncLimiters
+
+
+async def decide_async(calls):
+    """decide_sync on AsyncLimiters: decisions for [(limiter, key, cost),
+    ...], one a group, in the same order, with the peeks (and then the other
+    allows) in flight together."""
+    if len(calls) == 1:
+        lim, key, cost = calls[0]
+        return [await lim.allow(key, cost)]
+    *first, (last, last_key, last_cost) = calls
+    out = list(await asyncio.gather(*(lim.peek(key, cost) for lim, key, cost in first)))
+    if not all(d.allowed for d in out):
+        return out + [await last.peek(last_key, last_cost)]
+    final = await last.allow(last_key, last_cost)
+    if not final.allowed:
+        return out + [final]
+    spent = await asyncio.gather(*(lim.allow(key, cost) for lim, key, cost in first))
+    return list(spent) + [final]

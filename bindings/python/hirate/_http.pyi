@@ -2,7 +2,7 @@
 
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from . import Decision, Limiter
+from . import AsyncLimiter, Decision, Limiter
 
 __all__ = ["Limit", "Result", "ClientIP", "key_header", "refill_seconds"]
 
@@ -25,6 +25,7 @@ def ident_for_key(value: Union[str, bytes, bytearray, memoryview, int]) -> bytes
 def ident_for_ip(address: Optional[str]) -> bytes: ...
 def key_header(name: str) -> Callable[[Any], Optional[str]]: ...
 def decide_sync(calls: Sequence[Tuple[Limiter, Union[str, bytes], int]]) -> List[Decision]: ...
+async def decide_async(calls: Sequence[Tuple[AsyncLimiter, Union[str, bytes], int]]) -> List[Decision]: ...
 
 class Group:
     limits: List["Limit"]
