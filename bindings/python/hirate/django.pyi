@@ -1,8 +1,6 @@
 """Types of hirate.django."""
 
-from typing import Any, Awaitable, Callable, Optional, TypeVar, Union
-
-from django.http import HttpRequest, HttpResponseBase
+from typing import Any, Callable, Optional, TypeVar, Union
 
 from ._http import Limit as Limit
 from ._http import Result as Result
@@ -13,21 +11,24 @@ __all__ = ["RateLimitMiddleware", "limit", "exempt", "Limit", "Result", "key_hea
            "get_result", "client_ip", "stats", "close", "aclose"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-_Response = Union[HttpResponseBase, Awaitable[HttpResponseBase]]
+# Django ships no type information of its own (django-stubs has it): its
+# requests and responses are Any here, so that these stubs check without it.
+_Request = Any
+_Response = Any
 
 def limit(
     capacity: Union[int, str],
     rate: Optional[float] = None,
     *,
-    key: Optional[Callable[[HttpRequest], Any]] = None,
-    cost: Union[int, Callable[[HttpRequest], Any]] = 1,
+    key: Optional[Callable[[_Request], Any]] = None,
+    cost: Union[int, Callable[[_Request], Any]] = 1,
     scope: Optional[str] = None,
     name: Optional[str] = None,
-    exempt_when: Optional[Callable[[HttpRequest], Any]] = None,
+    exempt_when: Optional[Callable[[_Request], Any]] = None,
 ) -> Callable[[_F], _F]: ...
 def exempt(view: _F) -> _F: ...
-def get_result(request: HttpRequest) -> Optional[Result]: ...
-def client_ip(request: HttpRequest) -> Optional[str]: ...
+def get_result(request: _Request) -> Optional[Result]: ...
+def client_ip(request: _Request) -> Optional[str]: ...
 def stats() -> Stats: ...
 def close() -> None: ...
 async def aclose() -> None: ...
@@ -35,8 +36,9 @@ async def aclose() -> None: ...
 class RateLimitMiddleware:
     sync_capable: bool
     async_capable: bool
-    get_response: Callable[[HttpRequest], _Response]
-    def __init__(self, get_response: Callable[[HttpRequest], _Response]) -> None: ...
-    def __call__(self, request: HttpRequest) -> _Response: ...
-    def process_view(self, request: HttpRequest, view_func: Callable[..., Any],
+    get_response: Callable[[_Request], _Response]
+    def __init__(self, get_response: Callable[[_Request], _Response]) -> None: ...
+    def __call__(self, request: _Request) -> _Response: ...
+    async def __acall__(self, request: _Request) -> _Response: ...
+    def process_view(self, request: _Request, view_func: Callable[..., Any],
                      view_args: Any, view_kwargs: Any) -> Any: ...
