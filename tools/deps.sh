@@ -2,7 +2,10 @@
 # Installs the Debian/Ubuntu packages a task needs, when they are missing.
 #   tools/deps.sh build      compiler, CMake, pkg-config, hiredis, OpenSSL
 #   tools/deps.sh test       build + redis-server, cJSON, jsonschema, faketime
-#   tools/deps.sh python     test + Python headers and venv (the Python tests)
+#   tools/deps.sh python     test + Python headers and venv (the Python tests; their Python
+#                            packages, pytest, Flask, Django, FastAPI, gunicorn, uvicorn ..., are
+#                            tests/python/requirements.txt, which tests/python/run.sh installs
+#                            into its venv)
 #   tools/deps.sh lua        test + Lua 5.4, 5.3, 5.2 and 5.1, LuaJIT (as nginx uses it), luarocks,
 #                            busted, nginx, valgrind
 #   tools/deps.sh fuzz       test + clang, libFuzzer and its sanitizer runtimes

@@ -407,6 +407,38 @@ def test_a_key_function_from_its_dotted_path(at, redis):
                            "rl:{k:bob}|view:test_django.once|1/0.01"]
 
 
+async def async_user_key(request):
+    await asyncio.sleep(0)
+    return request.headers.get("X-User")
+
+
+def test_an_async_key_function_under_asgi(at, redis):
+    at(HIRATE_KEY=async_user_key)
+    assert arun(("get", "/once", {"headers": {"X-User": "alice"}}),
+                ("get", "/once", {"headers": {"X-User": "alice"}}),
+                ("get", "/once", {"headers": {"X-User": "bob"}})) == [
+        (200, '"once";r=0;t=100', None), (429, '"once";r=0;t=100', "100"),
+        (200, '"once";r=0;t=100', None)]
+    assert keys(redis) == ["rl:{k:alice}|view:test_django.once|1/0.01",
+                           "rl:{k:bob}|view:test_django.once|1/0.01"]
+
+
+@limit(5, 0.01, cost=lambda request: asyncio.sleep(0, int(request.GET["n"])),
+       exempt_when=lambda request: asyncio.sleep(0, "free" in request.GET))
+async def async_costly(request):
+    return HttpResponse("ok")
+
+
+urlpatterns.append(path("async_costly", async_costly))
+
+
+def test_async_cost_and_exempt_when_under_asgi(at):
+    assert arun(("get", "/async_costly?n=4", {}), ("get", "/async_costly?n=2", {}),
+                ("get", "/async_costly?n=2&free", {}), ("get", "/async_costly?n=1", {})) == [
+        (200, '"5-per-500s";r=1;t=400', None), (429, '"5-per-500s";r=1;t=100', "100"),
+        (200, None, None), (200, '"5-per-500s";r=0;t=500', None)]
+
+
 def test_a_key_setting_that_cannot_be_imported_says_which(at):
     at(HIRATE_KEY="test_django.no_such_key")
     with pytest.raises(ImproperlyConfigured, match="HIRATE_KEY: .*no_such_key"):
