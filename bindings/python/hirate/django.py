@@ -271,17 +271,18 @@ def _get_state():
 def _settings_changed(setting, **kwargs):
     # override_settings() in tests: the next request reads the settings
     # again; the figures so far stay in stats().
-    global _state
+    global _state, _retired
     if not (setting.startswith("HIRATE_") or setting == "REDIS_URL"):
         return
     with _state_lock:
         old, _state = _state, None
     if old is not None:
         old.close()
-        _retired_states.append(old)
+        with _state_lock:
+            _retired += old.stats()
 
 
-_retired_states = []
+_retired = _Stats.zero()   # the figures of the states replaced
 setting_changed.connect(_settings_changed)
 
 
@@ -290,8 +291,8 @@ def stats():
     per distinct set of limits, sync and async) added up, those closed
     included, so no figure goes back. Any thread may ask."""
     with _state_lock:
-        states = list(_retired_states) + ([_state] if _state is not None else [])
-    return _Stats.sum(s.stats() for s in states)
+        retired, state = _retired, _state
+    return retired if state is None else retired + state.stats()
 
 
 def close():
@@ -366,6 +367,9 @@ def limit(capacity, rate=None, *, key=None, cost=1, scope=None, name=None, exemp
     View.as_view() or method_decorator(limit(...), name="dispatch")."""
     new = declare(capacity, rate, key=key, cost=cost, scope=scope, name=name,
                   exempt_when=exempt_when)
+    # method_decorator applies the decorator again at every request (to the
+    # bound dispatch): the limits alone are checked once.
+    alone = []
 
     def decorator(view):
         if isinstance(view, type):
@@ -379,7 +383,13 @@ def limit(capacity, rate=None, *, key=None, cost=1, scope=None, name=None, exemp
             raise ValueError("%s is exempt: it cannot have limits too" % where)
         # Decorators run bottom-up: putting this one first keeps the limits
         # in the order they are written.
-        limits = check_limits(new + list(getattr(view, _ATTR_LIMITS, ())), where)
+        below = list(getattr(view, _ATTR_LIMITS, ()))
+        if below:
+            limits = check_limits(new + below, where)
+        else:
+            if not alone:
+                alone.append(check_limits(new, where))
+            limits = alone[0]
         wrapper = _guarded(view)
         setattr(wrapper, _ATTR_LIMITS, limits)
         return wrapper
