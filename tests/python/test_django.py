@@ -2,7 +2,8 @@
 hirate.Limiter) and AsyncClient (async requests, on hirate.AsyncLimiter)
 against a real redis-server (the shared `redis`, emptied per test, or
 `own_redis` when a test kills it), the settings given per test with
-override_settings.
+override_settings. Every response's rate-limit headers are parsed by a
+Structured Fields parser (http_sf).
 
 The rates are slow (0.1 token/s and below), so that the few milliseconds a
 test takes never refill a whole token: every count and header is exact.
@@ -26,7 +27,9 @@ if not settings.configured:
 
 from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 from django.http import HttpResponse, JsonResponse  # noqa: E402
-from django.test import AsyncClient, Client, override_settings  # noqa: E402
+import django.test  # noqa: E402
+import http_sf  # noqa: E402
+from django.test import override_settings  # noqa: E402
 from django.urls import include, path  # noqa: E402
 from django.utils.decorators import method_decorator  # noqa: E402
 from django.views import View  # noqa: E402
@@ -143,6 +146,44 @@ VIEW = "rl:{ip:127.0.0.1}|view:test_django."
 
 
 # --------------------------------------------------------------- helpers
+
+def check_fields(response):
+    """Every rate-limit header of a response parses as the Structured Field
+    it must be (http_sf raises on anything else): the two lists of named
+    items with integer parameters, the others integers; RateLimit names only
+    limits that RateLimit-Policy has."""
+    lists = {}
+    for name, params in (("RateLimit-Policy", {"q", "w"}), ("RateLimit", {"r", "t"})):
+        value = response.get(name)
+        if value is None:
+            continue
+        items = http_sf.parse(value.encode("ascii"), tltype="list")
+        for item, got in items:
+            assert isinstance(item, str) and set(got) <= params, (name, value)
+            assert all(type(v) is int and v >= 0 for v in got.values()), (name, value)
+        lists[name] = [item for item, _ in items]
+    if "RateLimit" in lists:
+        assert set(lists["RateLimit"]) <= set(lists.get("RateLimit-Policy", ())), lists
+    for name in ("Retry-After", "X-RateLimit-Limit", "X-RateLimit-Remaining",
+                 "X-RateLimit-Reset"):
+        value = response.get(name)
+        if value is not None:
+            item, params = http_sf.parse(value.encode("ascii"), tltype="item")
+            assert type(item) is int and item >= 0 and params == {}, (name, value)
+    return response
+
+
+class Client(django.test.Client):
+    """Django's test client, every response's headers checked."""
+
+    def request(self, **request):
+        return check_fields(super().request(**request))
+
+
+class AsyncClient(django.test.AsyncClient):
+    async def request(self, **request):
+        return check_fields(await super().request(**request))
+
 
 def get(client, url, **extra):
     r = client.get(url, **extra)
