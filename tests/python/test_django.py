@@ -591,6 +591,16 @@ def test_on_error_local_decides_from_memory(policy, own_redis):
     assert get(client, "/limited") == (429, '"3-per-30s";r=0;t=10', "10")
 
 
+def test_on_error_local_decides_from_memory_under_asgi(policy, own_redis):
+    policy("local")
+    assert arun(("get", "/alimited", {})) == [(200, '"3-per-30s";r=2;t=10', None)]
+    own_redis.kill()
+    # This process' own bucket, full, decides while Redis is down.
+    assert arun(*[("get", "/alimited", {})] * 4) == [
+        (200, '"3-per-30s";r=2;t=10', None), (200, '"3-per-30s";r=1;t=20', None),
+        (200, '"3-per-30s";r=0;t=30', None), (429, '"3-per-30s";r=0;t=10', "10")]
+
+
 def test_on_error_open_allows(policy, own_redis):
     policy("open")
     own_redis.kill()
@@ -686,6 +696,27 @@ def test_stats_add_up_every_limiter_and_never_go_back(at):
     assert hd.stats().decisions == s.decisions
     client.get("/limited")
     assert hd.stats().decisions["redis"] == s.decisions["redis"] + 1
+
+
+def test_the_module_exports_its_figures_to_prometheus(at):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    import hirate.prometheus
+    registry = CollectorRegistry()
+    hirate.prometheus.register(hd, name="web", registry=registry)
+    before = hd.stats()
+    client = Client()
+    for _ in range(2):
+        client.get("/once")
+
+    def metric(sample):
+        text = generate_latest(registry).decode()
+        return next(float(line.split()[-1]) for line in text.splitlines()
+                    if line.startswith(sample))
+
+    assert metric('hirate_refused_total{limiter="web"}') == before.refused + 1
+    assert metric('hirate_decisions_total{limiter="web",source="redis"}') == (
+        before.decisions["redis"] + 1)
 
 
 # ------------------------------------------------------------ bad setups
