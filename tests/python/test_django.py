@@ -750,6 +750,10 @@ def test_limits_without_the_middleware_refuse_to_run(at):
     with pytest.raises(ImproperlyConfigured, match="RateLimitMiddleware did not see this"):
         arun(("get", "/alimited", {}))
     assert Client().get("/").status_code == 200
+    at(HIRATE_ENABLED=False)   # limits off: a view may be called as it is
+    assert Client().get("/limited").status_code == 200
+    from django.test import RequestFactory
+    assert limited(RequestFactory().get("/limited")).content == b"ok"
 
 
 def test_the_middleware_twice_decides_once(at):

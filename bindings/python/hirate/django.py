@@ -333,13 +333,16 @@ def _view_name(view):
 
 def _guarded(view):
     """The view, wrapped (once) so that it refuses to run without the
-    middleware: limits that nobody checks must not pass silently."""
+    middleware: limits that nobody checks must not pass silently (unless
+    HIRATE_ENABLED is False: then a view may be called as it is, e.g. with
+    RequestFactory)."""
     if getattr(view, _ATTR_GUARD, False):
         return view
 
     def check(args):
         request = args[0] if args else None
-        if hasattr(request, "META") and not getattr(request, _REQ_SEEN, False):
+        if (hasattr(request, "META") and not getattr(request, _REQ_SEEN, False)
+                and _get_state().enabled):
             raise ImproperlyConfigured(
                 "view %r has hirate limits, and hirate.django.RateLimitMiddleware did not see "
                 "this request: add it to MIDDLEWARE" % _view_name(view))
