@@ -812,7 +812,8 @@ class Result:
 async def decide_async(calls):
     """decide_sync on AsyncLimiters: decisions for [(limiter, key, cost),
     ...], one a group, in the same order, with the peeks (and then the other
-    allows) in flight together."""
+    allows) in flight together. (hirate.django's; hirate.asgi's _decide is
+    the same order.)"""
     if len(calls) == 1:
         lim, key, cost = calls[0]
         return [await lim.allow(key, cost)]

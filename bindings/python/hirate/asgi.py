@@ -23,6 +23,7 @@ because Redis is down) with Retry-After; the middleware answers it with a
 problem+json body, the dependency raises RateLimitExceeded.
 """
 
+import asyncio
 import inspect
 import json
 
@@ -34,7 +35,6 @@ from . import AsyncLimiter as _AsyncLimiter
 from . import Limiter as _Limiter
 from . import Stats as _Stats
 from ._http import ClientIP, Limit, Result, check_limits, check_scope, checks_of, declare
-from ._http import decide_async as _decide
 from ._http import ident_for_ip, ident_for_key, key_header, new_limiter, plan, _check_cost
 
 __all__ = ["RateLimiter", "RateLimitMiddleware", "RateLimitExceeded", "Limit", "Result",
@@ -379,6 +379,23 @@ def _route_scope(request):
     methods = getattr(route, "methods", None)
     text = "%s %s" % (",".join(sorted(methods)), path) if methods else path
     return check_scope("route:" + _scope_part(text), "route scope")
+
+
+async def _decide(calls):
+    """hirate._http.decide_sync on AsyncLimiters (a call a group of limits),
+    with the peeks (and then the other allows) in flight together."""
+    if len(calls) == 1:
+        lim, key, cost = calls[0]
+        return [await lim.allow(key, cost)]
+    *first, (last, last_key, last_cost) = calls
+    out = list(await asyncio.gather(*(lim.peek(key, cost) for lim, key, cost in first)))
+    if not all(d.allowed for d in out):
+        return out + [await last.peek(last_key, last_cost)]
+    final = await last.allow(last_key, last_cost)
+    if not final.allowed:
+        return out + [final]
+    spent = await asyncio.gather(*(lim.allow(key, cost) for lim, key, cost in first))
+    return list(spent) + [final]
 
 
 class RateLimitMiddleware:
