@@ -118,6 +118,7 @@ typedef struct op_ud {
     limiter_ud *lud;        /* while op is held; the uservalue keeps it alive */
     int state;
     int reset;              /* an op of _op_start_reset: result(), not results() */
+    int check;              /* an op of _op_start_check: health() */
     int drop;               /* once answered: the connection must be closed */
     int rc;                 /* once answered: a reset's outcome */
     size_t n;
@@ -130,7 +131,8 @@ typedef struct op_ud {
 } op_ud;
 
 /* An op's uservalue: [1] its limiter's userdata; once the op is answered,
- * [2 + i] item i's message when it failed ([2]: a reset's). */
+ * [2 + i] item i's message when it failed ([2]: a reset's; a check's
+ * health table). */
 enum { UV_OP_LIMITER = 1, UV_OP_MESSAGES };
 
 /* Zeroed memory is a freed handshake, as for ops. */
@@ -1250,6 +1252,71 @@ static int l_reset(lua_State *L)
     return emit_logs(L, u, 1);
 }
 
+/* The health table of a check: {ok =, error =, nodes = {{addr =, ok =,
+ * error =, message =, role =, functions =, loaded =, latency =}, ...}},
+ * error the code's name (nil when ok), role nil when unknown, functions and
+ * loaded booleans or nil when unknown, latency in seconds or nil. */
+static void push_health(lua_State *L, int rc, const hirate_check_node *nodes, size_t n)
+{
+    lua_createtable(L, 0, 3);
+    lua_pushboolean(L, rc == 0);
+    lua_setfield(L, -2, "ok");
+    if (rc < 0) {
+        lua_pushstring(L, code_name(rc));
+        lua_setfield(L, -2, "error");
+    }
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        const hirate_check_node *c = &nodes[i];
+        lua_createtable(L, 0, 8);
+        lua_pushstring(L, c->addr);
+        lua_setfield(L, -2, "addr");
+        lua_pushboolean(L, c->rc == 0);
+        lua_setfield(L, -2, "ok");
+        if (c->rc < 0) {
+            lua_pushstring(L, code_name(c->rc));
+            lua_setfield(L, -2, "error");
+        }
+        lua_pushstring(L, c->message);
+        lua_setfield(L, -2, "message");
+        if (c->role[0]) {
+            lua_pushstring(L, c->role);
+            lua_setfield(L, -2, "role");
+        }
+        if (c->functions >= 0) {
+            lua_pushboolean(L, c->functions);
+            lua_setfield(L, -2, "functions");
+        }
+        if (c->loaded >= 0) {
+            lua_pushboolean(L, c->loaded);
+            lua_setfield(L, -2, "loaded");
+        }
+        if (c->latency_us >= 0) {
+            lua_pushnumber(L, (lua_Number)c->latency_us / 1e6);
+            lua_setfield(L, -2, "latency");
+        }
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_setfield(L, -2, "nodes");
+}
+
+/* lim:check() -> the health table (push_health): hirate_check(), one round
+ * trip to every node decisions go to; or nil, message, code once closed */
+static int l_check(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    if (u->closed)
+        return push_closed(L);
+    hirate_check_node *nodes =
+        (hirate_check_node *)lua_newuserdata(L, HIRATE_IO_NODES_MAX * sizeof *nodes);
+    size_t n = 0;
+    int rc = hirate_check(u->lim, nodes, HIRATE_IO_NODES_MAX, &n);
+    if (rc == HIRATE_EINVAL || rc == HIRATE_ENOMEM)
+        return emit_logs(L, u, push_failure(L, u, rc));
+    push_health(L, rc, nodes, n < HIRATE_IO_NODES_MAX ? n : HIRATE_IO_NODES_MAX);
+    return emit_logs(L, u, 1);
+}
+
 /* The message of item i of a blocking batch. The core keeps one message per
  * limiter, the last error met, which is the last failed item's (the items
  * are decided in order): it serves every item that failed with the same
@@ -1781,7 +1848,17 @@ static void op_finish(lua_State *L, op_ud *o, int idx)
     o->state = OP_DONE;
     o->drop = hirate_op_drop(o->op);
     o->rc = hirate_op_result(o->op);
-    if (o->reset) {
+    if (o->check) {
+        size_t n = 0;
+        hirate_op_check(o->op, NULL, 0, &n);
+        hirate_check_node *nodes = (hirate_check_node *)lua_newuserdata(L, (n ? n : 1) *
+                                                                               sizeof *nodes);
+        hirate_op_check(o->op, nodes, n, &n);
+        hl_getuservalue(L, idx < 0 ? idx - 1 : idx);
+        push_health(L, o->rc, nodes, n);
+        lua_rawseti(L, -2, UV_OP_MESSAGES);
+        lua_pop(L, 2);
+    } else if (o->reset) {
         if (o->rc < 0)
             keep_message(L, idx, 0, hirate_op_errmsg(o->op, 0));
     } else {
@@ -1870,6 +1947,26 @@ static int l_op_start_reset(lua_State *L)
     o->own = owned_new(L, OWN_OP);
     int rc = hirate_op_start_reset(u->lim, copy, keylen, &op);
     return op_started(L, u, o, rc, op);
+}
+
+/* lim:_op_start_check() -> op: check() as an op (health() gives its table);
+ * with no node to ask (none found), the op is done at once */
+static int l_op_start_check(lua_State *L)
+{
+    limiter_ud *u = check_limiter(L);
+    check_redis(L, u, "_op_start_check");
+    if (u->closed)
+        return push_closed(L);
+    op_ud *o = (op_ud *)new_holder(L, sizeof *o, OP_MT);
+    o->state = OP_DONE;
+    o->check = 1;
+    hirate_op *op = NULL;
+    o->own = owned_new(L, OWN_OP);
+    int rc = hirate_op_start_check(u->lim, &op);
+    rc = op_started(L, u, o, rc, op);
+    if (o->op && !hirate_op_legs(o->op))
+        op_finish(L, o, -1);
+    return rc;
 }
 
 /* op:request() -> the bytes to send now, or nil when the op needs no Redis */
@@ -2056,8 +2153,8 @@ static int l_op_results(lua_State *L)
 {
     op_ud *o = check_op(L);
     check_answered(L, o, "results");
-    if (o->reset)
-        return luaL_error(L, "results: a reset op has one result (result())");
+    if (o->reset || o->check)
+        return luaL_error(L, "results: a %s op has no items", o->reset ? "reset" : "check");
     hl_getuservalue(L, 1);
     push_items(L, o->items, o->n, o->show_bands, kept_message, (const void *)(uintptr_t)L);
     if (o->nbands) {
@@ -2070,11 +2167,25 @@ static int l_op_results(lua_State *L)
     return 1;
 }
 
+/* op:health() -> the health table of a check op (push_health) */
+static int l_op_health(lua_State *L)
+{
+    op_ud *o = check_op(L);
+    check_answered(L, o, "health");
+    if (!o->check)
+        return luaL_error(L, "health: only a check op has one");
+    hl_getuservalue(L, 1);
+    lua_rawgeti(L, -1, UV_OP_MESSAGES);
+    return 1;
+}
+
 /* op:result() -> true, or nil, message, code: a reset op's outcome */
 static int l_op_result(lua_State *L)
 {
     op_ud *o = check_op(L);
     check_answered(L, o, "result");
+    if (o->check)
+        return luaL_error(L, "result: a check op's outcome is health()");
     if (!o->reset)
         return luaL_error(L, "result: a decision op has one result per item (results())");
     if (o->rc < 0) {
@@ -2105,8 +2216,8 @@ static int l_op_tostring(lua_State *L)
 {
     op_ud *o = check_op(L);
     const char *state = o->state == OP_PENDING ? "waiting" : "done";
-    if (o->reset)
-        lua_pushfstring(L, "hirate.op(%s, reset)", state);
+    if (o->reset || o->check)
+        lua_pushfstring(L, "hirate.op(%s, %s)", state, o->reset ? "reset" : "check");
     else
         lua_pushfstring(L, "hirate.op(%s, %d items)", state, (int)o->n);
     return 1;
@@ -2244,6 +2355,8 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"close", l_close},
         {"_op_start", l_op_start},
         {"_op_start_reset", l_op_start_reset},
+        {"_op_start_check", l_op_start_check},
+        {"check", l_check},
         {"_endpoint", l_endpoint},
         {"_handshake_start", l_handshake_start},
         {"_is_cluster", l_is_cluster},
@@ -2269,6 +2382,7 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"next", l_op_next},
         {"results", l_op_results},
         {"result", l_op_result},
+        {"health", l_op_health},
         {"free", l_op_free},
         {NULL, NULL}};
     static const luaL_Reg hs_meta[] = {

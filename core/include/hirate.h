@@ -377,7 +377,7 @@ HIRATE_EXPORT int hirate_stats_get(hirate_limiter *lim, hirate_stats *out, size_
 HIRATE_EXPORT const int64_t *hirate_latency_bounds(size_t *n);
 
 /* A health check, e.g. for a readiness probe: what one node said. */
-#define HIRATE_CHECK_ADDR_MAX 272
+#define HIRATE_CHECK_ADDR_MAX 300
 typedef struct hirate_check_node {
     char addr[HIRATE_CHECK_ADDR_MAX]; /* "host:port", or the socket's path */
     int rc;                 /* 0: decisions can go to it; else the HIRATE_E*
@@ -401,9 +401,10 @@ typedef struct hirate_check_node {
  * a cluster (its slot map asked for first when none is known), the master
  * the sentinels name (asked of them first when none is known). Each gets
  * ROLE and FUNCTION LIST LIBRARYNAME <library> (or SCRIPT EXISTS <sha>),
- * over a connection of the limiter's pool or a new one, within timeout_ms;
- * the breaker and backoff do not stop it (it is how an operator asks), and it
- * is not a decision in hirate_stats. nodes[0 .. min(*n, max)) get the nodes,
+ * over a connection of the limiter's pool or a new one, within timeout_ms:
+ * the breaker does not stop it (it is how an operator asks whether Redis is
+ * back), the reconnect backoff does (the node then reports the failure that
+ * began it), and hirate_stats does not count it (it is not a decision). nodes[0 .. min(*n, max)) get the nodes,
  * *n their number. Returns 0 when every node is healthy (rc 0), else the
  * first failing node's rc; HIRATE_EINVAL for a NULL limiter, or nodes NULL
  * with max > 0. A limiter without Redis has no node: *n = 0, 0. */

@@ -21,3 +21,10 @@ target_link_libraries(test_sentinel PRIVATE hirate_sentinel_support Threads::Thr
 # it runs alone, as the cluster tests do, so that the 2 s bound is the
 # limiter's and not the machine's.
 set_tests_properties(test_sentinel PROPERTIES LABELS "sentinel;tsan" RUN_SERIAL TRUE)
+
+# The health check against a live, stopped, misconfigured and replica Redis,
+# a cluster and a Sentinel service.
+hirate_add_test(test_check test_check.c)
+target_link_libraries(test_check PRIVATE hirate_cluster_support hirate_sentinel_support
+  Threads::Threads)
+set_tests_properties(test_check PROPERTIES LABELS "cluster" RUN_SERIAL TRUE)

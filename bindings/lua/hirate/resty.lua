@@ -877,6 +877,28 @@ function Limiter:reset(key)
     return run(self, op, result)
 end
 
+local function health(op)
+    return op:health()
+end
+
+--- check(): the core's health check over cosockets (see hirate.core's
+--- lim:check()): one round trip to every node decisions go to; the health
+--- table, or nil, message, code when the limiter is closed.
+function Limiter:check()
+    if self.memory then
+        return self.lim:check()
+    end
+    if self.closed then
+        return nil, "limiter is closed", "ECLOSED"
+    end
+    check_phase("check")
+    local op, msg, code = self.lim:_op_start_check()
+    if not op then
+        return nil, msg, code
+    end
+    return run(self, op, health)
+end
+
 --- _decide_at(key, cost, spend, now_us): a decision at an injected time,
 --- through the same cosocket path (the test vectors).
 function Limiter:_decide_at(key, cost, spend, now_us)

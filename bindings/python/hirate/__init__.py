@@ -44,6 +44,7 @@ from ._hirate import (
     script_source,
 )
 from ._hirate import parse_limits as _parse_limits
+from ._health import Health, NodeHealth
 from ._stats import Stats
 
 
@@ -88,8 +89,10 @@ __all__ = [
     "ConfigError",
     "Decision",
     "Error",
+    "Health",
     "LimitSpec",
     "Limiter",
+    "NodeHealth",
     "NotRedisError",
     "RefusedError",
     "Stats",

@@ -18,6 +18,8 @@ from ._hirate import function_library as function_library
 from ._hirate import function_name as function_name
 from ._hirate import script_sha1 as script_sha1
 from ._hirate import script_source as script_source
+from ._health import Health as Health
+from ._health import NodeHealth as NodeHealth
 from ._stats import Stats as Stats
 
 class Band(_NamedTuple):

@@ -808,6 +808,17 @@ class AsyncLimiter:
             await self._run(op)
         op.result()
 
+    async def check(self):
+        """hirate.Health: one round trip on the event loop's connections to
+        every Redis node decisions go to (ROLE, and whether the library or
+        script is loaded), as Limiter.check(); for a readiness probe."""
+        if self._pools is None:
+            return self._lim.check()
+        op = self._lim._op_start_check()
+        if not op.done:
+            await self._run(op)
+        return op.health()
+
     async def _decide(self, pairs, spend, now_us=-1):
         """Decisions at an injected time (µs), for the shared test vectors."""
         if self._pools is None:

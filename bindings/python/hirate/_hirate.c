@@ -83,6 +83,7 @@ typedef struct {
     PyObject *source[NSOURCES];   /* "redis" ... by hirate_source, interned */
     PyObject *str_key, *str_cost; /* keyword names, interned */
     PyObject *stats_cls;          /* hirate.Stats, looked up at its first use */
+    PyObject *health_cls;         /* hirate.Health, likewise */
     /* An in-memory limiter that judges the values of a batch's items before
      * any of them is decided (see batch_check): the core's own rules and
      * words, without I/O and without touching the caller's limiter. */
@@ -344,6 +345,14 @@ static PyObject *decision_source(PyObject *self, void *c)
     return st ? source_str(st, D(self).source) : NULL;
 }
 
+/* The name of code e ("ETIMEDOUT"): the module's interned one. */
+static PyObject *code_name(hstate *st, int e)
+{
+    if (-e > 0 && -e < NCODES && st->errname[-e])
+        return Py_NewRef(st->errname[-e]);
+    return PyUnicode_FromString(short_name(e));
+}
+
 static PyObject *decision_error(PyObject *self, void *c)
 {
     (void)c;
@@ -353,11 +362,7 @@ static PyObject *decision_error(PyObject *self, void *c)
     hstate *st = decision_state(self);
     if (!st)
         return NULL;
-    if (-e > 0 && -e < NCODES && st->errname[-e]) {
-        Py_INCREF(st->errname[-e]);
-        return st->errname[-e];
-    }
-    return PyUnicode_FromString(short_name(e));
+    return code_name(st, e);
 }
 
 static PyObject *decision_band(PyObject *self, void *c)
@@ -1243,6 +1248,7 @@ typedef struct {
     batch b;
     int done;               /* every item has its rc and decision */
     int reset;              /* made by _op_start_reset */
+    int check;              /* made by _op_start_check */
     PyObject *key;          /* a reset's key, and its bytes */
     keybuf kb;
 } OpObject;
@@ -1258,6 +1264,7 @@ static OpObject *op_new(LimiterObject *self)
     memset(&o->b, 0, sizeof o->b);
     o->done = 0;
     o->reset = 0;
+    o->check = 0;
     o->key = NULL;
     o->kb.has_view = 0;
     return o;
@@ -1655,6 +1662,8 @@ static PyGetSetDef op_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyObject *op_health(PyObject *op, PyObject *unused);
+
 static PyMethodDef op_methods[] = {
     {"feed", op_feed, METH_O,
      "feed(data) -> (state, used): reads replies from data; state is IO_MORE (read more), "
@@ -1679,6 +1688,8 @@ static PyMethodDef op_methods[] = {
     {"next", op_next, METH_NOARGS,
      "next() -> state, once every leg of the round is done or failed: IO_SEND (a new "
      "round: its legs are there) or IO_DONE (every item is decided)."},
+    {"health", op_health, METH_NOARGS,
+     "health() -> hirate.Health: a check's outcome (the Op of _op_start_check)."},
     {"results", op_results, METH_NOARGS,
      "results() -> list: per item its Decision, or the exception of its error in its place."},
     {"result", op_result, METH_NOARGS,
@@ -2039,6 +2050,120 @@ static PyObject *mod_empty_stats(PyObject *m, PyObject *unused)
     hirate_stats s;
     memset(&s, 0, sizeof s);
     return stats_object(state_of_module(m), &s);
+}
+
+/* ---- the health check ------------------------------------------------------- */
+
+/* hirate.Health from the core's check: Health._of(error, nodes), error the
+ * code's name or None, each node (addr, error, message, role, functions,
+ * loaded, latency_us) as the core gave it. The class is Python's
+ * (hirate/_health.py), found at its first use. */
+static PyObject *health_object(hstate *st, int rc, const hirate_check_node *nodes, size_t n)
+{
+    if (!st->health_cls) {
+        PyObject *m = PyImport_ImportModule("hirate._health");
+        if (!m)
+            return NULL;
+        st->health_cls = PyObject_GetAttrString(m, "Health");
+        Py_DECREF(m);
+        if (!st->health_cls)
+            return NULL;
+    }
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (!list)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        const hirate_check_node *c = &nodes[i];
+        PyObject *err = c->rc < 0 ? code_name(st, c->rc) : Py_NewRef(Py_None);
+        PyObject *t = err ? Py_BuildValue("(sOssiiL)", c->addr, err, c->message, c->role,
+                                          c->functions, c->loaded, (long long)c->latency_us)
+                          : NULL;
+        Py_XDECREF(err);
+        if (!t) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    PyObject *err = rc < 0 ? code_name(st, rc) : Py_NewRef(Py_None);
+    PyObject *r = err ? PyObject_CallMethod(st->health_cls, "_of", "OO", err, list) : NULL;
+    Py_XDECREF(err);
+    Py_DECREF(list);
+    return r;
+}
+
+/* check() -> hirate.Health: hirate_check(), without the GIL. */
+static PyObject *limiter_check(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    LimiterObject *self = (LimiterObject *)op;
+    if (self->closed)
+        return raise_closed(self->st);
+    if (!self->redis)
+        return health_object(self->st, 0, NULL, 0);
+    hirate_check_node *nodes = PyMem_RawMalloc(HIRATE_IO_NODES_MAX * sizeof *nodes);
+    if (!nodes)
+        return PyErr_NoMemory();
+    if (enter(self) < 0) {
+        PyMem_RawFree(nodes);
+        return NULL;
+    }
+    hirate_limiter *lim = self->lim;
+    size_t n = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = hirate_check(lim, nodes, HIRATE_IO_NODES_MAX, &n);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    PyObject *r = rc == HIRATE_EINVAL || rc == HIRATE_ENOMEM
+                      ? raise_code(self->st, rc, NULL)
+                      : health_object(self->st, rc, nodes, n < HIRATE_IO_NODES_MAX
+                                                               ? n : HIRATE_IO_NODES_MAX);
+    PyMem_RawFree(nodes);
+    return r;
+}
+
+/* _op_start_check() -> Op: check() with the caller doing the I/O. */
+static PyObject *limiter_op_start_check(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    LimiterObject *self = (LimiterObject *)op;
+    if (need_redis(self) < 0)
+        return NULL;
+    OpObject *o = op_new(self);
+    if (!o)
+        return NULL;
+    o->check = 1;
+    int r = hirate_op_start_check(self->lim, &o->op);
+    if (r < 0) {
+        Py_DECREF(o);
+        return raise_code(self->st, r, NULL);
+    }
+    live_take(self);
+    o->done = hirate_op_legs(o->op) == 0;   /* no node to ask: its entry says why */
+    return (PyObject *)o;
+}
+
+/* Op.health() -> hirate.Health, once a check's Op is decided. */
+static PyObject *op_health(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    OpObject *self = (OpObject *)op;
+    if (!self->check) {
+        PyErr_SetString(PyExc_TypeError, "health() is a check's outcome");
+        return NULL;
+    }
+    if (op_decided(self, "health") < 0)
+        return NULL;
+    size_t n = 0;
+    hirate_op_check(self->op, NULL, 0, &n);
+    hirate_check_node *nodes = PyMem_Malloc((n ? n : 1) * sizeof *nodes);
+    if (!nodes)
+        return PyErr_NoMemory();
+    int rc = hirate_op_check(self->op, nodes, n, &n);
+    PyObject *r = health_object(self->owner->st, rc, nodes, n);
+    PyMem_Free(nodes);
+    return r;
 }
 
 /* ---- close ----------------------------------------------------------------- */
@@ -2814,6 +2939,12 @@ static PyMethodDef limiter_methods[] = {
      "_decide_at(key, cost, spend, now_us) -> Decision at an injected time (tests)."},
     {"_op_start_reset", limiter_op_start_reset, METH_O,
      "_op_start_reset(key) -> Op: reset(key), the caller doing the I/O."},
+    {"check", limiter_check, METH_NOARGS,
+     "check() -> hirate.Health: one round trip to every Redis node decisions go to (ROLE, "
+     "and whether the library or script is loaded), for a readiness probe; a limiter "
+     "without Redis has no node and is healthy."},
+    {"_op_start_check", limiter_op_start_check, METH_NOARGS,
+     "_op_start_check() -> Op: check(), the caller doing the I/O."},
     {"_endpoint", (PyCFunction)(void (*)(void))limiter_endpoint, METH_VARARGS | METH_KEYWORDS,
      "_endpoint(node=0) -> dict: where to connect to that node (host, port, path, where), "
      "the timeouts in seconds (connect_timeout, timeout, probe_timeout) and the TLS "
@@ -3169,6 +3300,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     for (int i = 0; i < NCLASSES; i++)
         Py_VISIT(st->cls[i]);
     Py_VISIT(st->stats_cls);
+    Py_VISIT(st->health_cls);
     return 0;
 }
 
@@ -3190,6 +3322,7 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->str_key);
     Py_CLEAR(st->str_cost);
     Py_CLEAR(st->stats_cls);
+    Py_CLEAR(st->health_cls);
     hirate_limiter_free(st->judge);
     st->judge = NULL;
     return 0;

@@ -206,6 +206,25 @@ class SummedOverWorkers(Case):
         self.assertGreater(series(s, "hirate_redis_round_trip_seconds_sum"), 0)
 
 
+class Ready(Case):
+    """The example's /ready: lim:check() over cosockets."""
+
+    def test_ready_while_redis_answers_and_503_once_it_is_gone(self):
+        port = self.redis.port
+        r = get(self.port, "/ready")
+        self.assertEqual((r.status, r.body.decode()), (200, f"127.0.0.1:{port} master ok \n"))
+        self.assertEqual(calls(port, "role"), (1, 0))
+        self.assertEqual(calls(port, "function\\|list"), (1, 0))
+        r = get(self.port, "/api/x")   # the library loads with the first decision
+        self.assertEqual(r.status, 200)
+        self.redis.kill()
+        r = get(self.port, "/ready")
+        self.assertEqual(r.status, 503)
+        self.assertRegex(r.body.decode(),
+                         rf"^127\.0\.0\.1:{port} - ECONNECT .*127\.0\.0\.1:{port}.*\n$")
+        self.assertNotIn(PASSWORD, r.body.decode())
+
+
 class LogsOfAnOutage(Case):
     """SIGSTOP: connect() still succeeds and no reply comes; the example's
     limiter (on_error "local", timeout 0.1 s) decides from each worker's
