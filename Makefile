@@ -10,6 +10,8 @@
 #                 benchmarks) and rewrite docs/benchmarks.md and its charts;
 #                 make bench QUICK=1: a short check, written to bench/out/quick/
 #   make install  install the library, header, pkg-config and CMake files
+#                 under PREFIX (default /usr/local), whenever the build was
+#                 configured
 
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
@@ -97,7 +99,7 @@ bench:
 	QUICK=$(QUICK) bench/run.sh $(BUILD_BENCH)
 
 install: all
-	cmake --install $(BUILD)
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_BENCH) $(BUILD_TSAN) build-py build-py-asan \

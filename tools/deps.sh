@@ -1,11 +1,10 @@
 #!/bin/sh
 # Installs the Debian/Ubuntu packages a task needs, when they are missing.
 #   tools/deps.sh build      compiler, CMake, pkg-config, hiredis, OpenSSL
-#   tools/deps.sh test       build + redis-server, cJSON, jsonschema, faketime
+#   tools/deps.sh test       build + redis-server, cJSON, jsonschema, faketime, abigail-tools (abidiff)
 #   tools/deps.sh python     test + Python headers and venv (the Python tests; their Python
-#                            packages, pytest, Flask, Django, FastAPI, gunicorn, uvicorn ..., are
-#                            tests/python/requirements.txt, which tests/python/run.sh installs
-#                            into its venv)
+#                            packages, Django and mypy for the stub checks among them, go into the test
+#                            venv: tests/python/requirements.txt, installed by tests/python/run.sh)
 #   tools/deps.sh lua        test + Lua 5.4, 5.3, 5.2 and 5.1, LuaJIT (as nginx uses it), luarocks,
 #                            busted, nginx, valgrind
 #   tools/deps.sh fuzz       test + clang, libFuzzer and its sanitizer runtimes
@@ -16,9 +15,10 @@
 set -eu
 
 build="gcc make cmake pkg-config libhiredis-dev libssl-dev openssl"
-test="$build redis-server redis-tools redis-sentinel libcjson-dev python3 python3-jsonschema faketime"
+test="$build redis-server redis-tools redis-sentinel libcjson-dev python3 python3-jsonschema faketime
+      abigail-tools"
 python="$test python3-dev python3-venv python3-pip"
-lua="$test lua5.4 liblua5.4-dev lua5.3 liblua5.3-dev lua5.2 liblua5.2-dev lua5.1 liblua5.1-0-dev luajit2
+lua="$test python3-venv lua5.4 liblua5.4-dev lua5.3 liblua5.3-dev lua5.2 liblua5.2-dev lua5.1 liblua5.1-0-dev luajit2
      libluajit2-5.1-dev luarocks lua-busted lua-dkjson nginx libnginx-mod-http-lua valgrind"
 fuzz="$test clang libfuzzer-14-dev libclang-rt-14-dev"
 bench="$python valgrind nginx libnginx-mod-http-lua luajit2 libluajit2-5.1-dev lua5.4 liblua5.4-dev wrk"

@@ -270,11 +270,10 @@ static int arg_errorf(lua_State *L, int arg, const char *fmt, ...)
     return luaL_argerror(L, arg, msg);
 }
 
-/* "EAUTH" for HIRATE_EAUTH. */
+/* "EAUTH" for HIRATE_EAUTH: the core's name. */
 static const char *code_name(int rc)
 {
-    const char *name = hirate_err_name(rc);
-    return strncmp(name, "HIRATE_", 7) == 0 ? name + 7 : name;
+    return hirate_err_name(rc);
 }
 
 static int push_closed(lua_State *L)
@@ -785,7 +784,7 @@ static const char *const option_names[] = {
     "url", "capacity", "rate", "limits", "prefix", "on_error", "instances", "timeout",
     "connect_timeout", "deny_cache", "deny_cache_max", "max_keys", "pool_size", "tls_ca_file",
     "tls_ca_dir", "tls_cert_file", "tls_key_file", "tls_server_name", "tls_verify",
-    "sentinel_username", "sentinel_password", "functions", "log", NULL};
+    "sentinel_username", "sentinel_password", "functions", "log", "shared", NULL};
 
 static void check_option_names(lua_State *L)
 {
@@ -825,6 +824,20 @@ static const char *opt_string(lua_State *L, const char *name, const char *dflt)
     return s;
 }
 
+/* A whole-number option the core keeps in an int and checks the range of
+ * (its words for a value an int holds; here only for one it cannot). */
+static int opt_c_int(lua_State *L, const char *name, int dflt)
+{
+    char buf[64];
+    int64_t v;
+    if (get_option(L, name) == LUA_TNIL)
+        return dflt;
+    check_int(L, -1, 1, name, &v);
+    if (v < INT_MIN || v > INT_MAX)
+        arg_errorf(L, 1, "%s is out of range, got %s", name, describe(L, -1, buf, sizeof buf));
+    return (int)v;
+}
+
 /* A whole-number option of the range [lo, hi], as the core states it. */
 static int64_t opt_int(lua_State *L, const char *name, int64_t dflt, int64_t lo, int64_t hi)
 {
@@ -833,29 +846,26 @@ static int64_t opt_int(lua_State *L, const char *name, int64_t dflt, int64_t lo,
     return check_int_range(L, -1, 1, name, lo, hi);
 }
 
-/* A time in seconds, 0.001 to max_s, given to the core in whole
- * milliseconds (rounded: 0.1 * 1000 is not exactly 100 in binary). */
-static int opt_seconds_upto(lua_State *L, const char *name, int dflt_ms, int max_s)
-{
-    char buf[64];
-    int t = get_option(L, name);
-    if (t == LUA_TNIL)
-        return dflt_ms;
-    if (t != LUA_TNUMBER)
-        arg_errorf(L, 1, "%s must be a number of seconds, got %s", name, luaL_typename(L, -1));
-    /* The range is checked before rounding, as the Python package does:
-     * 60.0004 s is over 60 s, not 60 s. */
-    double ms = (double)lua_tonumber(L, -1) * 1000.0;
-    if (!(ms >= 0.5 && ms <= max_s * 1000.0))
-        arg_errorf(L, 1, "%s must be from 0.001 to %d seconds, got %s", name, max_s,
-                   describe(L, -1, buf, sizeof buf));
-    return (int)floor(ms + 0.5);
-}
+/* A duration option (timeout, connect_timeout, deny_cache_max): a string
+ * the core reads ("100ms", "0.25s", "0.25") or a number of seconds, into
+ * *o; the core checks the range and words it in the unit given. */
+static const char *check_cstring(lua_State *L, int idx, const char *what);
 
-/* A timeout: 0.001 to 60 seconds. */
-static int opt_seconds(lua_State *L, const char *name, int dflt_ms)
+static void opt_duration(lua_State *L, const char *name, hirate_options *o)
 {
-    return opt_seconds_upto(L, name, dflt_ms, 60);
+    char why[HIRATE_ERRMSG_SIZE];
+    int rc = 0, t = get_option(L, name);
+    if (t == LUA_TNIL)
+        return;
+    if (t == LUA_TSTRING)
+        rc = hirate_options_set_duration(o, name, check_cstring(L, -1, name), why, sizeof why);
+    else if (t == LUA_TNUMBER)
+        rc = hirate_options_set_seconds(o, name, (double)lua_tonumber(L, -1), why, sizeof why);
+    else
+        arg_errorf(L, 1, "%s must be a number of seconds or a string with a unit (\"100ms\"), "
+                   "got %s", name, luaL_typename(L, -1));
+    if (rc < 0)
+        arg_errorf(L, 1, "%s", why);
 }
 
 /* ---- the limit: capacity and rate, or limits ------------------------------------- */
@@ -1094,17 +1104,17 @@ static int l_new(lua_State *L)
     if ((o.on_error = hirate_on_error_from_name(policy)) < 0)
         arg_errorf(L, 1, "on_error must be \"local\", \"open\" or \"closed\", got \"%.20s\"",
                    policy);
-    o.instances = (int)opt_int(L, "instances", o.instances, 1, 100000);
-    o.timeout_ms = opt_seconds(L, "timeout", o.timeout_ms);
-    o.connect_timeout_ms = opt_seconds(L, "connect_timeout", o.connect_timeout_ms);
+    o.instances = opt_c_int(L, "instances", o.instances);
+    opt_duration(L, "timeout", &o);
+    opt_duration(L, "connect_timeout", &o);
     t = get_option(L, "deny_cache");
     if (t != LUA_TNIL)
         o.deny_cache = check_boolean(L, -1, 1, "deny_cache");
     /* How long one reply may foretell a refusal (so a reset made elsewhere
      * is seen within it): up to a day, as the core takes it. */
-    o.deny_cache_max_ms = opt_seconds_upto(L, "deny_cache_max", o.deny_cache_max_ms, 86400);
+    opt_duration(L, "deny_cache_max", &o);
     o.max_keys = (size_t)opt_int(L, "max_keys", (int64_t)o.max_keys, 1, 4000000000LL);
-    o.pool_size = (int)opt_int(L, "pool_size", o.pool_size, 1, 1024);
+    o.pool_size = opt_c_int(L, "pool_size", o.pool_size);
     /* TLS: the core checks that they go with a rediss:// URL. */
     o.tls_ca_file = opt_string(L, "tls_ca_file", NULL);
     o.tls_ca_dir = opt_string(L, "tls_ca_dir", NULL);
@@ -1120,6 +1130,11 @@ static int l_new(lua_State *L)
     t = get_option(L, "functions");
     if (t != LUA_TNIL)
         o.functions = check_boolean(L, -1, 1, "functions");
+    /* The in-memory buckets shared with the processes forked after new()
+     * (nginx's workers, for a limiter made in init_by_lua). */
+    t = get_option(L, "shared");
+    if (t != LUA_TNIL)
+        o.shared = check_boolean(L, -1, 1, "shared");
     t = get_option(L, "log");
     if (t != LUA_TNIL && t != LUA_TFUNCTION)
         arg_errorf(L, 1, "log must be a function(level, message), got %s",
@@ -1317,20 +1332,12 @@ static int l_check(lua_State *L)
     return emit_logs(L, u, 1);
 }
 
-/* The message of item i of a blocking batch. The core keeps one message per
- * limiter, the last error met, which is the last failed item's (the items
- * are decided in order): it serves every item that failed with the same
- * code, and an item that failed otherwise gets its code's own words. */
-typedef struct batch_msgs {
-    int last_rc;
-    char msg[HIRATE_ERRMSG_SIZE];
-} batch_msgs;
-
+/* The message of item i of a blocking batch: its own, from
+ * hirate_allow_many_msgs (HIRATE_ERRMSG_SIZE bytes an item at ctx). */
 static const char *batch_msg(const void *ctx, size_t i, int rc)
 {
-    const batch_msgs *b = (const batch_msgs *)ctx;
-    (void)i;
-    return rc == b->last_rc ? b->msg : hirate_strerror(rc);
+    (void)rc;
+    return (const char *)ctx + i * HIRATE_ERRMSG_SIZE;
 }
 
 /* lim:allow_many{{key, cost}, ...} -> {outcome, ...}: one round trip. Each
@@ -1345,17 +1352,12 @@ static int l_allow_many(lua_State *L)
     if (u->closed)
         return push_closed(L);
     hirate_item *items = (hirate_item *)lua_newuserdata(L, (n ? n : 1) * sizeof *items);
+    char *msgs = (char *)lua_newuserdata(L, (n ? n : 1) * HIRATE_ERRMSG_SIZE);
     fill_items(L, 2, items, n, NULL);
-    int rc = hirate_allow_many(u->lim, items, n);
+    int rc = hirate_allow_many_msgs(u->lim, items, n, NULL, msgs, HIRATE_ERRMSG_SIZE);
     if (rc < 0)
         return emit_logs(L, u, push_failure(L, u, rc));
-    batch_msgs b = {0, ""};
-    for (size_t i = 0; i < n; i++)
-        if (items[i].rc < 0)
-            b.last_rc = items[i].rc;
-    if (b.last_rc)
-        hirate_limiter_errmsg(u->lim, b.msg, sizeof b.msg);
-    push_items(L, items, n, u->show_bands, batch_msg, &b);
+    push_items(L, items, n, u->show_bands, batch_msg, msgs);
     return emit_logs(L, u, 1);
 }
 
@@ -1870,7 +1872,9 @@ static void op_finish(lua_State *L, op_ud *o, int idx)
 }
 
 /* Holds the core's op (rc 1 from a start function), or, when the core
- * needed none, keeps the limiter's message for the items that failed. */
+ * needed none, keeps each failed item's message: such an item failed before
+ * any I/O, on its key or cost (hirate_validate's words), or for want of
+ * memory. */
 static int op_started(lua_State *L, limiter_ud *u, op_ud *o, int rc, hirate_op *op)
 {
     if (rc != 1)
@@ -1887,10 +1891,14 @@ static int op_started(lua_State *L, limiter_ud *u, op_ud *o, int rc, hirate_op *
     }
     o->state = OP_DONE;
     char msg[HIRATE_ERRMSG_SIZE];
-    hirate_limiter_errmsg(u->lim, msg, sizeof msg);
-    for (size_t i = 0; i < o->n; i++)
-        if (o->items[i].rc < 0)
-            keep_message(L, -1, i, msg);
+    for (size_t i = 0; i < o->n; i++) {
+        const hirate_item *it = &o->items[i];
+        if (it->rc >= 0)
+            continue;
+        if (hirate_validate(it->key, it->keylen, it->cost, msg, sizeof msg) == 0)
+            snprintf(msg, sizeof msg, "%s", hirate_strerror(it->rc));
+        keep_message(L, -1, i, msg);
+    }
     return 1;
 }
 
@@ -2153,8 +2161,10 @@ static int l_op_results(lua_State *L)
 {
     op_ud *o = check_op(L);
     check_answered(L, o, "results");
-    if (o->reset || o->check)
-        return luaL_error(L, "results: a %s op has no items", o->reset ? "reset" : "check");
+    if (o->reset)
+        return luaL_error(L, "results: a reset op has one result (result())");
+    if (o->check)
+        return luaL_error(L, "results: a check op's outcome is health()");
     hl_getuservalue(L, 1);
     push_items(L, o->items, o->n, o->show_bands, kept_message, (const void *)(uintptr_t)L);
     if (o->nbands) {
@@ -2272,6 +2282,91 @@ static int l_refill_seconds(lua_State *L)
         arg_errorf(L, 2, "rate must be a number, got %s", luaL_typename(L, 2));
     hl_pushint64(L, hirate_refill_seconds(capacity, (double)lua_tonumber(L, 2)));
     return 1;
+}
+
+/* A decision table's figures back into a hirate_decision (the seconds are
+ * us / 1e6, one rounding from the microseconds, which llround undoes below
+ * 2^53). */
+static void read_decision(lua_State *L, int idx, hirate_decision *d)
+{
+    memset(d, 0, sizeof *d);
+    lua_getfield(L, idx, "allowed");
+    d->allowed = lua_toboolean(L, -1);
+    lua_getfield(L, idx, "remaining");
+    d->remaining = (int64_t)lua_tonumber(L, -1);
+    lua_getfield(L, idx, "retry_after");
+    lua_Number retry = lua_tonumber(L, -1);
+    d->retry_after_us = retry == HUGE_VAL ? HIRATE_NEVER : (int64_t)llround(retry * 1e6);
+    lua_getfield(L, idx, "reset_after");
+    d->reset_after_us = (int64_t)llround(lua_tonumber(L, -1) * 1e6);
+    lua_getfield(L, idx, "source");
+    const char *src = lua_tostring(L, -1);
+    for (int k = HIRATE_SOURCE_REDIS; src && k <= HIRATE_SOURCE_FAIL_CLOSED; k++)
+        if (strcmp(src, hirate_source_name(k)) == 0)
+            d->source = k;
+    lua_pop(L, 5);
+}
+
+/* hirate.core.response(limits, d, flags) -> status, retry_after (nil: none),
+ * then the values of RateLimit-Policy, RateLimit, X-RateLimit-Limit,
+ * X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After and the refusal's
+ * text (each nil when not sent): the core's hirate_response_format of one
+ * limiter's decision d. limits is { {name =, capacity =, rate =}, ... },
+ * one per band; with several, d.bands gives each band's figures. */
+static int l_response(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    int flags = (int)luaL_checkinteger(L, 3);
+    size_t n = (size_t)hl_rawlen(L, 1);
+    if (n < 1 || n > HIRATE_BANDS_MAX)
+        arg_errorf(L, 1, "limits must hold 1 to %d limits, got %d", HIRATE_BANDS_MAX, (int)n);
+    hirate_response_limit lim[HIRATE_BANDS_MAX];
+    hirate_decision dec[HIRATE_BANDS_MAX];
+    lua_getfield(L, 2, "bands");
+    int bands = lua_gettop(L);
+    int have_bands = n > 1 && lua_type(L, bands) == LUA_TTABLE;
+    for (size_t i = 0; i < n; i++) {
+        lua_rawgeti(L, 1, (int)i + 1);
+        int t = lua_gettop(L);
+        if (lua_type(L, t) != LUA_TTABLE)
+            arg_errorf(L, 1, "limits[%d] must be a table", (int)i + 1);
+        lua_getfield(L, t, "name");
+        lim[i].name = lua_tostring(L, -1);   /* kept alive by limits */
+        lua_getfield(L, t, "capacity");
+        lim[i].capacity = (int64_t)lua_tonumber(L, -1);
+        lua_getfield(L, t, "rate");
+        lim[i].rate = (double)lua_tonumber(L, -1);
+        lua_pop(L, 4);
+        if (have_bands) {
+            lua_rawgeti(L, bands, (int)i + 1);
+            read_decision(L, lua_gettop(L), &dec[i]);
+            lua_pop(L, 1);
+        } else {
+            read_decision(L, 2, &dec[i]);
+        }
+        lim[i].decision = &dec[i];
+    }
+    lua_pop(L, 1);
+    char buf[HIRATE_RESPONSE_SIZE(HIRATE_BANDS_MAX)], err[HIRATE_ERRMSG_SIZE];
+    hirate_response r;
+    int rc = hirate_response_format(lim, n, flags, &r, buf, sizeof buf, err, sizeof err);
+    if (rc < 0)
+        return luaL_error(L, "%s", err);
+    lua_pushinteger(L, r.status);
+    if (r.allowed || r.retry_after_s < 0)
+        lua_pushnil(L);
+    else
+        hl_pushint64(L, r.retry_after_s);
+    const char *v[7] = {r.ratelimit_policy, r.ratelimit, r.x_ratelimit_limit,
+                        r.x_ratelimit_remaining, r.x_ratelimit_reset, r.retry_after, r.detail};
+    for (int i = 0; i < 7; i++) {
+        if (v[i])
+            lua_pushstring(L, v[i]);
+        else
+            lua_pushnil(L);
+    }
+    return 9;
 }
 
 static int l_script_source(lua_State *L)
@@ -2404,6 +2499,7 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"version", l_version},
         {"parse_limits", l_parse_limits},
         {"refill_seconds", l_refill_seconds},
+        {"response", l_response},
         {"_live", l_live},
         {NULL, NULL}};
 
@@ -2420,6 +2516,10 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
     /* The core's limits, so that Lua code (hirate/resty.lua) states none. */
     hl_pushint64(L, HIRATE_KEY_MAX);
     lua_setfield(L, -2, "KEY_MAX");
+    hl_pushint64(L, HIRATE_HEADERS_RATELIMIT);
+    lua_setfield(L, -2, "HEADERS_RATELIMIT");
+    hl_pushint64(L, HIRATE_HEADERS_LEGACY);
+    lua_setfield(L, -2, "HEADERS_LEGACY");
     hl_pushint64(L, HIRATE_PREFIX_MAX);
     lua_setfield(L, -2, "PREFIX_MAX");
     hl_pushint64(L, HIRATE_EXACT_MAX);

@@ -230,7 +230,7 @@ static void print_us(const char *before, uint64_t ns)
 
 static const char *err_slot_name(int slot)
 {
-    return slot ? hirate_err_name(-slot) : "HIRATE_UNKNOWN";
+    return slot ? hirate_err_name(-slot) : "UNKNOWN";
 }
 
 static void report(const cli_config *c, const worker *s, double secs)

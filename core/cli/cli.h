@@ -11,7 +11,8 @@
 
 #include <hirate.h>
 
-/* Exit status: the shell's view of a decision. */
+/* Exit status: the shell's view of a decision (check: CLI_REFUSED for a node
+ * that is not healthy). */
 enum { CLI_ALLOWED = 0, CLI_REFUSED = 1, CLI_ERROR = 2 };
 
 /* Everything the command line said, validated for syntax; the library
@@ -20,6 +21,7 @@ typedef struct cli_config {
     hirate_options opts; /* url NULL: in memory */
     int64_t cost;        /* default 1 */
     int json;            /* --json */
+    int quiet;           /* -q, --quiet: nothing on stdout */
     int sha1;            /* script --sha1 */
     int threads;         /* bench --threads, default 4 */
     uint64_t keys;       /* bench --keys, default 1000 */

@@ -7,8 +7,9 @@
  *
  *     hirate [OPTIONS] COMMAND [ARGS]      options may also follow the command
  *
- * Exit status: 0 allowed (peek: would pass; other commands: done), 1 refused,
- * 2 error. The URL is never printed: it may hold a password. The sentinels'
+ * Exit status: 0 allowed (peek: would pass; check: every node healthy; other
+ * commands: done), 1 refused (check: a node is not healthy), 2 error.
+ * The URL is never printed: it may hold a password. The sentinels'
  * password comes from the environment only (HIRATE_SENTINEL_PASSWORD): a
  * command line is visible to every user of the machine.
  */
@@ -69,6 +70,8 @@ static void usage(FILE *f)
         "  allow KEY         spend --cost tokens of KEY's bucket if it holds them\n"
         "  peek KEY          what allow would decide now; spends nothing\n"
         "  reset KEY         forget KEY's bucket: it is full again\n"
+        "  check             ask every Redis node decisions go to whether it answers,\n"
+        "                    has the script (or function) and its role; a line each\n"
         "  script [--sha1]   print the Redis script byte for byte, or only its SHA1\n"
         "  bench             load generator: threads deciding on random keys\n"
         "\n"
@@ -94,11 +97,13 @@ static void usage(FILE *f)
         "  --cost N              tokens to spend, or for peek to test; default 1\n"
         "  --prefix P            prepended to every key in Redis; default \"%s\"\n"
         "  --on-error POLICY     when Redis fails: local, open or closed; default %s\n"
-        "  --timeout MS          per Redis command, milliseconds; default %d\n"
-        "  --connect-timeout MS  per connection attempt, milliseconds; default %d\n"
+        "  --timeout DURATION    per Redis command: a number and a unit (250us, 100ms,\n"
+        "                        0.25s, 2m; a number alone is seconds); default %dms\n"
+        "  --connect-timeout DURATION  per connection attempt; default %dms\n"
         "  --no-functions        decide with EVALSHA even where the server has Redis\n"
         "                        Functions (default: FCALL there)\n"
         "  --json                print one JSON object instead of a line of text\n"
+        "  -q, --quiet           print nothing on stdout: the exit status says it all\n"
         "  -h, --help            print this help and exit\n"
         "  --version             print the version and exit\n"
         "\n"
@@ -119,12 +124,13 @@ static void usage(FILE *f)
         "bench options:\n"
         "  --threads N           threads sharing one limiter; default 4\n"
         "  --keys N              keys bench:0 .. bench:N-1, drawn at random; default 1000\n"
-        "  --duration SECONDS    how long to run; default 5\n"
+        "  --duration DURATION   how long to run (10s, 500ms; a number alone is\n"
+        "                        seconds); default 5s\n"
         "  --batch N             decisions per call: 1 hirate_allow, more\n"
         "                        hirate_allow_many; default 1\n"
         "\n"
-        "Exit status: 0 allowed (peek: would pass; reset, script, bench: done),\n"
-        "1 refused, 2 error. See hirate(1).\n",
+        "Exit status: 0 allowed (peek: would pass; check: healthy; reset, script,\n"
+        "bench: done), 1 refused (check: a node is not healthy), 2 error. See hirate(1).\n",
         o.prefix ? o.prefix : "", hirate_on_error_name(o.on_error), o.timeout_ms,
         o.connect_timeout_ms);
 }
@@ -367,6 +373,124 @@ static int cmd_key(const cli_config *c, const char *cmd, const char *key)
     return status;
 }
 
+/* A check's tri-state (1, 0, -1 unknown) as JSON and as text. */
+static const char *json_tri(int v)
+{
+    return v > 0 ? "true" : v == 0 ? "false" : "null";
+}
+
+static const char *text_tri(int v)
+{
+    return v > 0 ? "yes" : v == 0 ? "no" : "unknown";
+}
+
+/* JSON of any text (a message quotes Redis' words): '"', '\\' and control
+ * bytes escaped. */
+static void json_text(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+/* check: hirate_check on every node decisions go to; a line (or a JSON
+ * member) per node. Exit 0 when every node is healthy, 1 when one is not
+ * (it did not answer, refused the password, is a replica...), 2 for an
+ * error before any node was asked. */
+static int cmd_check(const cli_config *c)
+{
+    hirate_limiter *lim;
+    if (cli_limiter_new(&c->opts, &lim) < 0)
+        return CLI_ERROR;
+    size_t max = 16, n = 0;
+    hirate_check_node *nodes = NULL;
+    int rc;
+    for (;;) {
+        hirate_check_node *more = realloc(nodes, max * sizeof *nodes);
+        if (!more) {
+            cli_error("out of memory");
+            free(nodes);
+            hirate_limiter_free(lim);
+            return CLI_ERROR;
+        }
+        nodes = more;
+        rc = hirate_check(lim, nodes, max, &n);
+        if (n <= max)
+            break;
+        max = n; /* a cluster of more masters: ask again with room for all */
+    }
+    int status = rc == 0 ? CLI_ALLOWED : CLI_REFUSED;
+    if (rc < 0 && n == 0) {
+        /* No node to report on: the check itself failed. */
+        char why[HIRATE_ERRMSG_SIZE];
+        cli_error("%s (%s)", cli_limiter_error(lim, rc, why, sizeof why), hirate_err_name(rc));
+        status = rc <= HIRATE_ECONNECT ? CLI_REFUSED : CLI_ERROR;
+    } else if (c->json) {
+        /* The shape of Python's Health.as_dict() and Lua's lim:check(). */
+        printf("{\"ok\":%s,\"error\":", rc == 0 ? "true" : "false");
+        if (rc == 0)
+            printf("null");
+        else
+            printf("\"%s\"", hirate_err_name(rc));
+        printf(",\"nodes\":[");
+        for (size_t i = 0; i < n; i++) {
+            const hirate_check_node *d = &nodes[i];
+            printf(i ? ",{\"addr\":" : "{\"addr\":");
+            json_text(d->addr);
+            printf(",\"ok\":%s,\"error\":", d->rc ? "false" : "true");
+            if (d->rc)
+                printf("\"%s\"", hirate_err_name(d->rc));
+            else
+                printf("null");
+            printf(",\"message\":");
+            json_text(d->message);
+            printf(",\"role\":");
+            if (d->role[0])
+                json_text(d->role);
+            else
+                printf("null");
+            printf(",\"functions\":%s,\"loaded\":%s,\"latency\":", json_tri(d->functions),
+                   json_tri(d->loaded));
+            if (d->latency_us < 0) {
+                printf("null}");
+            } else {
+                char secs[32];
+                seconds(secs, sizeof secs, d->latency_us, 0);
+                printf("%s}", secs);
+            }
+        }
+        printf("]}\n");
+    } else if (n == 0) {
+        printf("memory  OK  no Redis to check: decisions are made in this process\n");
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            const hirate_check_node *d = &nodes[i];
+            printf("%s  %s  role=%s functions=%s loaded=%s", d->addr, hirate_err_name(d->rc),
+                   d->role[0] ? d->role : "unknown", text_tri(d->functions),
+                   text_tri(d->loaded));
+            if (d->latency_us >= 0) {
+                char secs[32];
+                seconds(secs, sizeof secs, d->latency_us, 3);
+                printf(" latency=%ss", secs);
+            }
+            if (d->rc)
+                printf("  %s", d->message);
+            printf("\n");
+        }
+    }
+    free(nodes);
+    hirate_limiter_free(lim);
+    return status;
+}
+
 /* stdout is the script byte for byte, so `hirate script | redis-cli -x
  * SCRIPT LOAD` loads exactly what the library calls by SHA1. */
 static int cmd_script(const cli_config *c)
@@ -402,6 +526,7 @@ static const struct option long_options[] = {
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
     {"json", no_argument, NULL, OPT_JSON},
+    {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
     {"sha1", no_argument, NULL, OPT_SHA1},
@@ -455,11 +580,22 @@ typedef struct cli_args {
     const char *bench_opt; /* the last bench-only option given, to name it */
 } cli_args;
 
+/* A duration option, as hirate_options_set_duration reads and checks it. */
+static int set_duration(cli_config *c, const char *name, const char *v)
+{
+    char why[HIRATE_ERRMSG_SIZE];
+    if (hirate_options_set_duration(&c->opts, name, v, why, sizeof why) < 0) {
+        cli_error("%s", why);
+        return -1;
+    }
+    return 0;
+}
+
 /* Parses one option into c and a; returns 0 or -1 (message printed). */
 static int take_option(int opt, const char *v, cli_config *c, cli_args *a)
 {
-    int64_t n;
-    double x;
+    int64_t n, us;
+    char why[HIRATE_ERRMSG_SIZE];
     switch (opt) {
     case OPT_URL: a->url = v; a->have_url = 1; return 0;
     case OPT_CAPACITY:
@@ -478,17 +614,11 @@ static int take_option(int opt, const char *v, cli_config *c, cli_args *a)
             return -1;
         }
         return 0;
-    case OPT_TIMEOUT:
-        if (parse_int("--timeout", v, INT_MIN, INT_MAX, &n) < 0)
-            return -1;
-        c->opts.timeout_ms = (int)n;
-        return 0;
-    case OPT_CONNECT_TIMEOUT:
-        if (parse_int("--connect-timeout", v, INT_MIN, INT_MAX, &n) < 0)
-            return -1;
-        c->opts.connect_timeout_ms = (int)n;
-        return 0;
+    /* Durations as the library reads them, its ranges in its words. */
+    case OPT_TIMEOUT: return set_duration(c, "timeout", v);
+    case OPT_CONNECT_TIMEOUT: return set_duration(c, "connect_timeout", v);
     case OPT_JSON: c->json = 1; return 0;
+    case 'q': c->quiet = 1; return 0;
     /* The library checks them (a TLS option with a plain URL, a file it
      * cannot read): the tool passes them on as given. */
     case OPT_TLS_CA_FILE: c->opts.tls_ca_file = v; return 0;
@@ -521,13 +651,15 @@ static int take_option(int opt, const char *v, cli_config *c, cli_args *a)
         return 0;
     case OPT_DURATION:
         a->bench_opt = "--duration";
-        if (parse_num("--duration", v, &x) < 0)
-            return -1;
-        if (!(x > 0 && x <= 1e6)) {
-            cli_error("--duration: %s is out of range (above 0, at most 1000000 seconds)", v);
+        if (hirate_duration_parse(v, &us, why, sizeof why) < 0) {
+            cli_error("--duration: %s", why);
             return -1;
         }
-        c->duration_s = x;
+        if (!(us > 0 && us <= 1000000 * (int64_t)1000000)) {
+            cli_error("--duration: %s is out of range (above 0, at most 1000000s)", v);
+            return -1;
+        }
+        c->duration_s = (double)us / 1e6;
         return 0;
     case OPT_BATCH:
         a->bench_opt = "--batch";
@@ -546,7 +678,7 @@ static int parse_args(int argc, char **argv, cli_config *c, cli_args *a)
 {
     int opt;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "-:h", long_options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "-:hq", long_options, NULL)) != -1) {
         if (opt == 1) {
             if (a->npos < 3)
                 a->pos[a->npos] = optarg;
@@ -576,7 +708,8 @@ static int check_command(const cli_config *c, const cli_args *a, const char *cmd
     int keyed = strcmp(cmd, "allow") == 0 || strcmp(cmd, "peek") == 0 ||
                 strcmp(cmd, "reset") == 0;
     int script = strcmp(cmd, "script") == 0, bench = strcmp(cmd, "bench") == 0;
-    if (!keyed && !script && !bench) {
+    int check = strcmp(cmd, "check") == 0;
+    if (!keyed && !script && !bench && !check) {
         cli_error("unknown command \"%s\"", cmd);
         usage(stderr);
         return -1;
@@ -601,7 +734,7 @@ static int check_command(const cli_config *c, const cli_args *a, const char *cmd
         cli_error("--json does not apply to script");
         return -1;
     }
-    if (strcmp(cmd, "reset") != 0 && !script && !a->have_limit) {
+    if (strcmp(cmd, "reset") != 0 && !script && !check && !a->have_limit) {
         if (!a->have_capacity) {
             cli_error("%s needs --capacity N (the bucket size) and --rate R, or --limit", cmd);
             return -1;
@@ -645,6 +778,11 @@ int main(int argc, char **argv)
     const char *cmd = a.pos[0];
     if (check_command(&c, &a, cmd) < 0)
         return CLI_ERROR;
+    /* Quiet: the exit status is the answer; errors still go to stderr. */
+    if (c.quiet && !freopen("/dev/null", "w", stdout)) {
+        cli_error("cannot open /dev/null: %s", strerror(errno));
+        return CLI_ERROR;
+    }
 
     c.opts.url = a.have_url ? a.url : getenv("REDIS_URL");
     if (c.opts.url && !c.opts.url[0])
@@ -654,8 +792,8 @@ int main(int argc, char **argv)
     const char *sentinel_password = getenv("HIRATE_SENTINEL_PASSWORD");
     if (sentinel_password && sentinel_password[0])
         c.opts.sentinel_password = sentinel_password; /* empty: none */
-    if (strcmp(cmd, "reset") == 0 && !a.have_limit) {
-        /* reset needs no bucket size, but a limiter needs valid ones */
+    if ((strcmp(cmd, "reset") == 0 || strcmp(cmd, "check") == 0) && !a.have_limit) {
+        /* reset and check need no bucket size, but a limiter needs valid ones */
         if (!a.have_capacity)
             c.opts.capacity = 1;
         if (!a.have_rate)
@@ -667,6 +805,8 @@ int main(int argc, char **argv)
         status = cmd_script(&c);
     else if (strcmp(cmd, "bench") == 0)
         status = cli_bench(&c);
+    else if (strcmp(cmd, "check") == 0)
+        status = cmd_check(&c);
     else
         status = cmd_key(&c, cmd, a.pos[1]);
 

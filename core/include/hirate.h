@@ -27,6 +27,14 @@
  *
  * Every function that can fail returns 0 or a negative HIRATE_E* code. A
  * refusal is not an error: it is a decision with allowed == 0.
+ *
+ * Compatibility (docs/c.md, "ABI and SOVERSION"): a program built against an
+ * older hirate.h of the same SOVERSION runs with a newer library unchanged.
+ * hirate_options grows at its end and carries the size the program knew,
+ * set by hirate_options_init; hirate_stats is filled up to the size given.
+ * The other structs (hirate_decision, hirate_item, hirate_band, hirate_limit,
+ * hirate_check_node) keep their layout: what a later release adds comes
+ * through new functions.
  */
 #ifndef HIRATE_H
 #define HIRATE_H
@@ -39,9 +47,9 @@ extern "C" {
 #endif
 
 #define HIRATE_VERSION_MAJOR 0
-#define HIRATE_VERSION_MINOR 1
+#define HIRATE_VERSION_MINOR 2
 #define HIRATE_VERSION_PATCH 0
-#define HIRATE_VERSION_STRING "0.1.0"
+#define HIRATE_VERSION_STRING "0.2.0"
 #define HIRATE_VERSION_NUM \
     (HIRATE_VERSION_MAJOR * 10000 + HIRATE_VERSION_MINOR * 100 + HIRATE_VERSION_PATCH)
 
@@ -101,7 +109,9 @@ enum hirate_errno {
 
 /* "invalid rate" for HIRATE_ERATE; "unknown error" for anything else. */
 HIRATE_EXPORT const char *hirate_strerror(int code);
-/* "HIRATE_ERATE" for HIRATE_ERATE; "HIRATE_UNKNOWN" for anything else. */
+/* "ERATE" for HIRATE_ERATE, "OK" for 0, "UNKNOWN" for anything else: the
+ * name every front end shows (Python's Error.name, Lua's third result, the
+ * hirate tool's error=). */
 HIRATE_EXPORT const char *hirate_err_name(int code);
 
 /* Who made a decision. */
@@ -191,6 +201,8 @@ typedef struct hirate_band {
 HIRATE_EXPORT int64_t hirate_refill_seconds(int64_t capacity, double rate);
 
 typedef struct hirate_options {
+    size_t size;            /* sizeof(hirate_options) as the program was built:
+                               set by hirate_options_init, never by hand */
     const char *url;        /* redis://[user:password@]host[:port][/db],
                                rediss://... (TLS) or unix:///path[?db=N];
                                a Redis Cluster: redis+cluster://[user:password@]
@@ -238,18 +250,54 @@ typedef struct hirate_options {
                                (default); 0: EVALSHA always */
     hirate_log_fn log;      /* events for a log (see hirate_log_fn), or NULL */
     void *log_arg;          /* given to log */
+    int shared;             /* 1: the in-memory buckets (no URL, or the LOCAL
+                               fallback's) are shared with every process
+                               forked after the limiter is made, e.g. nginx's
+                               workers when it is made in the master: one
+                               table of max_keys buckets in shared memory,
+                               mapped whole at once (address space: about
+                               max_keys * (536 + 16 * bands) bytes, memory as
+                               keys arrive), each decision atomic across the
+                               processes, a process that dies mid-decision
+                               never blocking the others; 0: this process'
+                               own table (default) */
 } hirate_options;
 
-/* Fills *opts with the defaults; capacity and rate stay 0 (the limit must be
- * set). */
-HIRATE_EXPORT void hirate_options_init(hirate_options *opts);
+/* Fills *opts with the defaults and opts->size; capacity and rate stay 0
+ * (the limit must be set). A macro, so that the size is the program's own:
+ * a library newer than the header writes only the fields the program knows,
+ * and gives the others their defaults. */
+#define hirate_options_init(opts) hirate_options_init_size((opts), sizeof *(opts))
+/* hirate_options_init's function: size is sizeof *opts. */
+HIRATE_EXPORT void hirate_options_init_size(hirate_options *opts, size_t size);
+
+/* A duration as people write it: a number and a unit, "250us", "100ms",
+ * "0.25s", "2m", "1h" (us, ms, s, m, h; spaces allowed, case ignored), or a
+ * number alone, which is seconds ("0.25" is 250 ms), as every duration is
+ * in Python and Lua. *us gets it in whole microseconds, rounded to the
+ * nearest. 0, or HIRATE_EOPTION with a message that quotes the text. */
+HIRATE_EXPORT int hirate_duration_parse(const char *text, int64_t *us, char *err, size_t errlen);
+
+/* Sets the duration option name ("timeout", "connect_timeout",
+ * "deny_cache_max": the fields without their "_ms") from text, as
+ * hirate_duration_parse reads it, or from a number of seconds; rounded to
+ * the nearest millisecond. The option's range is checked here, and worded in
+ * the unit the caller used ("timeout must be from 1ms to 60s, got 0ms",
+ * "timeout must be from 0.001 to 60 seconds, got 0"). 0, HIRATE_EOPTION, or
+ * HIRATE_EINVAL for another name. */
+HIRATE_EXPORT int hirate_options_set_duration(hirate_options *opts, const char *name,
+                                              const char *text, char *err, size_t errlen);
+HIRATE_EXPORT int hirate_options_set_seconds(hirate_options *opts, const char *name,
+                                             double seconds, char *err, size_t errlen);
 
 typedef struct hirate_limiter hirate_limiter;
 
 /* Validates the options and makes a limiter. It does not connect: the first
- * decision does, so a limiter can be made while Redis is down. On failure
- * *out is NULL and, when errbuf is not NULL, errbuf holds a message naming
- * the problem (the password is never part of it). */
+ * decision does, so a limiter can be made while Redis is down. Every string
+ * and array of the options is copied (or parsed) here: none need outlive the
+ * call. On failure *out is NULL and, when errbuf is not NULL, errbuf holds a
+ * message naming the problem (the password is never part of it); options
+ * that hirate_options_init did not fill are HIRATE_EOPTION. */
 HIRATE_EXPORT int hirate_limiter_new(hirate_limiter **out, const hirate_options *opts,
                                      char *errbuf, size_t errlen);
 
@@ -314,11 +362,28 @@ HIRATE_EXPORT int hirate_allow_many(hirate_limiter *lim, hirate_item *items, siz
 HIRATE_EXPORT int hirate_allow_many_bands(hirate_limiter *lim, hirate_item *items, size_t n,
                                           hirate_decision *bands);
 
-/* The message of the last error on this limiter, e.g. "key is empty" or
- * "connect to 127.0.0.1:6379: Connection refused", copied into buf. With
- * threads sharing a limiter it is the last error any of them met; the code
- * each call returns is always that call's own. Returns buf. */
+/* hirate_allow_many_bands (bands NULL: without them) that also writes each
+ * failed item's own message, e.g. "key is empty", into msgs + i * msglen (at
+ * most msglen bytes, NUL included; HIRATE_ERRMSG_SIZE holds any), and "" for
+ * each item whose rc is 0. msgs NULL: none. */
+HIRATE_EXPORT int hirate_allow_many_msgs(hirate_limiter *lim, hirate_item *items, size_t n,
+                                         hirate_decision *bands, char *msgs, size_t msglen);
+
+/* The message of the calling thread's last error on this limiter, e.g. "key
+ * is empty" or "connect to 127.0.0.1:6379: Connection refused", copied into
+ * buf: read it right after the call that failed, in the same thread. Each
+ * thread has its own, so threads sharing a limiter never read each other's;
+ * "" when this thread's last error was on another limiter (or it met none).
+ * A later call that succeeds leaves it as it was. For a batch it is the last
+ * failed item's (hirate_allow_many_msgs gives each item's). Returns buf. */
 HIRATE_EXPORT const char *hirate_limiter_errmsg(hirate_limiter *lim, char *buf, size_t len);
+
+/* The code and message hirate_allow would give for this key and cost before
+ * deciding anything (HIRATE_EKEY, HIRATE_ECOST, HIRATE_ERANGE, HIRATE_EINVAL
+ * for a NULL key), or 0; with no limiter, e.g. to refuse a whole batch before
+ * any item of it is spent. */
+HIRATE_EXPORT int hirate_validate(const void *key, size_t keylen, int64_t cost, char *err,
+                                  size_t errlen);
 
 /* A limit as people write it: "100/minute", "100 per minute", "10/5s",
  * "1000/day burst 50" (docs/semantics.md, "Limit strings"). N per window is
@@ -375,6 +440,83 @@ HIRATE_EXPORT int hirate_stats_get(hirate_limiter *lim, hirate_stats *out, size_
  * 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000,
  * 500000, 1000000. *n (when not NULL) is their number. */
 HIRATE_EXPORT const int64_t *hirate_latency_bounds(size_t *n);
+
+/* The HTTP response of a request's limits: the RateLimit and RateLimit-Policy
+ * headers (the IETF httpapi rate-limit headers draft, Structured Field
+ * lists), the legacy X-RateLimit-* headers, Retry-After, the status and the
+ * refusal's text, from each limit's decision. Every web integration (Flask,
+ * ASGI, Django, OpenResty) writes them with this, so that they agree
+ * (docs/semantics.md, "Response headers"):
+ *
+ *   RateLimit-Policy  "<name>";q=<capacity>;w=<hirate_refill_seconds>, one
+ *                     item per limit, in order, whoever decided
+ *   RateLimit         "<name>";r=<remaining>;t=<seconds>, one item per limit
+ *                     whose figures are a bucket's (source redis, local or
+ *                     cache); a limit decided by on_error "open" or "closed"
+ *                     has no bucket behind its figures and no item (no
+ *                     header at all when no limit has one). t is until the
+ *                     bucket is full for a limit that held the cost (a band
+ *                     of a refused call too: it spent nothing and reports its
+ *                     own reset time), until the same cost could pass for a
+ *                     limit that refused; no t when it never can
+ *   X-RateLimit-Limit, -Remaining, -Reset (HIRATE_HEADERS_LEGACY)
+ *                     one limit's q, r and t: when refused, the refusing
+ *                     limit that waits longest; when allowed, the one with
+ *                     the fewest tokens left (of equals, the longest t, then
+ *                     the first); only limits with figures, so a response
+ *                     whose limit has none has none of the three
+ *   Retry-After       a refusal's longest wait, when it can ever pass
+ *
+ * Seconds are rounded up, so that a client that waits that long is never
+ * early. */
+typedef struct hirate_response_limit {
+    const char *name;       /* the policy's name: 1..HIRATE_BAND_NAME_MAX
+                               printable ASCII bytes (a band's rule) */
+    int64_t capacity;       /* q */
+    double rate;            /* w is hirate_refill_seconds(capacity, rate) */
+    const hirate_decision *decision; /* this limit's own (a band's for a band:
+                               hirate_allow_bands) */
+} hirate_response_limit;
+
+#define HIRATE_HEADERS_RATELIMIT 1  /* RateLimit-Policy and RateLimit */
+#define HIRATE_HEADERS_LEGACY 2     /* X-RateLimit-Limit, -Remaining, -Reset */
+
+typedef struct hirate_response {
+    int allowed;            /* every limit passed */
+    int status;             /* 200; 429 when refused; 503 when every refusal
+                               was on_error "closed" while Redis failed (the
+                               client did nothing wrong) */
+    int64_t retry_after_s;  /* refused: whole seconds until it could pass,
+                               rounded up, or -1 when it never can; 0 when
+                               allowed */
+    /* Header values, NUL-terminated in the caller's buffer; NULL: not sent. */
+    const char *ratelimit_policy;
+    const char *ratelimit;
+    const char *x_ratelimit_limit;
+    const char *x_ratelimit_remaining;
+    const char *x_ratelimit_reset;
+    const char *retry_after;
+    /* The refusal, for a body (NULL when allowed): its problem type URI and
+     * title (RFC 9457 problem details, the draft's problem types) and text,
+     * e.g. "Too many requests; retry in 2 seconds.", which names the limits
+     * that refused when there are several ("Too many requests (burst);
+     * ..."). */
+    const char *problem_type;
+    const char *title;
+    const char *detail;
+} hirate_response;
+
+/* Room enough in buf for a response of n limits. */
+#define HIRATE_RESPONSE_SIZE(n) (256 + 480 * (size_t)(n))
+
+/* Writes the response of limits[0 .. n) (n >= 1) with the headers that flags
+ * ask for (Retry-After always goes with a refusal that can pass) into *out,
+ * its strings into buf. 0; HIRATE_EINVAL for a NULL argument or n of 0,
+ * HIRATE_EOPTION for a bad name (a band's rule), HIRATE_ERANGE when len is
+ * below HIRATE_RESPONSE_SIZE(n); a message in err, when not NULL. */
+HIRATE_EXPORT int hirate_response_format(const hirate_response_limit *limits, size_t n,
+                                         int flags, hirate_response *out, char *buf,
+                                         size_t len, char *err, size_t errlen);
 
 /* A health check, e.g. for a readiness probe: what one node said. */
 #define HIRATE_CHECK_ADDR_MAX 300

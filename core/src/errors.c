@@ -19,11 +19,11 @@ const char *hirate_strerror(int code)
 const char *hirate_err_name(int code)
 {
     switch (code) {
-#define HIRATE_ERR_NAME_CASE_(name, value, msg) case HIRATE_##name: return "HIRATE_" #name;
+#define HIRATE_ERR_NAME_CASE_(name, value, msg) case HIRATE_##name: return #name;
     HIRATE_ERRNO_MAP(HIRATE_ERR_NAME_CASE_)
 #undef HIRATE_ERR_NAME_CASE_
-    case HIRATE_OK: return "HIRATE_OK";
-    default: return "HIRATE_UNKNOWN";
+    case HIRATE_OK: return "OK";
+    default: return "UNKNOWN";
     }
 }
 

@@ -11,7 +11,9 @@
 #include "breaker.h"
 #include "bucket.h"
 #include "cluster.h"
+#include "duration.h"
 #include "errors.h"
+#include "name.h"
 #include "fork.h"
 #include "handshake.h"
 #include "hirate_io.h"
@@ -20,6 +22,7 @@
 #include "metrics.h"
 #include "redis.h"
 #include "script.h"
+#include "shm.h"
 
 struct hirate_limiter {
     hirate_fork_node fork;      /* first: the fork hooks get this pointer */
@@ -42,6 +45,8 @@ struct hirate_limiter {
     hirate_cluster *cluster;    /* a Redis Cluster's nodes and map, or NULL */
     hirate_memory *memory;      /* the buckets without a URL; with one, the
                                    LOCAL fallback's (NULL for OPEN, CLOSED) */
+    hirate_shm *shm;            /* with shared: the table in place of memory,
+                                   shared with the processes forked since */
     hirate_memory *cache;       /* refusals foretold from Redis' replies */
     uint64_t reset_epoch;       /* bumped by every reset (atomic) */
     int64_t offset_min[2];      /* least (Redis time - send time) seen in this
@@ -49,9 +54,18 @@ struct hirate_limiter {
     int64_t offset_window;      /* when this window began (atomic) */
     uint64_t cache_hits, policy;/* counters (atomic) */
     uint64_t op_evalsha, op_eval, op_fcall, op_loads;/* sent by ops (atomic) */
-    pthread_mutex_t errlock;
-    char errmsg[HIRATE_ERRMSG_SIZE];
+    uint64_t serial;            /* this limiter's number, for last_error */
 };
+
+/* The calling thread's last error (hirate_limiter_errmsg): its message, and
+ * the serial number of the limiter it met it on (an address may be reused by
+ * a limiter made after another is freed; a number is not). Per thread, so
+ * threads sharing a limiter each read their own. */
+static _Thread_local struct {
+    uint64_t serial;
+    char msg[HIRATE_ERRMSG_SIZE];
+} last_error;
+static uint64_t serials;        /* the last serial number given (atomic) */
 
 /* Node id of the limiter: node 0 is its own, a cluster's others are in its
  * table. NULL for a number never given. */
@@ -62,9 +76,11 @@ static hirate_node *node_of(hirate_limiter *l, int id)
     return id == 0 && l->node0.redis ? &l->node0 : NULL;
 }
 
-void hirate_options_init(hirate_options *o)
+/* The defaults, in a struct of this library's size. */
+static void options_defaults(hirate_options *o)
 {
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     o->prefix = "rl:";
     o->connect_timeout_ms = 250;
     o->timeout_ms = 100;
@@ -79,6 +95,48 @@ void hirate_options_init(hirate_options *o)
     o->deny_cache_max_ms = 1000;
     o->tls_verify = 1;
     o->functions = 1;
+}
+
+/* A program built against an older hirate.h has a shorter hirate_options (its
+ * size says how long): it gets the fields it knows, and never a byte more. A
+ * newer program's longer struct gets ours and zeros after them. */
+void hirate_options_init_size(hirate_options *o, size_t size)
+{
+    if (!o || size < sizeof o->size)
+        return;
+    hirate_options d;
+    options_defaults(&d);
+    if (size > sizeof d)
+        memset((char *)o + sizeof d, 0, size - sizeof d);
+    d.size = size;
+    memcpy(o, &d, size < sizeof d ? size : sizeof d);
+}
+
+/* The end of the first hirate_options that carried its size (0.2's): no
+ * hirate_options_init of this SOVERSION sets a smaller one. */
+#define OPTIONS_SIZE_MIN (offsetof(hirate_options, log_arg) + sizeof(void *))
+#define OPTIONS_SIZE_MAX 65536
+
+/* The caller's options as this library's: the fields an older program lacks
+ * keep their defaults; a newer program's fields past ours must be zero
+ * (unused), since this library cannot honour them. */
+static int options_read(hirate_options *o, const hirate_options *in, char *err, size_t errlen)
+{
+    size_t size = in->size;
+    if (size < OPTIONS_SIZE_MIN || size > OPTIONS_SIZE_MAX)
+        return hirate__fail(err, errlen, HIRATE_EOPTION,
+                            "options: size is %zu, not one that hirate_options_init sets "
+                            "(call it before setting any field)", size);
+    options_defaults(o);
+    memcpy(o, in, size < sizeof *o ? size : sizeof *o);
+    for (size_t i = sizeof *o; i < size; i++)
+        if (((const unsigned char *)in)[i] != 0)
+            return hirate__fail(err, errlen, HIRATE_EOPTION,
+                                "options: byte %zu is set, a field this library (hirate %s, "
+                                "options of %zu bytes) does not know",
+                                i, HIRATE_VERSION_STRING, sizeof *o);
+    o->size = sizeof *o;
+    return 0;
 }
 
 static const char *const on_error_names[] = {"local", "open", "closed"};
@@ -102,7 +160,6 @@ int hirate_on_error_from_name(const char *name)
 static void fork_prepare(hirate_fork_node *n)
 {
     hirate_limiter *l = (hirate_limiter *)n;
-    pthread_mutex_lock(&l->errlock);
     pthread_mutex_lock(&l->node0.breaker.lock);
     if (l->node0.redis) {
         hirate_link_fork_prepare(&l->node0.link);
@@ -134,7 +191,6 @@ static void fork_release(hirate_fork_node *n, int child)
     if (l->node0.redis)
         hirate_link_fork_release(&l->node0.link, child);
     pthread_mutex_unlock(&l->node0.breaker.lock);
-    pthread_mutex_unlock(&l->errlock);
 }
 
 static void fork_parent(hirate_fork_node *n)
@@ -168,17 +224,10 @@ static int band_name(const char *name, const hirate_bucket_cfg *cfg, char *out, 
                  (long long)hirate_refill_seconds(cfg->capacity, cfg->rate));
         return 0;
     }
-    size_t len = strlen(name);
-    if (len == 0 || len > HIRATE_BAND_NAME_MAX)
-        return hirate__fail(err, errlen, HIRATE_EOPTION,
-                            "%s: a band's name must be 1 to %d bytes, got %zu", what,
-                            HIRATE_BAND_NAME_MAX, len);
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)name[i] < 0x20 || (unsigned char)name[i] > 0x7e)
-            return hirate__fail(err, errlen, HIRATE_EOPTION,
-                                "%s: a band's name must be printable ASCII (it is sent in "
-                                "headers)", what);
-    memcpy(out, name, len + 1);
+    int rc = hirate__name_check(name, what, err, errlen);
+    if (rc < 0)
+        return rc;
+    memcpy(out, name, strlen(name) + 1);
     return 0;
 }
 
@@ -248,8 +297,8 @@ static int check_options(const hirate_options *o, hirate_limiter *l, char *err, 
 {
     int rc;
     if ((rc = check_limit(o, l, err, errlen)) < 0 ||
-        (rc = check_range("connect_timeout_ms", o->connect_timeout_ms, 1, 60000, err, errlen)) < 0 ||
-        (rc = check_range("timeout_ms", o->timeout_ms, 1, 60000, err, errlen)) < 0 ||
+        (rc = hirate__duration_check(o, "connect_timeout", err, errlen)) < 0 ||
+        (rc = hirate__duration_check(o, "timeout", err, errlen)) < 0 ||
         (rc = check_range("pool_size", o->pool_size, 1, 1024, err, errlen)) < 0 ||
         (rc = check_range("max_keys", (long long)(o->max_keys > 4000000000u ? 4000000001u : o->max_keys),
                           1, 4000000000LL, err, errlen)) < 0)
@@ -263,32 +312,44 @@ static int check_options(const hirate_options *o, hirate_limiter *l, char *err, 
         (rc = check_range("backoff_max_ms", o->backoff_max_ms, o->backoff_min_ms, 600000,
                           err, errlen)) < 0 ||
         (rc = check_range("deny_cache", o->deny_cache, 0, 1, err, errlen)) < 0 ||
+        (rc = check_range("shared", o->shared, 0, 1, err, errlen)) < 0 ||
         (o->deny_cache &&
          (rc = check_range("deny_cache_keys",
                            (long long)(o->deny_cache_keys > 4000000000u ? 4000000001u
                                                                        : o->deny_cache_keys),
                            1, 4000000000LL, err, errlen)) < 0) ||
-        (o->deny_cache &&
-         (rc = check_range("deny_cache_max_ms", o->deny_cache_max_ms, 1, 86400000, err,
-                           errlen)) < 0))
+        (o->deny_cache && (rc = hirate__duration_check(o, "deny_cache_max", err, errlen)) < 0))
         return rc;
+    if (o->shared && o->url && o->on_error != HIRATE_ON_ERROR_LOCAL)
+        return hirate__fail(err, errlen, HIRATE_EOPTION,
+                            "shared: a limiter with a URL keeps in-memory buckets only for "
+                            "on_error = local; with on_error = %s it has none to share",
+                            hirate_on_error_name(o->on_error));
     if (o->prefix && strlen(o->prefix) > HIRATE_PREFIX_MAX)
         return hirate__fail(err, errlen, HIRATE_EOPTION, "prefix is %zu bytes; the most is %d",
                             strlen(o->prefix), HIRATE_PREFIX_MAX);
     return 0;
 }
 
-int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err, size_t errlen)
+/* Weak, with a hidden alias: the shared library's hirate_limiter_new@@HIRATE_0.2
+ * is compat_0_1.c's, which calls the alias, next to 0.1's; the static
+ * library and the bindings take this definition as it is. */
+__attribute__((weak)) int hirate_limiter_new(hirate_limiter **out, const hirate_options *opts,
+                                             char *err, size_t errlen)
 {
     hirate_redis_cfg rcfg;
     hirate_link link;
+    hirate_options own;
+    const hirate_options *o = &own;
     int rc;
 
     if (err && errlen)
         err[0] = '\0';
-    if (!out || !o)
+    if (!out || !opts)
         return hirate__fail(err, errlen, HIRATE_EINVAL, "hirate_limiter_new needs out and opts");
     *out = NULL;
+    if ((rc = options_read(&own, opts, err, errlen)) < 0)
+        return rc;
     /* Aligned for the counts' stripes, a cache line each. */
     hirate_limiter *l = aligned_alloc(_Alignof(hirate_limiter),
                                       (sizeof *l + _Alignof(hirate_limiter) - 1) /
@@ -336,7 +397,7 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
         l->argslen += hirate_proto_encode_limits(l->args + l->argslen,
                                                  sizeof l->args - l->argslen, l->cfg[i].capacity,
                                                  l->cfg[i].rate);
-    pthread_mutex_init(&l->errlock, NULL);
+    l->serial = __atomic_add_fetch(&serials, 1, __ATOMIC_RELAXED);
     hirate_breaker_init(&l->node0.breaker, o->backoff_min_ms, o->backoff_max_ms);
     int ok = 1;
     if (o->url) {
@@ -358,8 +419,16 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
         if (ok && o->deny_cache)
             ok = (l->cache = hirate_memory_new(o->deny_cache_keys, l->nbands, 1)) != NULL;
     }
-    if (ok && (!o->url || o->on_error == HIRATE_ON_ERROR_LOCAL))
-        ok = (l->memory = hirate_memory_new(o->max_keys, l->nbands, 0)) != NULL;
+    if (ok && (!o->url || o->on_error == HIRATE_ON_ERROR_LOCAL)) {
+        if (o->shared && !(l->shm = hirate_shm_new(o->max_keys, l->nbands))) {
+            hirate_limiter_free(l);
+            return hirate__fail(err, errlen, HIRATE_ENOMEM,
+                                "cannot map a shared table of %zu keys; lower max_keys",
+                                o->max_keys);
+        }
+        if (!o->shared)
+            ok = (l->memory = hirate_memory_new(o->max_keys, l->nbands, 0)) != NULL;
+    }
     if (!ok) {
         hirate_limiter_free(l);
         return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory");
@@ -371,6 +440,8 @@ int hirate_limiter_new(hirate_limiter **out, const hirate_options *o, char *err,
     *out = l;
     return 0;
 }
+extern __typeof(hirate_limiter_new) hirate__limiter_new
+    __attribute__((alias("hirate_limiter_new"), visibility("hidden")));
 
 void hirate_limiter_free(hirate_limiter *l)
 {
@@ -386,19 +457,36 @@ void hirate_limiter_free(hirate_limiter *l)
     if (l->node0.link.started)
         hirate_link_destroy(&l->node0.link);
     hirate_memory_free(l->memory);
+    hirate_shm_free(l->shm);
     hirate_memory_free(l->cache);
     hirate_breaker_destroy(&l->node0.breaker);
-    pthread_mutex_destroy(&l->errlock);
     free(l);
 }
 
 /* ---- decisions ------------------------------------------------------------------ */
 
+/* The local buckets (no URL, or the LOCAL fallback's): this process' own
+ * table, or the one shared with the processes forked since. */
+static int local_decide(hirate_limiter *l, const hirate_bucket_cfg *cfg, const void *key,
+                        size_t keylen, int64_t now, int64_t cost, int spend, hirate_decision *d,
+                        hirate_decision *per)
+{
+    if (l->shm) {
+        hirate_shm_decide(l->shm, cfg, key, keylen, now, cost, spend, d, per);
+        return 0;
+    }
+    return hirate_memory_decide(l->memory, cfg, key, keylen, now, cost, spend, d, per);
+}
+
+static size_t local_count(hirate_limiter *l)
+{
+    return l->shm ? hirate_shm_count(l->shm) : hirate_memory_count(l->memory);
+}
+
 static int remember(hirate_limiter *l, int rc, const char *msg)
 {
-    pthread_mutex_lock(&l->errlock);
-    snprintf(l->errmsg, sizeof l->errmsg, "%s", msg);
-    pthread_mutex_unlock(&l->errlock);
+    last_error.serial = l->serial;
+    snprintf(last_error.msg, sizeof last_error.msg, "%s", msg);
     return rc;
 }
 
@@ -431,8 +519,8 @@ static void apply_policy(hirate_limiter *l, hirate_item *it, hirate_decision *pe
     __atomic_fetch_add(&l->policy, 1, __ATOMIC_RELAXED);
     it->rc = 0;
     if (l->on_error == HIRATE_ON_ERROR_LOCAL) {
-        it->rc = hirate_memory_decide(l->memory, l->local_cfg, it->key, it->keylen, now,
-                                      it->cost, spend, d, per);
+        it->rc = local_decide(l, l->local_cfg, it->key, it->keylen, now, it->cost, spend, d,
+                              per);
     } else {
         hirate_decision own[HIRATE_BANDS_MAX], *bd = n == 1 ? d : per ? per : own;
         int open = l->on_error == HIRATE_ON_ERROR_OPEN;
@@ -559,7 +647,7 @@ static int decide_in_memory(hirate_limiter *l, const void *key, size_t keylen, i
     int rc = check_input(l, key, keylen, cost);
     if (rc < 0)
         return rc;
-    rc = hirate_memory_decide(l->memory, l->cfg, key, keylen, now, cost, spend, out, per);
+    rc = local_decide(l, l->cfg, key, keylen, now, cost, spend, out, per);
     return rc < 0 ? remember(l, rc, "out of memory for a new bucket") : 0;
 }
 
@@ -577,6 +665,11 @@ typedef struct batch {
     size_t n;               /* items */
     int keep_msgs;          /* keep each failed item's message (an op) */
     char **msgs;            /* and those messages, or NULL */
+    char *out_msgs;         /* or write them here, out_len bytes an item
+                               (hirate_allow_many_msgs), or NULL */
+    size_t out_len;
+    char *call_msgs;        /* with out_msgs: each call's own message from
+                               the blocking client (HIRATE_ERRMSG_SIZE a call) */
     int spend;
     int64_t now_us;         /* injected time, or < 0 */
     int64_t now;            /* the decision clock: injected or monotonic */
@@ -663,6 +756,8 @@ static void batch_free(batch *b)
 /* Keeps item i's message, for hirate_op_errmsg (only an op keeps them). */
 static void batch_note(batch *b, size_t i, const char *msg)
 {
+    if (b->out_msgs)
+        snprintf(b->out_msgs + i * b->out_len, b->out_len, "%s", msg);
     if (!b->keep_msgs || (!b->msgs && !(b->msgs = calloc(b->n, sizeof *b->msgs))))
         return;
     free(b->msgs[i]);
@@ -690,10 +785,12 @@ static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_
         if (!l->node0.redis) {
             it->rc = decide_in_memory(l, it->key, it->keylen, it->cost, spend, b->now,
                                       &it->decision, item_bands(b, i));
+            if (it->rc < 0 && b->out_msgs)
+                batch_note(b, i, last_error.msg);   /* what decide_in_memory said */
         } else if ((it->rc = check_input(l, it->key, it->keylen, it->cost)) == 0) {
             it->rc = 1;   /* for Redis */
             npending++;
-        } else if (b->keep_msgs) {
+        } else if (b->keep_msgs || b->out_msgs) {
             char err[HIRATE_ERRMSG_SIZE];
             input_error(it->key, it->keylen, it->cost, err, sizeof err);
             batch_note(b, i, err);
@@ -837,6 +934,8 @@ static void settle_call(batch *b, size_t j, int64_t wait_us, const char *err)
     } else if (is_outage(it->rc)) {
         apply_policy(l, it, bd, b->spend, b->now, it->rc, wait_us);
     } else {
+        if (b->call_msgs && b->call_msgs[j * HIRATE_ERRMSG_SIZE])
+            err = b->call_msgs + j * HIRATE_ERRMSG_SIZE;   /* its own words */
         remember(l, it->rc, err);
         if (!b->msgs || !b->msgs[b->index[j]])
             batch_note(b, b->index[j], err);
@@ -853,29 +952,47 @@ static void batch_settle(batch *b, int verdict, const char *err)
 
 static void run_blocking(hirate_limiter *l, hirate_op *op);
 
-/* Decides items in order: each gets its rc and, when 0, its decision. */
+/* Decides items in order: each gets its rc and, when 0, its decision; with
+ * msgs, each failed item its message in msgs[i * msglen ..). */
 static void decide_items(hirate_limiter *l, hirate_item *items, size_t n, int spend,
-                         int64_t now_us, hirate_decision *per)
+                         int64_t now_us, hirate_decision *per, char *msgs, size_t msglen)
 {
+    for (size_t i = 0; msgs && i < n; i++)
+        msgs[i * msglen] = '\0';
     if (l->cluster) {
         hirate_op *op;
-        if (hirate_op_start_bands(l, items, n, spend, now_us, per, &op) == 1)
+        int rc = hirate_op_start_bands(l, items, n, spend, now_us, per, &op);
+        if (rc == 1)
             run_blocking(l, op);
+        for (size_t i = 0; msgs && i < n; i++)
+            if (items[i].rc < 0) {
+                const char *m = op ? hirate_op_errmsg(op, i) : NULL;
+                snprintf(msgs + i * msglen, msglen, "%s",
+                         m && *m ? m : rc < 0 ? "out of memory for a batch"
+                                              : hirate_strerror(items[i].rc));
+            }
         hirate_op_free(op);
         return;
     }
     batch b;
     b.keep_msgs = 0;
     b.msgs = NULL;
+    b.out_msgs = msgs;
+    b.out_len = msglen;
+    b.call_msgs = NULL;
     b.own_per = 0;
     b.calls = NULL;
     if (batch_begin(&b, l, items, n, spend, now_us, per)) {
         int verdict = breaker_enter(&b, &l->node0, NULL, b.m);
         if (verdict != HIRATE_BREAKER_SKIP) {
             char err[HIRATE_ERRMSG_SIZE];
+            /* Without memory for them, items share the round trip's message. */
+            if (msgs)
+                b.call_msgs = malloc(b.m * HIRATE_ERRMSG_SIZE);
             hirate_redis_decide_many(l->node0.redis, b.calls, b.m, l->cfg, b.ds, b.cper,
-                                     b.states, b.rcs, err, sizeof err);
+                                     b.states, b.rcs, b.call_msgs, err, sizeof err);
             batch_settle(&b, verdict, err);
+            free(b.call_msgs);
         }
     }
     count_items(l, items, n, spend);
@@ -901,7 +1018,7 @@ static __attribute__((noinline)) int decide_bands(hirate_limiter *l, const void 
             hirate_count_error(l->counts, rc);
     } else {
         hirate_item it = {key, keylen, cost, 0, {0}};
-        decide_items(l, &it, 1, spend, now_us, per);
+        decide_items(l, &it, 1, spend, now_us, per, NULL, 0);
         if ((rc = it.rc) == 0)
             *out = it.decision;
     }
@@ -933,7 +1050,7 @@ decide(hirate_limiter *l, const void *key, size_t keylen, int64_t cost, int spen
         return rc;
     }
     hirate_item it = {key, keylen, cost, 0, {0}};
-    decide_items(l, &it, 1, spend, now_us, NULL);
+    decide_items(l, &it, 1, spend, now_us, NULL, NULL, 0);
     if (it.rc == 0)
         *out = it.decision;
     return it.rc;
@@ -968,7 +1085,7 @@ int hirate_allow_many(hirate_limiter *l, hirate_item *items, size_t n)
     if (!l || (!items && n))
         return HIRATE_EINVAL;
     if (n)
-        decide_items(l, items, n, 1, -1, NULL);
+        decide_items(l, items, n, 1, -1, NULL, NULL, 0);
     return 0;
 }
 
@@ -978,8 +1095,25 @@ int hirate_allow_many_bands(hirate_limiter *l, hirate_item *items, size_t n,
     if (!l || (!items && n) || (!bands && n))
         return HIRATE_EINVAL;
     if (n)
-        decide_items(l, items, n, 1, -1, bands);
+        decide_items(l, items, n, 1, -1, bands, NULL, 0);
     return 0;
+}
+
+int hirate_allow_many_msgs(hirate_limiter *l, hirate_item *items, size_t n,
+                           hirate_decision *bands, char *msgs, size_t msglen)
+{
+    if (!l || (!items && n) || (msgs && !msglen))
+        return HIRATE_EINVAL;
+    if (n)
+        decide_items(l, items, n, 1, -1, bands, msgs, msgs ? msglen : 0);
+    return 0;
+}
+
+int hirate_validate(const void *key, size_t keylen, int64_t cost, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    return input_error(key, keylen, cost, err, errlen);
 }
 
 int hirate_decide_at_bands(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
@@ -1025,6 +1159,8 @@ static int reset_local(hirate_limiter *l, const void *key, size_t keylen, char *
     }
     if (l->memory)
         hirate_memory_reset(l->memory, key, keylen);
+    if (l->shm)
+        hirate_shm_reset(l->shm, key, keylen);
     return 0;
 }
 
@@ -1067,9 +1203,7 @@ const char *hirate_limiter_errmsg(hirate_limiter *l, char *buf, size_t len)
         snprintf(buf, len, "%s", "no limiter");
         return buf;
     }
-    pthread_mutex_lock(&l->errlock);
-    snprintf(buf, len, "%s", l->errmsg);
-    pthread_mutex_unlock(&l->errlock);
+    snprintf(buf, len, "%s", last_error.serial == l->serial ? last_error.msg : "");
     return buf;
 }
 
@@ -1105,10 +1239,10 @@ void hirate_counters_get(hirate_limiter *l, hirate_counters *out)
             out->asked = __atomic_load_n(&l->cluster->asked, __ATOMIC_RELAXED);
             out->master_changes = __atomic_load_n(&l->cluster->master_changes, __ATOMIC_RELAXED);
         }
-        if (l->memory)
-            out->local_keys = hirate_memory_count(l->memory);
+        if (l->memory || l->shm)
+            out->local_keys = local_count(l);
     } else {
-        out->memory_keys = hirate_memory_count(l->memory);
+        out->memory_keys = local_count(l);
     }
     if (l->cache)
         out->cache_keys = hirate_memory_count(l->cache);
@@ -1954,12 +2088,13 @@ static int feed_map(hirate_op *op, leg *g, const char *buf, size_t len, size_t *
         return 0;
     int rc;
     char err[HIRATE_ERRMSG_SIZE];
-    if (got < 0 || hirate_rreader_pending(g->rr)) {
-        /* Not RESP, too long, or bytes after it: the stream is lost. */
+    if (got > 0)   /* bytes after it are the next replies on the connection */
+        *used = len - hirate_rreader_pending(g->rr);
+    if (got < 0) {
+        /* Not RESP, or too long: the stream is lost. */
         g->drop = 1;
         hirate_cluster_refresh_end(op->l->cluster, g->node, NULL, NULL, 0);
-        rc = hirate__fail(err, sizeof err, HIRATE_EPROTO, "malformed reply from Redis: %s",
-                          why ? why : "bytes after the reply");
+        rc = hirate__fail(err, sizeof err, HIRATE_EPROTO, "malformed reply from Redis: %s", why);
     } else {
         /* A cluster's error reply (a node not in cluster mode, or one that
          * cannot say now) teaches nothing: another node is asked later, and
@@ -2182,10 +2317,7 @@ static int feed_check(hirate_op *op, size_t i, leg *g, const char *buf, size_t l
         check_reply(op, g, r);
         hirate_rnode_free(r);
     }
-    if (hirate_rreader_pending(g->rr)) {
-        why = "bytes after the reply";
-        goto malformed;
-    }
+    *used = len - hirate_rreader_pending(g->rr);   /* the rest: the next replies */
     check_judge(op, g, hirate_monotonic_us() - g->started);
     g->state = LEG_DONE;
     op->drop |= g->drop;

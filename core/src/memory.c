@@ -191,6 +191,11 @@ static uint64_t hash_key(const unsigned char *p, size_t n, uint64_t seed)
     return fold(k2 ^ len, fold(a ^ k1, b ^ h));
 }
 
+uint64_t hirate_key_hash(const void *key, size_t keylen, uint64_t seed)
+{
+    return hash_key(key, keylen, seed);
+}
+
 /* ---- one shard ------------------------------------------------------------- */
 
 static inline int key_eq(const unsigned char *a, const void *b, size_t n)

@@ -56,6 +56,9 @@ size_t hirate_memory_bytes(hirate_memory *m);
 void hirate_memory_lock_all(hirate_memory *m);
 void hirate_memory_unlock_all(hirate_memory *m);
 
+/* The table's seeded hash of a key (the shared table's too). */
+uint64_t hirate_key_hash(const void *key, size_t keylen, uint64_t seed);
+
 /* CLOCK_MONOTONIC in microseconds. */
 int64_t hirate_monotonic_us(void);
 

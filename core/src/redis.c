@@ -100,6 +100,7 @@ typedef struct rider {
     hirate_decision *per;       /* each call's bands, nbands a call */
     hirate_bucket *states;      /* likewise */
     int *rcs;
+    char *msgs;                 /* each call's message, or NULL (see decide_many) */
     char *err;
     size_t errlen;
     int64_t deadline;           /* its own: from its start */
@@ -628,8 +629,8 @@ not_run(hirate_redis *r, const hirate_reply *rep, int rc, int fcall, int refused
  * unknown, is every unanswered call's rc and the return value. */
 static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int select,
                     int fcall, int load, const hirate_bucket_cfg *cfg, hirate_decision *ds,
-                    hirate_decision *per, hirate_bucket *states, int *rcs, int *healthy, int64_t deadline, char *err,
-                    size_t errlen)
+                    hirate_decision *per, hirate_bucket *states, int *rcs, char *msgs,
+                    int *healthy, int64_t deadline, char *err, size_t errlen)
 {
     char stackbuf[2048];
     size_t total = hirate_proto_batch_bound(calls, n, rcs, select, fcall, load);
@@ -701,6 +702,8 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
             rcs[i] = hirate__fail(err, errlen, load_rc, "%s", load_err);
         else if (rcs[i] > 0)   /* it did not run: how it goes again */
             rcs[i] = not_run(r, &rep, rcs[i], fcall, load && !loaded, &drop, err, errlen);
+        if (rcs[i] < 0 && io == 0 && msgs)   /* its reply's own words */
+            snprintf(msgs + i * HIRATE_ERRMSG_SIZE, HIRATE_ERRMSG_SIZE, "%s", err);
     }
     if (io == 0 && (io = end_roundtrip(c, err, errlen)) < 0)
         for (size_t i = 0; i < n; i++)
@@ -722,8 +725,8 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
  * the code or refused Redis Functions. */
 static __attribute__((noinline, cold)) int
 again(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int fcall, const hirate_bucket_cfg *cfg,
-      hirate_decision *ds, hirate_decision *per, hirate_bucket *states, int *rcs, int *healthy, int64_t deadline,
-      char *err, size_t errlen)
+      hirate_decision *ds, hirate_decision *per, hirate_bucket *states, int *rcs, char *msgs,
+      int *healthy, int64_t deadline, char *err, size_t errlen)
 {
     int rc = 0;
     for (int pass = 0; rc == 0 && pass < 3; pass++) {
@@ -739,10 +742,10 @@ again(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int fcall, c
                     rcs[i] = HIRATE_PROTO_NOFUNC;
             fcall = 0;
             rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOFUNC, 0, 0, cfg, ds, per, states, rcs,
-                          healthy, deadline, err, errlen);
+                          msgs, healthy, deadline, err, errlen);
         } else if (noscript) {
             rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOSCRIPT, fcall, 1, cfg, ds, per, states,
-                          rcs, healthy, deadline, err, errlen);
+                          rcs, msgs, healthy, deadline, err, errlen);
         } else {
             break;
         }
@@ -765,19 +768,19 @@ again(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int fcall, c
 static inline __attribute__((always_inline)) int
 round_trip(hirate_redis *r, conn *c, const hirate_call *calls, size_t n,
                       const hirate_bucket_cfg *cfg, hirate_decision *ds, hirate_decision *per, hirate_bucket *states, int *rcs,
-                      int *healthy, int64_t deadline, char *err, size_t errlen)
+                      char *msgs, int *healthy, int64_t deadline, char *err, size_t errlen)
 {
     int fcall = __atomic_load_n(&r->link->functions, __ATOMIC_RELAXED);
-    int rc = pipeline(r, c, calls, n, 0, fcall, 0, cfg, ds, per, states, rcs, healthy, deadline,
-                      err, errlen);
+    int rc = pipeline(r, c, calls, n, 0, fcall, 0, cfg, ds, per, states, rcs, msgs, healthy,
+                      deadline, err, errlen);
     /* An answer is 0 or a negative code; only NOSCRIPT and NOFUNC, the
      * calls that did not run, are positive. */
     int more = 0;
     for (size_t i = 0; i < n; i++)
         more |= rcs[i] > 0;
     if (more && rc == 0)
-        return again(r, c, calls, n, fcall, cfg, ds, per, states, rcs, healthy, deadline, err,
-                     errlen);
+        return again(r, c, calls, n, fcall, cfg, ds, per, states, rcs, msgs, healthy, deadline,
+                     err, errlen);
     /* The stream broke: those that were to go again get the failure too. */
     for (size_t i = 0; more && i < n; i++)
         if (rcs[i] > 0)
@@ -807,15 +810,16 @@ static int carry(hirate_redis *r, conn *c, rider *me, const hirate_bucket_cfg *c
     hirate_decision *per = me->per ? malloc(total * nb * sizeof *per) : NULL;
     hirate_bucket *states = malloc(total * nb * sizeof *states);
     int *rcs = malloc(total * sizeof *rcs);
+    char *msgs = calloc(total, HIRATE_ERRMSG_SIZE);
     int rc;
-    if (!calls || !ds || (me->per && !per) || !states || !rcs) {
+    if (!calls || !ds || (me->per && !per) || !states || !rcs || !msgs) {
         /* Nothing sent: each carries its own calls, one after the other. */
-        rc = round_trip(r, c, me->calls, me->n, cfg, me->ds, me->per, me->states, me->rcs, healthy,
-                        deadline, me->err, me->errlen);
+        rc = round_trip(r, c, me->calls, me->n, cfg, me->ds, me->per, me->states, me->rcs,
+                        me->msgs, healthy, deadline, me->err, me->errlen);
         for (rider *w = me->riders; w; w = w->next) {
             if (*healthy) {
                 w->ret = round_trip(r, c, w->calls, w->n, cfg, w->ds, w->per, w->states, w->rcs,
-                                    healthy, deadline, w->err, w->errlen);
+                                    w->msgs, healthy, deadline, w->err, w->errlen);
                 continue;
             }
             w->ret = rc < 0 ? rc : HIRATE_EIO;
@@ -831,9 +835,11 @@ static int carry(hirate_redis *r, conn *c, rider *me, const hirate_bucket_cfg *c
             memcpy(calls + k, w->calls, w->n * sizeof *calls);
             k += w->n;
         }
-        rc = round_trip(r, c, calls, total, cfg, ds, per, states, rcs, healthy, deadline, me->err,
-                        me->errlen);
+        rc = round_trip(r, c, calls, total, cfg, ds, per, states, rcs, msgs, healthy, deadline,
+                        me->err, me->errlen);
         memcpy(me->ds, ds, me->n * sizeof *ds);
+        if (me->msgs)
+            memcpy(me->msgs, msgs, me->n * HIRATE_ERRMSG_SIZE);
         if (per)
             memcpy(me->per, per, me->n * nb * sizeof *per);
         memcpy(me->states, states, me->n * nb * sizeof *states);
@@ -846,10 +852,18 @@ static int carry(hirate_redis *r, conn *c, rider *me, const hirate_bucket_cfg *c
                 memcpy(w->per, per + k * nb, w->n * nb * sizeof *per);
             memcpy(w->states, states + k * nb, w->n * nb * sizeof *states);
             memcpy(w->rcs, rcs + k, w->n * sizeof *rcs);
-            for (size_t i = 0; i < w->n; i++)
+            if (w->msgs)
+                memcpy(w->msgs, msgs + k * HIRATE_ERRMSG_SIZE, w->n * HIRATE_ERRMSG_SIZE);
+            /* Its message: its last failed call's own, else the round
+             * trip's failure; never another thread's call's. */
+            const char *own = NULL;
+            for (size_t i = 0; i < w->n; i++) {
                 failed |= w->rcs[i] < 0;
+                if (w->rcs[i] < 0 && msgs[(k + i) * HIRATE_ERRMSG_SIZE])
+                    own = msgs + (k + i) * HIRATE_ERRMSG_SIZE;
+            }
             if (failed && w->errlen)
-                snprintf(w->err, w->errlen, "%s", me->err);
+                snprintf(w->err, w->errlen, "%s", own ? own : me->err);
             w->ret = rc;
             k += w->n;
         }
@@ -859,6 +873,7 @@ static int carry(hirate_redis *r, conn *c, rider *me, const hirate_bucket_cfg *c
     free(per);
     free(states);
     free(rcs);
+    free(msgs);
     return rc;
 }
 
@@ -866,7 +881,7 @@ static int carry(hirate_redis *r, conn *c, rider *me, const hirate_bucket_cfg *c
 static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate_call *calls,
                                                    size_t n, const hirate_bucket_cfg *cfg,
                                                    hirate_decision *ds, hirate_decision *per, hirate_bucket *states,
-                                                   int *rcs, char *err, size_t errlen)
+                                                   int *rcs, char *msgs, char *err, size_t errlen)
 {
     conn *c;
     int healthy = 1;
@@ -877,14 +892,15 @@ static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate
     me.per = per;
     me.states = states;
     me.rcs = rcs;
+    me.msgs = msgs;
     me.err = err;
     me.errlen = errlen;
     me.deadline = 0;
     me.riders = NULL;
     int rc = acquire(r, &c, &me, err, errlen);
     if (rc == 0 && !me.riders) {
-        rc = round_trip(r, c, calls, n, cfg, ds, per, states, rcs, &healthy, me.deadline, err,
-                        errlen);
+        rc = round_trip(r, c, calls, n, cfg, ds, per, states, rcs, msgs, &healthy, me.deadline,
+                        err, errlen);
         release(r, c, healthy);
     } else if (rc == 0) {
         rc = carry(r, c, &me, cfg, &healthy);
@@ -907,22 +923,37 @@ static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate
     return rc;
 }
 
+/* The calls that failed with no words of their own (a broken round trip,
+ * no connection, no memory) get the round trip's failure. */
+static void fill_msgs(const int *rcs, size_t n, char *msgs, const char *err)
+{
+    for (size_t i = 0; msgs && i < n; i++)
+        if (rcs[i] < 0 && !msgs[i * HIRATE_ERRMSG_SIZE])
+            snprintf(msgs + i * HIRATE_ERRMSG_SIZE, HIRATE_ERRMSG_SIZE, "%s", err);
+}
+
 int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n,
                              const hirate_bucket_cfg *cfg, hirate_decision *ds, hirate_decision *per, hirate_bucket *states,
-                             int *rcs, char *err, size_t errlen)
+                             int *rcs, char *msgs, char *err, size_t errlen)
 {
+    for (size_t i = 0; msgs && i < n; i++)
+        msgs[i * HIRATE_ERRMSG_SIZE] = '\0';
     /* The lone caller's path: an idle connection and nobody queued. */
     pthread_mutex_lock(&r->lock);
     conn *c = r->idle;
+    int rc;
     if (__builtin_expect(!c || r->qhead != NULL || hirate_sock_gone(&c->sock), 0)) {
         pthread_mutex_unlock(&r->lock);
-        return decide_shared(r, calls, n, cfg, ds, per, states, rcs, err, errlen);
+        rc = decide_shared(r, calls, n, cfg, ds, per, states, rcs, msgs, err, errlen);
+    } else {
+        r->idle = c->next;
+        pthread_mutex_unlock(&r->lock);
+        int healthy = 1;
+        rc = round_trip(r, c, calls, n, cfg, ds, per, states, rcs, msgs, &healthy, 0, err,
+                        errlen);
+        release(r, c, healthy);
     }
-    r->idle = c->next;
-    pthread_mutex_unlock(&r->lock);
-    int healthy = 1;
-    int rc = round_trip(r, c, calls, n, cfg, ds, per, states, rcs, &healthy, 0, err, errlen);
-    release(r, c, healthy);
+    fill_msgs(rcs, n, msgs, err);
     return rc;
 }
 

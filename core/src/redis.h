@@ -44,11 +44,13 @@ void hirate_redis_free(hirate_redis *r);
  * states[] from i * nbands (each band's decision and bucket as stored)
  * filled, or a HIRATE_E* code. Returns 0 when the round trip completed, or
  * the error that broke it (then every unanswered call has it too). The
- * message of the last error goes to err. */
+ * message of the last error goes to err; with msgs (HIRATE_ERRMSG_SIZE bytes
+ * a call), each failed call's own goes to msgs + i * HIRATE_ERRMSG_SIZE (its
+ * reply's words, or the round trip's failure), "" for the others. */
 int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n,
                              const hirate_bucket_cfg *cfg, hirate_decision *ds,
-                             hirate_decision *per, hirate_bucket *states, int *rcs, char *err,
-                             size_t errlen);
+                             hirate_decision *per, hirate_bucket *states, int *rcs, char *msgs,
+                             char *err, size_t errlen);
 
 /* DEL of prefix + key. */
 int hirate_redis_reset(hirate_redis *r, const char *prefix, size_t prefixlen, const void *key,

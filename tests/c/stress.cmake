@@ -10,7 +10,7 @@ set_tests_properties(test_stress PROPERTIES LABELS tsan)
 # but it times bursts against backoffs of 20 to 400 ms, which TSan's
 # slowdown stretches past its bounds, so it runs in the plain and ASan
 # builds only.
-foreach(t test_memory test_redis test_op test_bands test_metrics)
+foreach(t test_memory test_shared test_redis test_op test_bands test_metrics)
   if(TEST ${t})
     set_tests_properties(${t} PROPERTIES LABELS tsan)
   endif()
@@ -20,3 +20,8 @@ endforeach()
 # round trips), a SCRIPT FLUSH, a stopped server and fork() meanwhile.
 hirate_add_test(test_coalesce test_coalesce.c)
 set_tests_properties(test_coalesce PROPERTIES LABELS tsan)
+
+# Two threads failing at once on one limiter in two ways each read their own
+# message; a batch's items each theirs (its own redis-server).
+hirate_add_test(test_errmsg test_errmsg.c)
+set_tests_properties(test_errmsg PROPERTIES LABELS tsan)

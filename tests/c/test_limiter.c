@@ -517,6 +517,52 @@ static void the_script_is_the_file_byte_for_byte(void)
     CHECK(hirate_script_source(NULL) == src);
 }
 
+/* The options carry the size the program was built with (docs/c.md, "ABI and
+ * SOVERSION"): an older program's shorter struct is written no further than
+ * its size, a newer one's is refused only when it sets a field this library
+ * lacks, and options that hirate_options_init did not fill are refused. */
+static void options_carry_their_size(void)
+{
+    hirate_options o;
+    hirate_options_init(&o);
+    CHECK_EQ_I64(o.size, sizeof o);
+
+    unsigned char room[sizeof o + 16];
+    memset(room, 0x5A, sizeof room);
+    hirate_options_init_size((hirate_options *)(void *)room, offsetof(hirate_options, log));
+    CHECK_EQ_I64(((hirate_options *)(void *)room)->size, offsetof(hirate_options, log));
+    CHECK_EQ_I64(room[offsetof(hirate_options, log)], 0x5A);   /* nothing past its size */
+
+    char why[HIRATE_ERRMSG_SIZE];
+    hirate_limiter *lim = NULL;
+    memset(&o, 0, sizeof o);
+    o.capacity = 1;
+    o.rate = 1;
+    CHECK_EQ_I64(hirate_limiter_new(&lim, &o, why, sizeof why), HIRATE_EOPTION);
+    CHECK_EQ_STR(why, "options: size is 0, not one that hirate_options_init sets "
+                      "(call it before setting any field)");
+
+    /* A newer program's struct: 16 more bytes, zero (unused), then one set. */
+    struct { hirate_options o; unsigned char more[16]; } big;
+    memset(&big, 0x5A, sizeof big);
+    hirate_options_init_size(&big.o, sizeof big);
+    CHECK_EQ_I64(big.o.size, sizeof big);
+    CHECK_EQ_I64(big.more[15], 0);
+    big.o.capacity = 2;
+    big.o.rate = 1;
+    CHECK_EQ_I64(hirate_limiter_new(&lim, &big.o, why, sizeof why), 0);
+    hirate_decision d;
+    CHECK_EQ_I64(hirate_allow(lim, "k", 1, 1, &d), 0);
+    CHECK_EQ_I64(d.remaining, 1);
+    hirate_limiter_free(lim);
+    big.more[3] = 1;
+    CHECK_EQ_I64(hirate_limiter_new(&lim, &big.o, why, sizeof why), HIRATE_EOPTION);
+    char want[HIRATE_ERRMSG_SIZE];
+    snprintf(want, sizeof want, "options: byte %zu is set, a field this library (hirate %s, "
+             "options of %zu bytes) does not know", sizeof o + 3, HIRATE_VERSION_STRING, sizeof o);
+    CHECK_EQ_STR(why, want);
+}
+
 int main(void)
 {
     memset(prefix64, 'p', HIRATE_PREFIX_MAX);
@@ -526,6 +572,7 @@ int main(void)
 
     options_are_checked_one_by_one();
     the_defaults_are_documented_ones();
+    options_carry_their_size();
     null_arguments_to_new_are_einval();
     a_short_message_buffer_is_cut_and_terminated();
     the_password_never_appears_in_a_message();

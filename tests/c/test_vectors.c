@@ -1,6 +1,7 @@
 /*
  * The shared test vectors, run by the C library: every case of
- * tests/vectors/token_bucket.json against the memory backend, then against
+ * tests/vectors/token_bucket.json against the memory backend (its own and the
+ * one shared with forked processes, hirate_options.shared), then against
  * the real script in a throwaway redis-server (time injected as ARGV[5]).
  * Every field of every decision is compared exactly; a failure names the
  * backend, the case id, the step and the field.
@@ -46,6 +47,7 @@ typedef struct backend {
     int deny_cache;     /* 1: refusals may come from the deny cache instead */
     const char *prefix; /* key prefix before the case id: "vec:", "ve:" or "vc:" */
     int no_functions;   /* 1: functions = 0, EVALSHA always */
+    int shared;         /* 1: the memory backend shared with forked processes */
 } backend;
 
 /* The CA of the TLS server, when the run is over TLS (HIRATE_TEST_TLS). */
@@ -106,6 +108,16 @@ static void expect_str(const where *w, const char *field, const char *want, cons
         return;
     }
     failf(w, "%s: expected %s, got %s", field, want, got ? got : "(null)");
+}
+
+/* The vectors name errors as C does, HIRATE_ECOST; hirate_err_name says ECOST. */
+static const char *c_name(int rc)
+{
+    static char buf[2][40];
+    static int turn;
+    turn = !turn;
+    snprintf(buf[turn], sizeof buf[turn], "HIRATE_%s", hirate_err_name(rc));
+    return buf[turn];
 }
 
 /* ------------------------------------------------------------------ JSON */
@@ -385,7 +397,7 @@ static void run_step(where *w, running *run, const cJSON *step)
     free(key);
 
     if (cJSON_IsString(expect_error)) {
-        expect_str(w, "return code", expect_error->valuestring, hirate_err_name(rc));
+        expect_str(w, "return code", expect_error->valuestring, c_name(rc));
         if (rc < 0) {
             char msg[HIRATE_ERRMSG_SIZE] = "";
             hirate_limiter_errmsg(lim, msg, sizeof msg);
@@ -442,6 +454,7 @@ static int make_limiter(const where *w, const char *prefix, const config *cfg, r
     o.timeout_ms = 5000;
     o.deny_cache = b->deny_cache;
     if (b->no_functions) o.functions = 0;
+    o.shared = b->shared;
     if (b->url) o.tls_ca_file = g_tls_ca;
 
     hirate_limiter *lim = (hirate_limiter *)&o;   /* must become NULL on failure */
@@ -506,7 +519,7 @@ static void run_case(const backend *b, const cJSON *c)
 
     const cJSON *config_error = field(c, "config_error");
     if (cJSON_IsString(config_error)) {
-        expect_str(&w, "hirate_limiter_new", config_error->valuestring, hirate_err_name(rc));
+        expect_str(&w, "hirate_limiter_new", config_error->valuestring, c_name(rc));
         if (rc < 0) {
             if (run.lim == NULL) check_passed_++;
             else failf(&w, "hirate_limiter_new failed but left *out non-NULL");
@@ -669,8 +682,11 @@ int main(int argc, char **argv)
         g_redis_only += cJSON_IsTrue(field(c, "redis_only"));
     CHECK(g_redis_only > 0);
 
-    static const backend memory = {"memory", NULL, HIRATE_SOURCE_LOCAL, 0, "vec:", 0};
+    static const backend memory = {"memory", NULL, HIRATE_SOURCE_LOCAL, 0, "vec:", 0, 0};
     run_all(&memory, cases);
+    /* The table shared by forked processes decides as the process' own. */
+    static const backend shared = {"shared", NULL, HIRATE_SOURCE_LOCAL, 0, "vec:", 0, 1};
+    run_all(&shared, cases);
 
     rh_server s;
     memset(&s, 0, sizeof s);
@@ -683,11 +699,11 @@ int main(int argc, char **argv)
         /* The script itself, then the same with the deny cache, which must
          * give every value Redis gives while answering refusals itself. */
         const backend redis = {s.tls ? "rediss" : "redis", s.url, HIRATE_SOURCE_REDIS, 0,
-                               "vec:", 0};
+                               "vec:", 0, 0};
         const backend evalsha = {s.tls ? "rediss+evalsha" : "redis+evalsha", s.url,
-                                 HIRATE_SOURCE_REDIS, 0, "ve:", 1};
+                                 HIRATE_SOURCE_REDIS, 0, "ve:", 1, 0};
         const backend cached = {s.tls ? "rediss+cache" : "redis+cache", s.url,
-                                HIRATE_SOURCE_REDIS, 1, "vc:", 0};
+                                HIRATE_SOURCE_REDIS, 1, "vc:", 0, 0};
         /* Redis 7 has Functions: the script goes by FCALL alone. */
         run_all(&redis, cases);
         CHECK(g_fcall > 0);

@@ -15,3 +15,8 @@ set_tests_properties(vectors_schema PROPERTIES TIMEOUT 60)
 # The limit strings' shared cases (tests/vectors/limit_strings.json).
 hirate_add_test(test_limits test_limits.c)
 target_link_libraries(test_limits PRIVATE PkgConfig::CJSON)
+
+# Durations ("100ms", "0.25s", a number alone in seconds) and the options
+# that are durations.
+hirate_add_test(test_duration test_duration.c)
+target_link_libraries(test_duration PRIVATE m)

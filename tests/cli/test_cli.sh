@@ -17,10 +17,11 @@ pass=0
 fail=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hirate-cli.XXXXXX") || exit 2
 redis_pid=
+auth_pid=
 tls_pids=
 
 cleanup() {
-    for pid in $redis_pid $tls_pids; do
+    for pid in $redis_pid $auth_pid $tls_pids; do
         kill "$pid" 2>/dev/null
         wait "$pid" 2>/dev/null
     done
@@ -215,6 +216,34 @@ run "$H" script
 if [ "$rc" = 0 ] && cmp -s "$tmp/out" "$SCRIPT_FILE"; then ok; else
     bad "script prints the script byte for byte" "stdout = $SCRIPT_FILE"; fi
 expect_re "script --sha1 prints 40 hex digits" 0 '[0-9a-f]{40}' "$H" script --sha1
+run "$H" script --sha1
+if [ "$rc" = 0 ] && [ "$(wc -c <"$tmp/out")" -eq 41 ] && [ "$(tail -c 1 "$tmp/out" | od -An -c | tr -d ' ')" = '\n' ]; then
+    ok; else bad "script --sha1 ends with a newline" "41 bytes, the last a newline"; fi
+
+# -q, --quiet: nothing on stdout, the exit status is the answer; errors still said.
+expect_lines "-q: an allowed call prints nothing, exit 0" 0 "" "$H" -q allow k $MEM
+expect_lines "--quiet: a refused call prints nothing, exit 1" 1 "" \
+    "$H" --quiet allow k --capacity 1 --rate 1 --cost 2
+expect_lines "-q after the command: --json is silenced too" 0 "" "$H" --json allow k $MEM -q
+expect_error "-q: an error is still said on stderr" 'capacity' "$H" -q allow k --capacity 0 --rate 1
+
+# Durations: a number and a unit, or a number alone in seconds; the library
+# reads them, and words its ranges in the unit given.
+expect "--timeout 100ms is taken" 0 "allowed  remaining=4 limit=5 reset_after=0.500s source=local" \
+    "$H" allow k $MEM --timeout 100ms
+expect "--timeout 0.25 is seconds" 0 "allowed  remaining=4 limit=5 reset_after=0.500s source=local" \
+    "$H" allow k $MEM --timeout 0.25 --connect-timeout 2s
+expect_error "--timeout 0ms: the range in the unit given" \
+    '^hirate: timeout must be from 1ms to 60s, got 0ms$' "$H" allow k $MEM --timeout 0ms
+expect_error "--timeout 100: a number alone is seconds" \
+    '^hirate: timeout must be from 0.001 to 60 seconds, got 100$' "$H" allow k $MEM --timeout 100
+expect_error "--connect-timeout 2m is over 60 s" \
+    '^hirate: connect_timeout must be from 1ms to 60s, got 2m$' "$H" allow k $MEM --connect-timeout 2m
+expect_error "--timeout soon is not a duration" \
+    '^hirate: timeout: "soon" is not a duration \(a number and a unit: 250us, 100ms, 0.25s, 2m, 1h; a number alone is seconds\)$' \
+    "$H" allow k $MEM --timeout soon
+expect_error "bench --duration 0s is out of range" '^hirate: --duration: 0s is out of range' \
+    "$H" bench $MEM --duration 0s
 
 expect_error "--capacity 0 is refused" 'capacity' "$H" allow k --capacity 0 --rate 1
 expect_error "--capacity abc is refused" 'capacity.*abc' "$H" allow k --capacity abc --rate 1
@@ -226,7 +255,7 @@ expect_error "--rate -1 is refused" 'rate' "$H" allow k --capacity 1 --rate -1
 expect_error "--rate nan is refused" 'rate' "$H" allow k --capacity 1 --rate nan
 expect_error "--rate 1e400 is refused" 'rate' "$H" allow k --capacity 1 --rate 1e400
 expect_error "--cost -1 is refused" 'cost' "$H" allow k --capacity 1 --rate 1 --cost -1
-expect_error "--timeout 1.5 is refused" 'timeout' "$H" allow k --capacity 1 --rate 1 --timeout 1.5
+expect_error "--timeout 61 is refused" 'timeout' "$H" allow k --capacity 1 --rate 1 --timeout 61
 expect_error "--on-error maybe names the policies" 'local.*open.*closed' \
     "$H" allow k --capacity 1 --rate 1 --on-error maybe
 expect_error "a missing --rate is named" '--rate' "$H" allow k --capacity 1
@@ -381,13 +410,13 @@ expect_error "redis: a wrong password fails, and is never printed" '.' \
     "$H" allow k --capacity 1 --rate 1 --url "redis://:$CANARY@127.0.0.1:$port"
 
 expect_re "--on-error open: Redis down allows, and says why" 0 \
-    '\{"allowed":true,.*"source":"fail_open","error":"HIRATE_ECONNECT"\}' \
+    '\{"allowed":true,.*"source":"fail_open","error":"ECONNECT"\}' \
     "$H" --json allow k --capacity 1 --rate 1 --url "redis://127.0.0.1:$dead_port" --on-error open
 expect_re "--on-error closed: Redis down refuses, and says why" 1 \
-    '\{"allowed":false,.*"source":"fail_closed","error":"HIRATE_ECONNECT"\}' \
+    '\{"allowed":false,.*"source":"fail_closed","error":"ECONNECT"\}' \
     "$H" --json allow k --capacity 1 --rate 1 --url "redis://127.0.0.1:$dead_port" --on-error closed
 expect_re "--on-error local: Redis down decides in memory, and says why" 0 \
-    'allowed  remaining=0 limit=1 reset_after=[0-9.]+s source=local error=HIRATE_ECONNECT' \
+    'allowed  remaining=0 limit=1 reset_after=[0-9.]+s source=local error=ECONNECT' \
     "$H" allow k --capacity 1 --rate 1 --url "redis://127.0.0.1:$dead_port"
 
 run "$H" bench --json --duration 0.5 --threads 2 --keys 10 --batch 4 --capacity 100 --rate 1000 \
@@ -401,6 +430,58 @@ assert b["decisions"] == 4 * b["calls"], b
 assert set(b["sources"]) <= {"redis", "cache"}, b  # cache: remembered refusals
 assert sum(b["sources"].values()) == b["decisions"], b
 '; then ok; else bad "redis: bench --batch 4 decides in batches" "exit 0, JSON"; fi
+
+# ---- check -------------------------------------------------------------------
+
+L='latency=[0-9]+\.[0-9]{3,6}s'
+expect "check in memory: no node, healthy" 0 \
+    "memory  OK  no Redis to check: decisions are made in this process" "$H" check
+expect "check --json in memory" 0 '{"ok":true,"error":null,"nodes":[]}' "$H" check --json
+redis-cli -p "$port" function flush >/dev/null
+redis-cli -p "$port" script flush >/dev/null
+expect_re "check: a live server before any decision: healthy, the library not loaded yet" 0 \
+    "127\\.0\\.0\\.1:$port  OK  role=master functions=yes loaded=no $L" "$H" check --url "$URL"
+"$H" -q allow checked --url "$URL" --capacity 1 --rate 1
+expect_re "check: after a decision the library is loaded" 0 \
+    "127\\.0\\.0\\.1:$port  OK  role=master functions=yes loaded=yes $L" "$H" check --url "$URL"
+expect_re "check --no-functions: the script is asked for" 0 \
+    "127\\.0\\.0\\.1:$port  OK  role=master functions=no loaded=(yes|no) $L" \
+    "$H" check --url "$URL" --no-functions
+expect_re "check --json: a live server" 0 \
+    "\\{\"ok\":true,\"error\":null,\"nodes\":\\[\\{\"addr\":\"127\\.0\\.0\\.1:$port\",\"ok\":true,\"error\":null,\"message\":\"\",\"role\":\"master\",\"functions\":true,\"loaded\":true,\"latency\":0\\.[0-9]{1,6}\\}\\]\\}" \
+    "$H" --json check --url "$URL"
+expect "check: a stopped server is ECONNECT, exit 1" 1 \
+    "127.0.0.1:$dead_port  ECONNECT  role=unknown functions=unknown loaded=unknown  connect to 127.0.0.1:$dead_port: Connection refused" \
+    "$H" check --url "redis://127.0.0.1:$dead_port"
+expect "check --json: a stopped server" 1 \
+    "{\"ok\":false,\"error\":\"ECONNECT\",\"nodes\":[{\"addr\":\"127.0.0.1:$dead_port\",\"ok\":false,\"error\":\"ECONNECT\",\"message\":\"connect to 127.0.0.1:$dead_port: Connection refused\",\"role\":null,\"functions\":null,\"loaded\":null,\"latency\":null}]}" \
+    "$H" check --json --url "redis://127.0.0.1:$dead_port"
+expect_lines "check -q: a stopped server, exit 1 and nothing said" 1 "" \
+    "$H" -q check --url "redis://127.0.0.1:$dead_port"
+
+auth_port=$(free_port)
+redis-server --port "$auth_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
+    --requirepass "$CANARY" --daemonize no >"$tmp/redis-auth.log" 2>&1 &
+auth_pid=$!
+i=0
+until redis-cli -p "$auth_port" -a "$CANARY" --no-auth-warning ping >/dev/null 2>&1 || [ $i -gt 100 ]; do
+    i=$((i + 1))
+    sleep 0.05
+done
+WRONGPASS='AUTH refused: WRONGPASS invalid username-password pair or user is disabled.'
+expect "check: a wrong password is EAUTH, exit 1, the password unsaid" 1 \
+    "127.0.0.1:$auth_port  EAUTH  role=unknown functions=unknown loaded=unknown  $WRONGPASS" \
+    "$H" check --url "redis://:wrong-$CANARY@127.0.0.1:$auth_port"
+expect "check --json: a wrong password" 1 \
+    "{\"ok\":false,\"error\":\"EAUTH\",\"nodes\":[{\"addr\":\"127.0.0.1:$auth_port\",\"ok\":false,\"error\":\"EAUTH\",\"message\":\"$WRONGPASS\",\"role\":null,\"functions\":null,\"loaded\":null,\"latency\":null}]}" \
+    "$H" check --json --url "redis://:wrong-$CANARY@127.0.0.1:$auth_port"
+expect_lines "check: no password where one is required is EAUTH" 1 \
+    "127.0.0.1:$auth_port  EAUTH  role=unknown functions=unknown loaded=unknown  PING refused: NOAUTH Authentication required." \
+    "$H" check --url "redis://127.0.0.1:$auth_port"
+expect_re "check: the right password is healthy" 0 \
+    "127\\.0\\.0\\.1:$auth_port  OK  role=master functions=yes loaded=no $L" \
+    "$H" check --url "redis://:$CANARY@127.0.0.1:$auth_port"
+expect_error "check takes no arguments" 'check takes no arguments' "$H" check extra
 
 # ---- against Redis over TLS --------------------------------------------------
 
@@ -455,17 +536,17 @@ if sh "$SRC/tests/support/make_certs.sh" "$certs" && tls_server good server no &
         "$H" --json allow tina --url "rediss://127.0.0.1:$good_tls" $CA $T
 
     for policy in local open closed; do
-        expect_error "tls: a certificate for another host is HIRATE_ETLS under --on-error $policy" \
-            'HIRATE_ETLS\)$' "$H" allow k --url "rediss://localhost:$wrong_tls" $CA $T \
+        expect_error "tls: a certificate for another host is ETLS under --on-error $policy" \
+            'ETLS\)$' "$H" allow k --url "rediss://localhost:$wrong_tls" $CA $T \
             --on-error "$policy"
-        expect_error "tls: redis:// to a TLS port is HIRATE_ETLS under --on-error $policy" \
-            'HIRATE_ETLS\)$' "$H" allow k --url "redis://127.0.0.1:$good_tls" $T \
+        expect_error "tls: redis:// to a TLS port is ETLS under --on-error $policy" \
+            'ETLS\)$' "$H" allow k --url "redis://127.0.0.1:$good_tls" $T \
             --on-error "$policy"
-        expect_error "tls: rediss:// to a plain port is HIRATE_ETLS under --on-error $policy" \
-            'HIRATE_ETLS\)$' "$H" allow k --url "rediss://localhost:$good_port" $CA $T \
+        expect_error "tls: rediss:// to a plain port is ETLS under --on-error $policy" \
+            'ETLS\)$' "$H" allow k --url "rediss://localhost:$good_port" $CA $T \
             --on-error "$policy"
         expect_error "tls: the system's trust store does not know the test CA ($policy)" \
-            'HIRATE_ETLS\)$' "$H" allow k --url "$GOOD" $T --on-error "$policy"
+            'ETLS\)$' "$H" allow k --url "$GOOD" $T --on-error "$policy"
     done
     expect_re "tls: --tls-server-name checks the name the certificate holds" 0 \
         'allowed  remaining=1 limit=2 reset_after=[0-9.]+s source=redis' \
@@ -480,7 +561,7 @@ if sh "$SRC/tests/support/make_certs.sh" "$certs" && tls_server good server no &
         'allowed  remaining=1 limit=2 reset_after=[0-9.]+s source=redis' \
         "$H" allow k-mutual --url "rediss://localhost:$mutual_tls" $CA $T \
         --tls-cert-file "$certs/client.crt" --tls-key-file "$certs/client.key"
-    expect_error "tls: mutual TLS without a client certificate is HIRATE_ETLS" 'HIRATE_ETLS\)$' \
+    expect_error "tls: mutual TLS without a client certificate is ETLS" 'ETLS\)$' \
         "$H" allow k --url "rediss://localhost:$mutual_tls" $CA $T --on-error open
     expect_error "tls: a TLS option with a redis:// URL is refused" 'tls_ca_file' \
         "$H" allow k --url "redis://127.0.0.1:$good_port" $CA $T

@@ -156,6 +156,19 @@ expect_re "cluster: the same bucket through another seed" 0 \
 expect "cluster: bench" 0 "errors 0" sh -c \
     "'$H' bench --json --duration 0.5 --threads 2 --keys 100 --capacity 1000 --rate 1 --url '$URL' |
      python3 -c 'import json, sys; b = json.load(sys.stdin); print(\"errors\", b[\"errors\"]) if b[\"decisions\"] > 0 else print(b)'"
+# check: one line per master, each healthy; the replica is not a node decisions go to.
+run "$H" check --url "$URL"
+want_masters=$(printf '%s\n' $masters | wc -l)
+if [ "$rc" = 0 ] && [ "$(wc -l <"$tmp/out")" -eq "$want_masters" ] &&
+    ! grep -Evq '^127\.0\.0\.1:[0-9]+  OK  role=master functions=yes loaded=(yes|no) latency=[0-9]+\.[0-9]{3,6}s$' "$tmp/out"; then
+    ok; else bad "cluster: check prints every master, healthy" "exit 0, $want_masters lines"; fi
+run "$H" check --json --url "redis+cluster://127.0.0.1:$replica"
+if [ "$rc" = 0 ] && printf '%s\n' "$out" | python3 -c '
+import json, sys
+c = json.load(sys.stdin)
+assert c["ok"] is True and c["error"] is None and len(c["nodes"]) == int(sys.argv[1]), c
+assert {n["role"] for n in c["nodes"]} == {"master"} and {n["ok"] for n in c["nodes"]} == {True}, c
+' "$want_masters"; then ok; else bad "cluster: check --json through a replica seed" "exit 0, the masters"; fi
 
 exec 3>&-
 wait "$plain_pid"

@@ -3,8 +3,8 @@
 # status with --url redis+sentinel://... (the tool passes the URL to the core
 # unchanged), the sentinels' password from HIRATE_SENTINEL_PASSWORD (never
 # from the command line, never printed), --sentinel-user, the errors of a
-# service the sentinels do not know (HIRATE_EREPLY), a wrong sentinel
-# password (HIRATE_EAUTH) and a URL without a service (HIRATE_EURL), and
+# service the sentinels do not know (EREPLY), a wrong sentinel
+# password (EAUTH) and a URL without a service (EURL), and
 # --no-functions as INFO commandstats on the master shows it; after SENTINEL
 # FAILOVER the next run is on the new master, whose copy of the bucket it
 # spends; rediss+sentinel:// with --tls-ca-file. The groups (a master, a
@@ -215,27 +215,27 @@ expect_err "sentinel: --sentinel-user with a plain URL" \
 # ---- misconfigurations: exit 2 under every policy ---------------------------------
 
 for policy in local open closed; do
-    expect_err "sentinel: an unknown service is HIRATE_EREPLY (--on-error $policy)" \
-        "hirate: sentinel 127.0.0.1:$S1 knows no master named 'nosuch' (HIRATE_EREPLY)" \
+    expect_err "sentinel: an unknown service is EREPLY (--on-error $policy)" \
+        "hirate: sentinel 127.0.0.1:$S1 knows no master named 'nosuch' (EREPLY)" \
         "$H" allow alice --url "redis+sentinel://127.0.0.1:$S1/nosuch" --capacity 3 \
         --rate 0.001 --on-error "$policy"
-    expect_err "sentinel: a wrong HIRATE_SENTINEL_PASSWORD is HIRATE_EAUTH (--on-error $policy)" \
-        "hirate: AUTH refused: WRONGPASS invalid username-password pair or user is disabled. (HIRATE_EAUTH)" \
+    expect_err "sentinel: a wrong HIRATE_SENTINEL_PASSWORD is EAUTH (--on-error $policy)" \
+        "hirate: AUTH refused: WRONGPASS invalid username-password pair or user is disabled. (EAUTH)" \
         env HIRATE_SENTINEL_PASSWORD="$WRONG" "$H" allow alice $R --on-error "$policy"
 done
 expect_err "sentinel: no HIRATE_SENTINEL_PASSWORD for sentinels that want one" \
-    "hirate: PING refused: NOAUTH Authentication required. (HIRATE_EAUTH)" \
+    "hirate: PING refused: NOAUTH Authentication required. (EAUTH)" \
     env -u HIRATE_SENTINEL_PASSWORD "$H" allow alice $R
 expect_err "sentinel: an empty HIRATE_SENTINEL_PASSWORD is none" \
-    "hirate: PING refused: NOAUTH Authentication required. (HIRATE_EAUTH)" \
+    "hirate: PING refused: NOAUTH Authentication required. (EAUTH)" \
     env HIRATE_SENTINEL_PASSWORD= "$H" allow alice $R
-expect_err "sentinel: --sentinel-user of no such user is HIRATE_EAUTH" \
-    "hirate: AUTH refused: WRONGPASS invalid username-password pair or user is disabled. (HIRATE_EAUTH)" \
+expect_err "sentinel: --sentinel-user of no such user is EAUTH" \
+    "hirate: AUTH refused: WRONGPASS invalid username-password pair or user is disabled. (EAUTH)" \
     "$H" allow alice $R --sentinel-user nosuch
-# No service: the library's HIRATE_EURL, before anything is asked of anyone.
+# No service: the library's EURL, before anything is asked of anyone.
 for url in "redis+sentinel://127.0.0.1:$S1" "redis+sentinel://127.0.0.1:$S1/" \
     "rediss+sentinel://localhost:$S1" "redis+sentinel://127.0.0.1:$S1//0"; do
-    expect_err "sentinel: $url has no service (HIRATE_EURL)" \
+    expect_err "sentinel: $url has no service (EURL)" \
         "hirate: invalid Redis URL: a Sentinel URL names the master after the sentinels, as in redis+sentinel://host:26379/mymaster" \
         "$H" allow alice --url "$url" --capacity 3 --rate 0.001
 done
@@ -331,8 +331,8 @@ expect_re "TLS: the fourth is refused" 1 \
     'refused  remaining=0 limit=3 retry_after=(99[0-9]|1000)\.[0-9]{3,6}s reset_after=(299[0-9]|3000)\.[0-9]{3,6}s source=redis' \
     "$H" allow erin $T
 run "$H" allow erin --url "$TURL" --capacity 3 --rate 0.001
-if [ "$rc" = 2 ] && [ -z "$out" ] && printf '%s\n' "$err" | grep -Eqx 'hirate: .* \(HIRATE_ETLS\)'; then
-    ok; else bad "TLS: without the CA the certificate fails the check" "exit 2, (HIRATE_ETLS)"; fi
+if [ "$rc" = 2 ] && [ -z "$out" ] && printf '%s\n' "$err" | grep -Eqx 'hirate: .* \(ETLS\)'; then
+    ok; else bad "TLS: without the CA the certificate fails the check" "exit 2, (ETLS)"; fi
 exec 4>&-
 wait "$tls_pid"
 tls_pid=

@@ -243,7 +243,7 @@ int main(int argc, char **argv)
                         e->mc1, e->mc2);
             else
                 fprintf(log, "P %" PRId64 " %" PRId64 " %" PRId64 " %s\n", e->t1, e->t2,
-                        e->cost, hirate_err_name(e->error) + 7);
+                        e->cost, hirate_err_name(e->error));
         }
         sum.failed |= w->failed;
         sum.decisions += w->decisions;

@@ -7,7 +7,8 @@
 # Python allocation through ASan's malloc, so that an overrun or a
 # use-after-free of a Python object the extension holds is caught too. Leak
 # checking is off: CPython leaves objects allocated at exit on purpose (the
-# Python tests check leaks with flat RSS over 10^5 calls instead).
+# Python tests check leaks with flat RSS over 10^5 calls instead). The stub
+# checks (test_stubs.py: mypy and stubtest) run in the plain suite only.
 #
 #   tests/integration/python_asan.sh [pytest arguments]
 #
@@ -60,4 +61,5 @@ fi
 # which builds an sdist and a wheel without the sanitizers, and the flat-RSS
 # tests, since ASan holds freed memory in quarantine and RSS grows by design.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-    --ignore="$root/tests/python/test_packaging.py" -k "not rss_flat" "$root/tests/python" "$@"
+    --ignore="$root/tests/python/test_packaging.py" \
+    --ignore="$root/tests/python/test_stubs.py" -k "not rss_flat" "$root/tests/python" "$@"

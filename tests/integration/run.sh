@@ -14,6 +14,10 @@
 #      Redis key for about ten seconds, and once more over TLS;
 #   4. the same workers across a Sentinel failover (test_failover.py):
 #      SENTINEL FAILOVER in one run, kill -9 of the master in another.
+#   5. every code block of README.md and docs/*.md that claims to run
+#      (tests/docs/test_blocks.py; the convention is in CONTRIBUTING.md):
+#      C compiled against this build's library and run, Python with its
+#      package, Lua with its module, shell in a scratch directory.
 #
 #   tests/integration/run.sh
 #
@@ -54,3 +58,6 @@ step "invariants under load: C, Python, forked Python and Lua 5.4 on one key (an
 
 step "invariants across a Sentinel failover: SENTINEL FAILOVER, then kill -9 of the master"
 "$python" "$root/tests/integration/test_failover.py" -v
+
+step "the code blocks of README.md and docs/*.md"
+"$python" "$root/tests/docs/test_blocks.py" -v

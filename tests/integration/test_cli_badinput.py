@@ -65,6 +65,10 @@ def allow(*options, key="k", capacity="5", rate="1"):
     return hirate("allow", "--capacity", capacity, "--rate", rate, *options, key)
 
 
+# The core's words for a text that is not a duration.
+NOT_A_DURATION = ("is not a duration (a number and a unit: 250us, 100ms, 0.25s, 2m, 1h; "
+                  "a number alone is seconds)")
+
 # (what, args of allow(), the one line on stderr)
 REFUSED = [
     # capacity: a whole number from 1 to 2^53-1
@@ -112,24 +116,27 @@ REFUSED = [
     ("cost NaN", dict(options=("--cost", "nan")), '--cost: "nan" is not a whole number'),
     ("cost inf", dict(options=("--cost", "inf")), '--cost: "inf" is not a whole number'),
     ("cost 1.5", dict(options=("--cost", "1.5")), '--cost: "1.5" is not a whole number'),
-    # timeouts: whole milliseconds from 1 to 60000
-    ("timeout 0", dict(options=("--timeout", "0")), "timeout_ms must be from 1 to 60000, got 0"),
-    ("timeout -1", dict(options=("--timeout", "-1")),
-     "timeout_ms must be from 1 to 60000, got -1"),
-    ("timeout 60001", dict(options=("--timeout", "60001")),
-     "timeout_ms must be from 1 to 60000, got 60001"),
+    # timeouts: durations, 1 ms to 60 s; a number alone is seconds
+    ("timeout 0", dict(options=("--timeout", "0")),
+     "timeout must be from 0.001 to 60 seconds, got 0"),
+    ("timeout 0ms", dict(options=("--timeout", "0ms")), "timeout must be from 1ms to 60s, got 0ms"),
+    ("timeout -1", dict(options=("--timeout", "-1")), 'timeout: "-1" ' + NOT_A_DURATION),
+    ("timeout 60001ms", dict(options=("--timeout", "60001ms")),
+     "timeout must be from 1ms to 60s, got 60001ms"),
+    ("timeout 61", dict(options=("--timeout", "61")),
+     "timeout must be from 0.001 to 60 seconds, got 61"),
     ("timeout 2^53", dict(options=("--timeout", "9007199254740992")),
-     "--timeout: 9007199254740992 is out of range"),
+     'timeout: "9007199254740992" has more than 15 digits'),
     ("timeout 1e308", dict(options=("--timeout", "1e308")),
-     '--timeout: "1e308" is not a whole number'),
-    ("timeout NaN", dict(options=("--timeout", "nan")), '--timeout: "nan" is not a whole number'),
-    ("timeout inf", dict(options=("--timeout", "inf")), '--timeout: "inf" is not a whole number'),
+     'timeout: "1e308" ' + NOT_A_DURATION),
+    ("timeout NaN", dict(options=("--timeout", "nan")), 'timeout: "nan" ' + NOT_A_DURATION),
+    ("timeout inf", dict(options=("--timeout", "inf")), 'timeout: "inf" ' + NOT_A_DURATION),
     ("connect timeout 0", dict(options=("--connect-timeout", "0")),
-     "connect_timeout_ms must be from 1 to 60000, got 0"),
+     "connect_timeout must be from 0.001 to 60 seconds, got 0"),
     ("connect timeout -inf", dict(options=("--connect-timeout", "-inf")),
-     '--connect-timeout: "-inf" is not a whole number'),
-    ("connect timeout 2^53", dict(options=("--connect-timeout", "9007199254740992")),
-     "--connect-timeout: 9007199254740992 is out of range"),
+     'connect_timeout: "-inf" ' + NOT_A_DURATION),
+    ("connect timeout 2m", dict(options=("--connect-timeout", "2m")),
+     "connect_timeout must be from 1ms to 60s, got 2m"),
     # keys: 1 to 512 bytes
     ("an empty key", dict(key=""), "key is empty"),
     ("a key of 513 bytes", dict(key="k" * 513), "key is 513 bytes; the most is 512"),
@@ -200,7 +207,7 @@ class ValidExtremes(unittest.TestCase):
                          (1, b'{"allowed":false,"remaining":5,"limit":5,"retry_after":null,'
                              b'"reset_after":0,"source":"local"}\n'))
         # timeouts at their bounds
-        self.assertEqual(allow("--timeout", "60000", "--connect-timeout", "1")[0], 0)
+        self.assertEqual(allow("--timeout", "60s", "--connect-timeout", "1ms")[0], 0)
 
 
 # Valid keys (keys are bytes), each in a bucket of its own in Redis.

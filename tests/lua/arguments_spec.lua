@@ -77,8 +77,12 @@ local new_cases = {
         "timeout must be from 0.001 to 60 seconds, got 60.0004" },
     { "a timeout of NaN", with { timeout = 0 / 0 },
         "timeout must be from 0.001 to 60 seconds, got -nan" },
-    { "a timeout that is a string", with { timeout = "0.1" },
-        "timeout must be a number of seconds, got string" },
+    { "a timeout that is not a duration", with { timeout = "0.1x" },
+        'timeout: "0.1x" is not a duration (a number and a unit: 250us, 100ms, 0.25s, 2m, 1h; a number alone is seconds)' },
+    { "a timeout of 0ms: the range in the unit given", with { timeout = "0ms" },
+        "timeout must be from 1ms to 60s, got 0ms" },
+    { "a timeout that is a boolean", with { timeout = true },
+        'timeout must be a number of seconds or a string with a unit ("100ms"), got boolean' },
     { "a connect timeout below a millisecond", with { connect_timeout = 0.0004 },
         "connect_timeout must be from 0.001 to 60 seconds, got 0.0004" },
     { "a deny cache that is not a boolean", with { deny_cache = 1 },
@@ -87,12 +91,18 @@ local new_cases = {
         "deny_cache_max must be from 0.001 to 86400 seconds, got 0" },
     { "a deny cache bound over a day", with { deny_cache_max = 86400.001 },
         "deny_cache_max must be from 0.001 to 86400 seconds, got 86400.001" },
-    { "a deny cache bound that is a string", with { deny_cache_max = "1" },
-        "deny_cache_max must be a number of seconds, got string" },
+    { "a deny cache bound of 25 hours", with { deny_cache_max = "25h" },
+        "deny_cache_max must be from 1ms to 86400s, got 25h" },
     { "0 max keys", with { max_keys = 0 }, "max_keys must be from 1 to 4000000000, got 0" },
     { "a pool of 1025", with { pool_size = 1025 }, "pool_size must be from 1 to 1024, got 1025" },
     { "a pool size that is a string", with { pool_size = "4" },
         "pool_size must be an integer, got string" },
+    { "shared that is not a boolean", with { shared = 1 },
+        "shared must be a boolean, got number" },
+    { "shared with nothing to share", with { url = "redis://127.0.0.1", on_error = "open",
+        shared = true },
+        "shared: a limiter with a URL keeps in-memory buckets only for on_error = local; "
+            .. "with on_error = open it has none to share" },
 }
 
 if lua54 then
@@ -138,6 +148,14 @@ describe("hirate.new", function()
         assert.same({ host = "127.0.0.1", port = 6379, where = "127.0.0.1:6379",
             connect_timeout = 0.001, timeout = 60, probe_timeout = 0.001, tls = false,
             tls_verify = false }, ep)
+    end)
+
+    it("takes durations as strings with a unit, or a number alone in seconds", function()
+        local lim = hirate.new { url = "redis://127.0.0.1", capacity = 1, rate = 1,
+            timeout = "250ms", connect_timeout = "0.5", deny_cache_max = "2m" }
+        assert.same({ host = "127.0.0.1", port = 6379, where = "127.0.0.1:6379",
+            connect_timeout = 0.5, timeout = 0.25, probe_timeout = 0.125, tls = false,
+            tls_verify = false }, lim:_endpoint())
     end)
 
     it("rounds seconds to whole milliseconds", function()

@@ -73,9 +73,10 @@ for _, name in ipairs { "timeout", "connect_timeout" } do
         { -1, "-1", range .. "-1" },
         { 0, "0", range .. "0" },
         { 1e308, "1e308", range .. "1e+308" },
-        { two53f, "2^53", range .. by_version("9007199254740992.0", "9007199254740992") },
-        { "0.1", "a string", name .. " must be a number of seconds, got string" },
-        { true, "a boolean", name .. " must be a number of seconds, got boolean" },
+        { two53f, "2^53", range .. "9007199254740992" },
+        { "0.1s0", "a string that is not a duration", name .. ': "0.1s0" is not a duration (a number and a unit: 250us, 100ms, 0.25s, 2m, 1h; a number alone is seconds)' },
+        { true, "a boolean", name
+            .. ' must be a number of seconds or a string with a unit ("100ms"), got boolean' },
     } do
         bad_options[#bad_options + 1] = { name, c[1], c[2], c[3] }
     end

@@ -119,6 +119,17 @@ describe("on Redis", function()
         assert.same({}, lim:allow_many {})
     end)
 
+    it("gives each failed item of a batch its own message", function()
+        srv:cli("RPUSH", "rl:a list", "x")
+        srv:cli("SET", "rl:not a bucket", "1 x")
+        local ds = limiter():allow_many { { "a list" }, { "not a bucket" }, { "fine" } }
+        assert.same({ false, "EREPLY" }, { ds[1].allowed, ds[1].error })
+        assert.equal("Redis replied: WRONGTYPE ", ds[1].message:sub(1, 25))
+        assert.same({ false, "EREPLY", "Redis replied: ERR hirate: bucket state is corrupt" },
+            { ds[2].allowed, ds[2].error, ds[2].message })
+        assert.same({ true, 4 }, { ds[3].allowed, ds[3].remaining })
+    end)
+
     it("sends EVAL once after SCRIPT FLUSH, then EVALSHA again", function()
         local lim = limiter { functions = false }
         lim:allow("k")

@@ -54,6 +54,23 @@ rm -rf "$HIRATE_LUA_TREE_54" "$HIRATE_LUA_TREE_JIT"
 
 step "luarocks make for Lua 5.4"
 (cd "$out/src" && luarocks --lua-version 5.4 make --tree "$HIRATE_LUA_TREE_54" "$rockspec")
+# The --local install as README.md and docs/lua.md show it, line for line,
+# into a scratch HOME: after it, lua5.4 finds the module with no other setup.
+step "the --local install of README.md and docs/lua.md, as written"
+for page in README.md docs/lua.md; do
+    lines=$(grep -E '^luarocks --lua-version 5\.4 make --local|^eval "\$\(luarocks --lua-version 5\.4 path\)"' \
+        "$root/$page" | sed 's/ *#.*$//')
+    [ "$(printf '%s\n' "$lines" | wc -l)" -eq 2 ] ||
+        { echo "$page: no --local install followed by eval \"\$(luarocks path)\""; exit 1; }
+    home=$HIRATE_LUA_TMP/home-$(basename "$page" .md)
+    mkdir -p "$home"
+    (cd "$out/src" && env -u LUA_PATH -u LUA_CPATH -u LUA_PATH_5_4 -u LUA_CPATH_5_4 HOME="$home" \
+        sh -ec "$lines
+lua5.4 -e 'local h = require \"hirate\"; assert(h.new{ capacity = 1, rate = 1 }:allow(\"k\").allowed)
+           assert(package.searchpath(\"hirate.core\", package.cpath):find(os.getenv(\"HOME\"), 1, true))'" \
+        >"$HIRATE_LUA_TMP/local.log" 2>&1) ||
+        { cat "$HIRATE_LUA_TMP/local.log"; echo "$page: the --local install does not work as written"; exit 1; }
+done
 step "luarocks make for LuaJIT"
 (cd "$out/src" && luarocks --lua-version 5.1 --lua-dir /usr make --tree "$HIRATE_LUA_TREE_JIT" \
     "$rockspec" LUA_INCDIR=/usr/include/luajit-2.1)

@@ -107,6 +107,7 @@ local function run_case(c, backend)
         url = backend.url,
         prefix = backend.prefix .. c.id .. ":",
         deny_cache = backend.deny_cache,
+        shared = backend.shared,
         tls_ca_file = backend.tls_ca_file,
         functions = backend.functions,
         -- A slow machine must not turn into a fallback.
@@ -182,6 +183,14 @@ describe("the test vectors", function()
         for _, c in ipairs(doc.cases) do
             it(c.id, function()
                 run_case(c, { prefix = "vec:", source = "local" })
+            end)
+        end
+    end)
+
+    describe("on the memory backend shared with forked processes", function()
+        for _, c in ipairs(doc.cases) do
+            it(c.id, function()
+                run_case(c, { prefix = "vec:", source = "local", shared = true })
             end)
         end
     end)

@@ -727,7 +727,11 @@ def test_a_late_reply_is_never_read_as_another_calls_answer(own_redis):
     run(main())
 
 
-def test_cancelling_a_call_closes_its_connection_and_leaves_the_pool_usable(own_redis):
+def test_a_cancelled_call_stays_on_its_connection_which_stays_in_step(own_redis):
+    """A call sent and then cancelled may have run: it stays on its
+    connection, whose next reply is its own, so the calls pipelined with it
+    and after it get theirs; the caller's giving up teaches the breaker
+    nothing. A call cancelled before it was sent is taken back."""
     async def main():
         async with hirate.AsyncLimiter(own_redis.url, capacity=10, rate=0.001, pool_size=1,
                                        on_error="closed", connect_timeout=2.0,
@@ -740,7 +744,7 @@ def test_cancelling_a_call_closes_its_connection_and_leaves_the_pool_usable(own_
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task
-                # A call that waited for the pool's one connection, cancelled.
+                # Two more on the one connection, behind the first, cancelled.
                 busy = asyncio.create_task(lim.allow("c"))
                 waiting = asyncio.create_task(lim.allow("c"))
                 await asyncio.sleep(0.05)
@@ -749,17 +753,23 @@ def test_cancelling_a_call_closes_its_connection_and_leaves_the_pool_usable(own_
                 for t in (waiting, busy):
                     with pytest.raises(asyncio.CancelledError):
                         await t
+                # Sent in the same loop iteration as its cancellation: taken
+                # back, never sent.
+                late = asyncio.create_task(lim.allow("d"))
+                await asyncio.sleep(0)
+                late.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await late
             finally:
                 own_redis.cont()
-            # The pool (one connection) is free again and the breaker closed:
-            # Redis answers, with nobody else's reply.
+            # Every reply in its place: b's is b's, and the cancelled calls ran.
             d = await lim.allow("b")
             assert (d.source, d.remaining, d.error) == ("redis", 9, None)
-            # Dropped from the pool: the first call's connection. The second
-            # was cancelled while it was being opened (its handshake's PING
-            # had no answer), so it never joined the pool.
+            assert (await lim.allow("a")).remaining == 7
+            assert (await lim.allow("c")).remaining == 7
+            assert (await lim.allow("d")).remaining in (8, 9)
             stats = lim._stats()
-            assert stats["conns_dropped"] == 1 and stats["breaker_opens"] == 0
+            assert stats["conns_dropped"] == 0 and stats["breaker_opens"] == 0
     run(main())
 
 

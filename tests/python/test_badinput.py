@@ -69,6 +69,7 @@ for _name in ("timeout", "connect_timeout"):
         (_name, 2 ** 53, "EOPTION", seconds(_name) + "9007199254740992"),
     ]
 
+SECONDS_OR_STR = "must be a number of seconds or a str with a unit ('100ms'), not "
 BAD_OPTION_TYPES = [
     ("capacity", "10", "capacity must be an int, not str"),
     ("capacity", None, "capacity must be an int, not NoneType"),
@@ -77,9 +78,9 @@ BAD_OPTION_TYPES = [
     ("rate", "1", "rate must be a number, not str"),
     ("rate", None, "rate must be a number, not NoneType"),
     ("rate", False, "rate must be a number, not bool"),
-    ("timeout", "0.1", "timeout must be a number of seconds, not str"),
-    ("timeout", True, "timeout must be a number of seconds, not bool"),
-    ("connect_timeout", None, "connect_timeout must be a number of seconds, not NoneType"),
+    ("timeout", b"0.1", "timeout " + SECONDS_OR_STR + "bytes"),
+    ("timeout", True, "timeout " + SECONDS_OR_STR + "bool"),
+    ("connect_timeout", None, "connect_timeout " + SECONDS_OR_STR + "NoneType"),
 ]
 
 LIMITERS = [hirate.Limiter, hirate.AsyncLimiter]

@@ -340,9 +340,10 @@ def test_async_a_cancelled_batch_across_nodes_teaches_no_breaker(cluster, prefix
         finally:
             cluster.resume(ms[0])
         stats = lim._stats()
-        # The paused master's connection went (its reply would come late);
-        # the caller gave up, which says nothing about Redis.
-        assert stats["conns_dropped"] == 1 and stats["breaker_opens"] == 0
+        # The paused master's leg stays on its connection, which reads its
+        # reply once the master wakes (the call was sent: it may run); the
+        # caller gave up, which says nothing about Redis.
+        assert stats["conns_dropped"] == 0 and stats["breaker_opens"] == 0
         got = await lim.allow_many(pairs)
         await lim.close()
         return got

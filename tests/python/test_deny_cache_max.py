@@ -78,10 +78,15 @@ def test_deny_cache_max_is_checked_by_the_core():
         with pytest.raises(hirate.ConfigError) as e:
             hirate.Limiter(capacity=1, rate=1.0, deny_cache_max=bad)
         assert e.value.name == "EOPTION"
-    with pytest.raises(TypeError, match="deny_cache_max must be a number of seconds"):
-        hirate.Limiter(capacity=1, rate=1.0, deny_cache_max="1")
-    with pytest.raises(TypeError):
+    with pytest.raises(hirate.ConfigError, match='^deny_cache_max: "2d" is not a duration'):
+        hirate.Limiter(capacity=1, rate=1.0, deny_cache_max="2d")
+    with pytest.raises(hirate.ConfigError, match="^deny_cache_max must be from 1ms to 86400s, "
+                                                 "got 25h$"):
+        hirate.Limiter(capacity=1, rate=1.0, deny_cache_max="25h")
+    with pytest.raises(TypeError, match="deny_cache_max must be a number of seconds or a str"):
         hirate.Limiter(capacity=1, rate=1.0, deny_cache_max=True)
+    hirate.Limiter(capacity=1, rate=1.0, deny_cache_max="1")       # seconds, as 1 is
+    hirate.Limiter(capacity=1, rate=1.0, deny_cache_max="500ms")
     hirate.Limiter(capacity=1, rate=1.0, deny_cache_max=0.001)
     hirate.Limiter(capacity=1, rate=1.0, deny_cache_max=86400)
     hirate.AsyncLimiter(capacity=1, rate=1.0, deny_cache_max=0.5)

@@ -121,7 +121,10 @@ INF, NAN = math.inf, math.nan
     (dict(prefix="p" * 65), "EOPTION", "prefix is 65 bytes; the most is 64"),
     (dict(prefix="a\x00b"), "EOPTION", "prefix must not contain a NUL character"),
     (dict(timeout=0), "EOPTION", "timeout must be from 0.001 to 60 seconds, got 0"),
-    (dict(timeout=-1.0), "EOPTION", "got -1.0"),
+    (dict(timeout=-1.0), "EOPTION", "timeout must be from 0.001 to 60 seconds, got -1"),
+    (dict(timeout="0ms"), "EOPTION", "timeout must be from 1ms to 60s, got 0ms"),
+    (dict(deny_cache_max="25h"), "EOPTION", "deny_cache_max must be from 1ms to 86400s, got 25h"),
+    (dict(timeout="soon"), "EOPTION", 'timeout: "soon" is not a duration'),
     (dict(timeout=61), "EOPTION", "got 61"),
     (dict(timeout=NAN), "EOPTION", "got nan"),
     (dict(connect_timeout=INF), "EOPTION", "connect_timeout must be from 0.001 to 60 seconds"),
@@ -153,7 +156,8 @@ def test_bad_option_values_raise_config_error(kw, name, message):
     (dict(url=6379), "url must be a str, not int"),
     (dict(prefix=b"rl:"), "prefix must be a str, not bytes"),
     (dict(on_error=1), "on_error must be a str, not int"),
-    (dict(timeout="1"), "timeout must be a number of seconds, not str"),
+    (dict(timeout=b"1"),
+     "timeout must be a number of seconds or a str with a unit ('100ms'), not bytes"),
     (dict(pool_size=1.5), "pool_size must be an int, not float"),
     (dict(max_keys="many"), "max_keys must be an int, not str"),
     (dict(instances=None), "instances must be an int, not NoneType"),
@@ -427,3 +431,31 @@ def test_a_missing_permission_is_auth_error():
         assert ok.allow("k").source == "redis"
     finally:
         server.close()
+
+
+# Durations: a str with a unit, or a number of seconds, read by the core.
+@pytest.mark.parametrize("given,seconds", [
+    (dict(timeout="250ms", connect_timeout="0.5"), (0.25, 0.5)),
+    (dict(timeout="0.25s", connect_timeout="2s"), (0.25, 2.0)),
+    (dict(timeout=0.25, connect_timeout=2), (0.25, 2.0)),
+    (dict(timeout="1500us", connect_timeout="1m"), (0.002, 60.0)),
+])
+def test_durations_are_a_str_with_a_unit_or_seconds(given, seconds):
+    lim = hirate.Limiter("redis://127.0.0.1:1", capacity=1, rate=1, deny_cache_max="2m",
+                         **given)
+    ep = lim._endpoint()
+    assert (ep["timeout"], ep["connect_timeout"]) == seconds
+
+
+def test_each_item_of_a_batch_has_its_own_message(redis):
+    """Two items that Redis refuses in two ways in one round trip: each has
+    its reply's own words (hirate_allow_many_msgs), not the other's."""
+    redis.command("RPUSH", "rl:a list", "x")
+    redis.command("SET", "rl:not a bucket", "1 x")
+    lim = hirate.Limiter(redis.url, capacity=5, rate=1)
+    ok, wrongtype, corrupt = lim.allow_many([("fine", 1), ("a list", 1), ("not a bucket", 1)])
+    assert ok.allowed
+    assert (type(wrongtype), wrongtype.name) == (hirate.BackendError, "EREPLY")
+    assert str(wrongtype).startswith("Redis replied: WRONGTYPE ")
+    assert (type(corrupt), corrupt.name) == (hirate.BackendError, "EREPLY")
+    assert str(corrupt) == "Redis replied: ERR hirate: bucket state is corrupt"

@@ -409,14 +409,15 @@ def test_legacy_headers_describe_the_tightest_limit():
 
 def test_decide_sync_one_limit_is_one_allow():
     lim = hirate.Limiter(capacity=2, rate=1e-3)
-    assert [d.remaining for d in decide_sync([(lim, "k", 1)])] == [1]
+    assert [d.remaining for d in decide_sync([(lim, "k", 1, True)])] == [1]
     assert lim.peek("k").remaining == 1
 
 
 def test_decide_sync_a_refusal_spends_nothing_on_the_others():
     small = hirate.Limiter(capacity=1, rate=1e-3)
     big = hirate.Limiter(capacity=5, rate=1e-3)
-    for order in ([(small, "k", 1), (big, "k", 1)], [(big, "k", 1), (small, "k", 1)]):
+    for order in ([(small, "k", 1, True), (big, "k", 1, True)],
+                  [(big, "k", 1, True), (small, "k", 1, True)]):
         small.reset("k")
         big.reset("k")
         first = decide_sync(order)
@@ -470,7 +471,7 @@ def test_the_headers_of_bands_are_each_band_s_own_figures():
     from hirate._http import Group, checks_of
 
     burst, daily = Limit(2, 0.4, name="burst"), Limit(100, 100 / 86400, name="daily")
-    group = Group("s", None, None)
+    group = Group("s", None, None, None)
     group._add(0, burst)
     group._add(1, daily)
     lim = hirate.Limiter(limits=list(group.bands))
@@ -486,3 +487,29 @@ def test_the_headers_of_bands_are_each_band_s_own_figures():
         ("Retry-After", "2"),
     ]
     assert result.violated == ["burst"]
+
+
+def test_decide_sync_only_peeks_at_the_calls_charged_later():
+    spent = hirate.Limiter(capacity=5, rate=1e-3)
+    later = hirate.Limiter(capacity=5, rate=1e-3)
+    out = decide_sync([(later, "k", 2, False), (spent, "k", 1, True)])
+    assert [(d.allowed, d.remaining) for d in out] == [(True, 5), (True, 4)]
+    assert (later.peek("k").remaining, spent.peek("k").remaining) == (5, 4)
+    # Only calls charged later: nothing is spent.
+    assert [d.remaining for d in decide_sync([(later, "k", 5, False)])] == [5]
+    assert later.peek("k").remaining == 5
+
+
+def test_a_limit_of_some_methods_has_a_bucket_of_its_own():
+    every, post = Limit(5, 1.0), Limit(5, 1.0, methods=["post", "get"])
+    assert post.methods == frozenset(["POST", "GET", "HEAD"])
+    assert (every.applies_to("DELETE"), post.applies_to("head"), post.applies_to("PUT")) == (
+        True, True, False)
+    assert every.bucket_key("s", b"ip:1") == b"{ip:1}|s|5/1.0"
+    assert post.bucket_key("s", b"ip:1") == b"{ip:1}|s|5/1.0@GET,HEAD,POST"
+    with pytest.raises(ValueError) as e:
+        Limit(5, 1.0, methods="FETCH")
+    assert str(e.value) == "methods: 'FETCH' is not an HTTP method"
+    # One limit on every method and one on POST with the same numbers: two
+    # buckets, not one spent twice.
+    assert len(check_limits([Limit(5, 1.0), Limit(5, 1.0, methods="POST", name="p")], "v")) == 2

@@ -1,4 +1,4 @@
-"""The Python examples of docs/python.md (the sections up to AsyncLimiter)
+"""The Python examples of docs/python.md (the sections up to Flask)
 run as written, against a real redis-server where they name one."""
 
 import contextlib
@@ -10,7 +10,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "python.md").read_text(encoding="utf-8")
-MINE = DOC[:DOC.index("## AsyncLimiter")]
+MINE = DOC[:DOC.index("## Flask")]
 BLOCKS = re.findall(r"```python\n(.*?)```", MINE, re.S)
 
 

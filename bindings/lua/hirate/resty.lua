@@ -66,6 +66,7 @@ band.
 
 local core = require "hirate.core"
 local headers = require "hirate.headers"
+local response = headers.response
 local client_ip = require "hirate.client_ip"
 
 local ngx = ngx
@@ -713,10 +714,16 @@ end
 --- 60; 0 keeps it for ever) and backlog (see above); log, when not given,
 --- is nginx's error log. tls_ca_file and tls_ca_dir are refused: cosockets
 --- trust what nginx's lua_ssl_trusted_certificate names, for every socket of
---- the worker.
+--- the worker. shared = true (the in-memory buckets shared by every worker)
+--- is for a limiter made in init_by_lua*, in the master, before the workers
+--- fork: made anywhere else, each worker would have a table of its own.
 function _M.new(opts)
     if type(opts) ~= "table" then
         arg_error("new", 1, "table expected, got " .. type(opts))
+    end
+    if opts.shared == true and get_phase() ~= "init" then
+        arg_error("new", 1, "shared = true shares the buckets with the workers nginx forks "
+            .. "after the limiter is made: make it in init_by_lua*, not in " .. get_phase())
     end
     local keepalive = check_seconds(opts, "keepalive_timeout", 60, 0, 86400)
     local backlog = opts.backlog
@@ -945,7 +952,13 @@ local LIMIT_OPTIONS = {
     limiter = true, key = true, cost = true, trusted_proxies = true, proxy_hops = true,
     forwarded_header = true, ipv6_subnet = true, status = true, unavailable_status = true,
     headers = true,
-    legacy_headers = true, name = true, body = true, ctx = true,
+    legacy_headers = true, name = true, body = true, ctx = true, methods = true,
+    deduct_when = true,
+}
+
+local HTTP_METHODS = {
+    GET = true, HEAD = true, POST = true, PUT = true, DELETE = true, PATCH = true,
+    OPTIONS = true, TRACE = true, CONNECT = true,
 }
 
 -- Compiled options, per options table: a limit's table is made once (in
@@ -1034,31 +1047,43 @@ local function compile(opts)
     -- slot: only when asked for.
     c.ctx = opts.ctx == true
     -- The headers describe the limiter's bands, by the core's names and
-    -- windows: one item per band.
+    -- windows: one item per band (hirate.headers, the core's formatter).
     local bands = lim:bands()
-    if #bands > 1 then
-        if opts.name ~= nil then
-            limit_error("name: a limiter of several bands names each of them (hirate.new{ "
-                .. "limits = { {capacity =, rate =, name =}, ... } })")
-        end
-        c.multi, c.quoted, c.windows = true, {}, {}
-        for i, b in ipairs(bands) do
-            c.quoted[i] = headers.quote(b.name)
-            c.windows[i] = headers.window(b.capacity, b.rate)
-        end
-        c.policy = headers.policies(c.quoted, bands, c.windows)
-    else
-        local b = bands[1]
-        c.capacity = b.capacity
-        local quoted
-        ok, quoted = pcall(headers.quote, opts.name == nil and b.name or opts.name)
-        if not ok then
-            limit_error(quoted)
-        end
-        c.quoted = quoted
-        c.policy = headers.policy(quoted, b.capacity, headers.window(b.capacity, b.rate))
+    if #bands > 1 and opts.name ~= nil then
+        limit_error("name: a limiter of several bands names each of them (hirate.new{ "
+            .. "limits = { {capacity =, rate =, name =}, ... } })")
     end
+    local made, limits = pcall(headers.limits, bands, opts.name)
+    if not made then
+        limit_error(limits)
+    end
+    c.limits = limits
+    c.flags = (c.headers and headers.RATELIMIT or 0) + (c.legacy and headers.LEGACY or 0)
     c.memo, c.memo_n = {}, 0
+    local methods = opts.methods
+    if methods ~= nil then
+        if type(methods) == "string" then
+            methods = { methods }
+        end
+        if type(methods) ~= "table" or #methods == 0 then
+            limit_error("methods must be a method name or a list of them, got "
+                .. describe(opts.methods))
+        end
+        c.methods = {}
+        for _, m in ipairs(methods) do
+            local up = type(m) == "string" and string.upper(m) or nil
+            if not HTTP_METHODS[up] then
+                limit_error("methods: " .. describe(m) .. " is not an HTTP method")
+            end
+            c.methods[up] = true
+        end
+        -- A GET location answers HEAD: a HEAD must not escape the limit.
+        c.methods.HEAD = c.methods.HEAD or c.methods.GET
+    end
+    if opts.deduct_when ~= nil and type(opts.deduct_when) ~= "function" then
+        limit_error("deduct_when must be a function(status), got " .. type(opts.deduct_when))
+    end
+    c.deduct_when = opts.deduct_when
     local body = opts.body
     if body ~= nil and type(body) ~= "string" and type(body) ~= "function" then
         limit_error("body must be a string or a function, got " .. type(body))
@@ -1138,6 +1163,16 @@ end
 -- "#<SHA-1>", which neither form can spell. The identity is in braces, a
 -- Redis Cluster hash tag, so that every limiter's bucket for one client is
 -- on one node. nil: the request is exempt.
+-- The bucket key of an identity: in braces, a Redis Cluster hash tag, so
+-- that every limiter's bucket for one client is on one node; one longer
+-- than a key may be becomes "#<SHA-1>", which neither form can spell.
+local function bucket_key(ident)
+    if #ident + 2 > KEY_MAX then
+        ident = "#" .. hex(ngx.sha1_bin(ident))
+    end
+    return "{" .. ident .. "}"
+end
+
 local function key_of(c)
     local ident
     local kind = c.key_kind
@@ -1163,10 +1198,43 @@ local function key_of(c)
         end
         ident = "k:" .. v
     end
-    if #ident + 2 > KEY_MAX then
-        ident = "#" .. hex(ngx.sha1_bin(ident))
+    return bucket_key(ident)
+end
+
+-- A client of reset() and peek(): { key = <what the key option reads> } or
+-- { address = <the client's address> }.
+local function client_key(c, client, fname)
+    if type(client) ~= "table" or (client.key == nil) == (client.address == nil) then
+        arg_error(fname, 2, "the client must be { key = <value> } or { address = <address> }, "
+            .. "one of them")
     end
-    return "{" .. ident .. "}"
+    if client.key ~= nil then
+        local v = client.key
+        if type(v) == "number" and v == floor(v) then
+            v = headers.int(v)
+        elseif type(v) ~= "string" then
+            arg_error(fname, 2, "key must be a string or a whole number, got " .. type(v))
+        end
+        return bucket_key("k:" .. v)
+    end
+    return bucket_key("ip:" .. (client_ip.key(c.ip, client.address) or "unknown"))
+end
+
+--- reset(opts, client): forgets one client's bucket of a limit{} (it is
+--- full again) without naming its key: client is { key = <what the key
+--- option reads for it> } or { address = <its address> }. true, or nil,
+--- message, code.
+function _M.reset(opts, client)
+    local c = compiled[opts] or compile(opts)
+    return c.limiter:reset(client_key(c, client, "reset"))
+end
+
+--- peek(opts, client, cost): one client's bucket of a limit{} (client as
+--- for reset), spending nothing: the decision for cost (default 0: the
+--- bucket as it is), or nil, message, code.
+function _M.peek(opts, client, cost)
+    local c = compiled[opts] or compile(opts)
+    return c.limiter:peek(client_key(c, client, "peek"), cost or 0)
 end
 
 --- limit(opts): applies the limit to the current request. Allowed: returns
@@ -1179,6 +1247,9 @@ end
 --- log_by_lua*, say).
 function _M.limit(opts)
     local c = compiled[opts] or compile(opts)
+    if c.methods and not c.methods[ngx.req.get_method()] then
+        return nil
+    end
     local key = key_of(c)
     if key == nil then
         return nil
@@ -1187,7 +1258,22 @@ function _M.limit(opts)
     if c.cost_fn then
         cost = c.cost_fn()
     end
-    local d, err, code = c.limiter:allow(key, cost)
+    local d, err, code
+    if c.deduct_when then
+        -- Checked now, charged by charge() once the response is known.
+        d, err, code = c.limiter:peek(key, cost)
+        if d and d.allowed then
+            local ctx = ngx.ctx
+            local pending = ctx.hirate_charges
+            if not pending then
+                pending = {}
+                ctx.hirate_charges = pending
+            end
+            pending[#pending + 1] = { c.limiter, key, cost, c.deduct_when }
+        end
+    else
+        d, err, code = c.limiter:allow(key, cost)
+    end
     if not d then
         log(ERR, "hirate: ", err, " (", code, ")")
         return ngx.exit(500)
@@ -1195,34 +1281,68 @@ function _M.limit(opts)
     if c.ctx then
         ngx.ctx.hirate = d
     end
-    local t = headers.t(d)
+    local status, _, policy, ratelimit, x_limit, x_remaining, x_reset, retry_after, text =
+        response(c.limits, d, c.flags)
     if c.headers then
-        ngx_header["RateLimit-Policy"] = c.policy
-        ngx_header["RateLimit"] = c.multi and headers.items(d, c.quoted)
-            or headers.item(c.quoted, d.remaining, t)
+        ngx_header["RateLimit-Policy"] = policy
+        ngx_header["RateLimit"] = ratelimit
     end
     if c.legacy then
-        ngx_header["X-RateLimit-Limit"] = headers.int(c.multi and d.limit or c.capacity)
-        ngx_header["X-RateLimit-Remaining"] = headers.int(max(0, d.remaining))
-        ngx_header["X-RateLimit-Reset"] = t and headers.int(t) or nil
+        ngx_header["X-RateLimit-Limit"] = x_limit
+        ngx_header["X-RateLimit-Remaining"] = x_remaining
+        ngx_header["X-RateLimit-Reset"] = x_reset
     end
     if d.allowed then
         return d
     end
-    if t then
-        -- Retry-After belongs to a refusal, with the RateLimit headers or not.
-        ngx_header["Retry-After"] = headers.int(t)
-    end
+    -- Retry-After belongs to a refusal, with the RateLimit headers or not.
+    ngx_header["Retry-After"] = retry_after
     local body = c.body
     if type(body) == "function" then
         body = body(d)
     elseif body == nil then
-        body = headers.refusal_text(d)
+        body = text .. "\n"
     end
-    ngx.status = d.source == "fail_closed" and c.unavailable or c.status
+    ngx.status = status == 503 and c.unavailable or c.status
     ngx_header["Content-Type"] = "text/plain; charset=utf-8"
     ngx.print(body)
     return ngx.exit(ngx.HTTP_OK)
+end
+
+local function charge_now(premature, pending)
+    if premature then
+        return
+    end
+    for _, p in ipairs(pending) do
+        local d, err, code = p[1]:allow(p[2], p[3])
+        if not d then
+            log(ERR, "hirate: charge: ", err, " (", code, ")")
+        end
+    end
+end
+
+--- charge(): from log_by_lua*, charges the limits with deduct_when of the
+--- current request whose deduct_when(status) says so. The log phase has
+--- no cosockets, so the charge runs in a timer right after the request:
+--- see docs/lua.md for what that means when requests race.
+function _M.charge()
+    local pending = ngx.ctx.hirate_charges
+    if not pending then
+        return
+    end
+    ngx.ctx.hirate_charges = nil
+    local status, due = ngx.status, {}
+    for _, p in ipairs(pending) do
+        if p[4](status) then
+            due[#due + 1] = p
+        end
+    end
+    if due[1] then
+        local ok, err = ngx.timer.at(0, charge_now, due)
+        if not ok then
+            log(ERR, "hirate: charge: cannot start a timer: ", err)
+        end
+    end
 end
 
 return _M

@@ -30,9 +30,33 @@ class Band(_NamedTuple):
 class LimitSpec(_NamedTuple):
     capacity: int
     rate: float
-    count: int
+    count: int  # type: ignore[assignment]  # a field, shadowing tuple.count as at run time
     window: int
 
 def parse_limits(text: str) -> list[LimitSpec]: ...
 
-__all__: list[str]
+__all__ = [
+    "AsyncLimiter",
+    "AuthError",
+    "BackendError",
+    "Band",
+    "ClosedError",
+    "ConfigError",
+    "Decision",
+    "Error",
+    "Health",
+    "LimitSpec",
+    "Limiter",
+    "NodeHealth",
+    "NotRedisError",
+    "RefusedError",
+    "Stats",
+    "TLSError",
+    "TimeoutError",
+    "__version__",
+    "function_library",
+    "function_name",
+    "parse_limits",
+    "script_sha1",
+    "script_source",
+]

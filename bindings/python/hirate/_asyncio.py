@@ -169,11 +169,57 @@ def _ssl_words(e):
     return str(e) or type(e).__name__
 
 
+# Calls in flight on every open connection before another is opened.
+PIPELINE_DEPTH = 32
+
+# A call's future is resolved with this when its request never went and it
+# must be placed on another connection (its connection failed first).
+_AGAIN = object()
+
+class _Call:
+    """One op, or one leg of an op's round, on a connection: its request
+    goes out in the connection's next write and its replies are read in the
+    order the requests went. The connection settles the op (its replies, or
+    the failure of the connection) whether or not its caller still waits;
+    fut then tells the caller."""
+
+    __slots__ = ("op", "leg", "fut", "deadline", "timer", "timeout", "cancelled")
+
+    def __init__(self, op, leg, fut, deadline, timeout):
+        self.op = op
+        self.leg = leg
+        self.fut = fut
+        self.deadline = deadline    # loop time: its reply is due by then
+        self.timeout = timeout      # seconds, for the message
+        self.timer = None
+        self.cancelled = False      # its caller gave up (the call still runs)
+
+    def request(self):
+        op = self.op
+        return op.request if self.leg is None else op.leg_request(self.leg)
+
+    def settle(self, failure=None):
+        """Its replies came (failure None), or the connection failed it."""
+        if self.timer is not None:
+            self.timer.cancel()
+        if failure is not None:
+            # A caller who gave up learns nothing from an outage, and the
+            # breaker learns nothing from a caller who gave up.
+            code = _hirate.ECLOSED if self.cancelled else failure.code
+            _fail(self.op, self.leg, code, None if self.cancelled else str(failure))
+        if not self.fut.done():
+            self.fut.set_result(None)
+
+
 class _Conn(asyncio.Protocol):
-    """One Redis connection. It serves one call at a time: that call sets a
-    waiter and the object that reads the replies, an Op (a call) or a
-    Handshake (the opening). Replies are fed to it as they arrive, in the
-    loop's own callback, so a call costs one wake-up of its task."""
+    """One Redis connection, first opened by a Handshake (start(); it alone
+    is fed then), then shared by the calls of its loop: each call's request
+    goes out in the next write (one write for the calls of one loop
+    iteration: at once for the first call on an idle connection, the others
+    at the end of the iteration), the replies are read in order, each into
+    its call's op, in the loop's own callback, so a call costs one wake-up
+    of its task. The replies are matched by position, as in one batch, and
+    the core's check of each reply's echoed key still guards every one."""
 
     def __init__(self, pool, first=None, waiter=None):
         self.pool = pool
@@ -182,12 +228,19 @@ class _Conn(asyncio.Protocol):
         self.transport = None
         self.closed = False
         self.buf = b""        # bytes read but not used yet
-        self.op = None        # the Op or Handshake being fed
-        self.leg = None       # the leg of the Op's round, or None: the leg-less calls
-        self.waiter = None    # the current call's future
-        self.done = False     # the op reached IO_DONE
+        self.op = None        # the Handshake being fed, while it opens
+        self.waiter = None    # the handshake's future
+        self.done = False     # the handshake reached IO_DONE
         self.extra = False    # bytes came after the last reply
         self.lost = None      # the _Failure that ended it, once closed
+        self.sent = collections.deque()   # calls whose requests went, in order
+        self.out = []         # calls whose requests go in the next write
+        self.retiring = False # the core said close it: no new call, closed once idle
+        self.joinable = False # a write of this loop iteration is still open (out)
+
+    @property
+    def depth(self):
+        return len(self.sent) + len(self.out)
 
     # -- asyncio.Protocol
 
@@ -202,19 +255,25 @@ class _Conn(asyncio.Protocol):
             self.start(first, self.first_waiter)
 
     def data_received(self, data):
-        waiter = self.waiter
-        if waiter is None or waiter.done():
-            # Nobody asked (a late reply after a timeout, or bytes after a
-            # call ended): the stream is out of step for good.
-            self.extra = True
-            self.abort()
-            return
         if self.buf:
             data = self.buf + data
             self.buf = b""
+        if self.sent:
+            try:
+                self._feed_calls(data)
+            except Exception as e:   # MemoryError and the like
+                self._fail_all(_Failure(_hirate.EIO, "reading a reply: %r" % (e,)))
+            return
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            # Nobody asked (a late reply after a timeout, or bytes after the
+            # last call's): the stream is out of step for good.
+            self.extra = True
+            self.abort()
+            return
         try:
-            self._feed(data)
-        except Exception as e:  # MemoryError and the like: the call fails
+            self._feed_handshake(data)
+        except Exception as e:
             self.abort()
             if not waiter.done():
                 waiter.set_exception(e)
@@ -232,50 +291,137 @@ class _Conn(asyncio.Protocol):
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_exception(self.lost)
+        self._fail_all(self.lost)
 
-    # -- the calls
+    # -- the handshake
 
-    def _feed(self, data):
-        op = self.op
-        leg = self.leg
-        while True:
-            # A leg is done at IO_DONE (never IO_SEND): the next round is
-            # the driver's, once every leg of this one is done.
-            state, used = op.feed(data) if leg is None else op.leg_feed(leg, data)
-            if state == _hirate.IO_MORE:
-                self.buf = bytes(data[used:])
-                return
-            if used != len(data):
-                # Bytes nobody asked for: after DONE the connection must not
-                # be reused; before a second pass (EVAL after NOSCRIPT) they
-                # would be read as that pass's answer.
-                self.extra = True
-                if state == _hirate.IO_SEND:
-                    raise _Failure(_hirate.EPROTO, "malformed reply from Redis: bytes after "
-                                   "the reply")
-            if state == _hirate.IO_SEND:
-                self.transport.write(op.request)
-                return
-            self.done = True
-            self.waiter.set_result(None)
+    def _feed_handshake(self, data):
+        state, used = self.op.feed(data)
+        if state == _hirate.IO_MORE:
+            self.buf = bytes(data[used:])
             return
+        if used != len(data):
+            self.extra = True   # bytes nobody asked for: never reused
+        self.done = True
+        self.waiter.set_result(None)
 
-    def start(self, op, waiter, leg=None):
-        """Sends the request of op (an Op or a Handshake; with leg, that leg
-        of the Op's round) and feeds it the replies until it is done."""
-        self.op = op
-        self.leg = leg
+    def start(self, hs, waiter):
+        """Sends the Handshake's request and feeds it the replies until it is
+        done."""
+        self.op = hs
         self.waiter = waiter
         self.done = False
         if self.closed:
             waiter.set_exception(self.lost or _Failure(_hirate.EIO, "the connection is closed"))
             return
-        self.transport.write(op.request if leg is None else op.leg_request(leg))
+        self.transport.write(hs.request)
 
     def finish(self):
         self.op = None
-        self.leg = None
         self.waiter = None
+
+    # -- the calls
+
+    def submit(self, call):
+        """call's request goes in this connection's next write."""
+        loop = self.pool.loop
+        call.timer = loop.call_at(call.deadline, self._expire, call)
+        if not self.sent and not self.out and not self.joinable:
+            # An idle connection: at once, as a lone caller's; the calls
+            # made in the rest of this loop iteration join the next write.
+            self.sent.append(call)
+            self.transport.write(call.request())
+            self.joinable = True
+            loop.call_soon(self._flush)
+            return
+        self.out.append(call)
+        if len(self.out) == 1 and not self.joinable:
+            loop.call_soon(self._flush)
+
+    def _flush(self):
+        """The end of the loop iteration: the calls that joined go out."""
+        self.joinable = False
+        if self.closed or not self.out:
+            return   # (closed: connection_lost places them elsewhere)
+        out, self.out = self.out, []
+        self.sent.extend(out)
+        self.transport.write(b"".join([c.request() for c in out]))
+
+    def _feed_calls(self, data):
+        sent = self.sent
+        while sent:
+            call = sent[0]
+            op, leg = call.op, call.leg
+            state, used = op.feed(data) if leg is None else op.leg_feed(leg, data)
+            if state == _hirate.IO_MORE:
+                self.buf = bytes(data[used:])
+                return
+            data = data[used:]
+            sent.popleft()
+            if state == _hirate.IO_SEND:
+                # A second pass of a leg-less op (EVAL after NOSCRIPT): its
+                # request goes now, after those already sent. (A leg is done
+                # at IO_DONE: its next round is the driver's.)
+                sent.append(call)
+                self.transport.write(call.request())
+                continue
+            if not self.retiring and (op.drop if leg is None else op.leg_drop(leg)):
+                self.retiring = True   # the core's word: not reused
+                self.pool._retire(self)
+            call.settle()
+        if data:
+            # Bytes after every reply that was asked for: out of step.
+            self.extra = True
+            self._fail_all(_Failure(_hirate.EPROTO,
+                                    "malformed reply from Redis: bytes after the reply"))
+            return
+        if self.retiring:
+            self._elsewhere()
+            if not sent:
+                self.abort()
+
+    def _expire(self, call):
+        """call's reply is not there by its deadline: it may have run, so no
+        retry; the calls sent with it on this connection are in doubt too,
+        and the connection goes, so that a late reply is never read as
+        another call's answer. (A call not yet sent cannot be late: the
+        write is at the end of the loop iteration.)"""
+        if call in self.sent:
+            self._fail_all(_Failure(_hirate.ETIMEDOUT, "no reply from Redis within %d ms"
+                                    % _ms(call.timeout)))
+
+    def unsend(self, call):
+        """Takes call back if its request has not gone: True then."""
+        try:
+            self.out.remove(call)
+        except ValueError:
+            return False
+        if call.timer is not None:
+            call.timer.cancel()
+        return True
+
+    def _elsewhere(self):
+        """The calls not yet sent go to another connection: their callers
+        place them again."""
+        out, self.out = self.out, []
+        for call in out:
+            if call.timer is not None:
+                call.timer.cancel()
+            if not call.fut.done():
+                call.fut.set_result(_AGAIN)
+            else:   # its caller gave up before it was sent
+                _fail(call.op, call.leg, _hirate.ECLOSED)
+
+    def _fail_all(self, failure):
+        """The connection is lost or out of step: every call sent on it gets
+        the failure (it may have run); those not yet sent go elsewhere."""
+        sent, self.sent = self.sent, collections.deque()
+        self.abort()
+        if self.pool.closed:   # a call cut off by close() gets ClosedError
+            failure = _Failure(_hirate.ECLOSED, "the limiter is closed")
+        for call in sent:
+            call.settle(failure)
+        self._elsewhere()
 
     def abort(self):
         """Closes at once, dropping anything unsent or unread."""
@@ -306,40 +452,66 @@ async def _closer(pool):
 
 
 class _Pool:
-    """The connections of one AsyncLimiter to one node on one event loop: at
-    most pool_size, each owned by one call at a time. A loop's transports
-    cannot serve another loop, hence one pool per loop and node (a single
-    Redis is node 0). When a new connection may be tried is the core's to
-    say (Limiter._handshake_start(node): each node has its own backoff)."""
+    """The connections of one AsyncLimiter to one node on one event loop, at
+    most pool_size, shared by the loop's calls: a call goes on an idle
+    connection, else pipelined on the one with the fewest calls in flight
+    (a new connection is opened only while every open one already carries
+    PIPELINE_DEPTH calls, or none is open). A loop's transports cannot serve
+    another loop, hence one pool per loop and node (a single Redis is node
+    0). When a new connection may be tried is the core's to say
+    (Limiter._handshake_start(node): each node has its own backoff)."""
 
     def __init__(self, owner, loop, node, ep):
         self.owner = owner
         self.loop = loop
         self.node = node
         self.ep = ep            # the node's endpoint (Limiter._endpoint(node))
-        self.idle = []          # ready connections, most recently used last
+        self.ready = []         # open connections that take calls
         self.conns = set()      # every open connection
         self.connecting = 0     # connections being opened
         self.waiters = collections.deque()   # calls waiting for a connection
         self.closed = False
         self.closer = None
 
-    # -- taking and giving back connections
+    # -- choosing a connection
 
-    async def acquire(self, limit=None):
-        """An idle connection, a new one while the pool has room, or the next
-        one given back; _Failure when none comes within the timeout (or
-        within limit seconds, when that is sooner)."""
+    def _pick(self):
+        """The connection for the next call, or None (open one, or wait for
+        the one being opened): the one whose write of this loop iteration
+        is still open, so that the calls of one iteration go out together;
+        else an idle one; else the one with the fewest calls in flight,
+        unless they all carry PIPELINE_DEPTH and there is room for one
+        more (none being opened)."""
+        best, depth, idle = None, 0, None
+        for conn in self.ready:
+            d = len(conn.sent) + len(conn.out)
+            if conn.joinable and d < PIPELINE_DEPTH:
+                return conn
+            if d == 0:
+                idle = conn
+            elif best is None or d < depth:
+                best, depth = conn, d
+        if idle is not None:
+            return idle
+        if best is not None and (depth < PIPELINE_DEPTH or self.connecting or
+                                 len(self.conns) >= self.owner._pool_size):
+            return best
+        return None
+
+    async def _connection(self, limit=None):
+        """A connection to put a call on: a new one while the pool has room,
+        else the next one opened; _Failure when none comes within the
+        timeout (or within limit seconds, when that is sooner)."""
         owner = self.owner
         while True:
             if self.closed:
                 raise _Failure(_hirate.ECLOSED, "the limiter is closed")
-            idle = self.idle
-            while idle:
-                conn = idle.pop()
-                if not conn.closed:
-                    return conn
-            if len(self.conns) + self.connecting < owner._pool_size:
+            conn = self._pick()
+            if conn is not None:
+                return conn
+            # The first connection, or one more for calls that fill the
+            # others; while one is being opened, the calls wait for it.
+            if not self.connecting and len(self.conns) < owner._pool_size:
                 return await self._connect()
             fut = self.loop.create_future()
             self.waiters.append(fut)
@@ -347,51 +519,37 @@ class _Pool:
             if limit is not None and limit < timeout:
                 timeout = limit
             try:
-                conn = await _wait(self.loop, timeout, fut)
+                await _wait(self.loop, timeout, fut)
             except asyncio.TimeoutError:
-                raise _Failure(_hirate.ETIMEDOUT, "all %d Redis connections stayed busy for "
-                               "%g s" % (owner._pool_size, timeout)) from None
-            except BaseException:
-                # Cancelled: a connection handed over meanwhile goes back.
-                given = _given(fut)
-                if given is not None:
-                    self.release(given, True)
-                raise
+                raise _Failure(_hirate.ETIMEDOUT, "no Redis connection could be opened "
+                               "within %g s (all %d being opened)"
+                               % (timeout, owner._pool_size)) from None
             finally:
                 try:
                     self.waiters.remove(fut)
                 except ValueError:
                     pass
-            if conn is not None:
-                return conn
-            # None: a connection closed, so there is room to open one.
+            # A connection opened (or one closed, leaving room): look again.
 
-    def release(self, conn, healthy):
-        conn.finish()
-        if not healthy or conn.closed or self.closed:
-            conn.abort()
-            return
-        while self.waiters:
-            fut = self.waiters.popleft()
-            if not fut.done():
-                fut.set_result(conn)
-                return
-        self.idle.append(conn)
+    def _retire(self, conn):
+        """conn takes no new call (it closes once its calls are answered)."""
+        try:
+            self.ready.remove(conn)
+        except ValueError:
+            pass
 
     def _lost(self, conn):
         """conn is closed: its place in the pool is free."""
+        self._retire(conn)
         if conn in self.conns:
             self.conns.discard(conn)
             if not self.closed:
                 self.owner._dropped += 1
-            try:
-                self.idle.remove(conn)
-            except ValueError:
-                pass
             self._wake()
 
     def _wake(self, everyone=False):
-        """Tells waiting calls that there is room for a new connection."""
+        """Tells waiting calls to look again: a connection opened (everyone),
+        or one closed, leaving room for a new one."""
         while self.waiters:
             fut = self.waiters.popleft()
             if not fut.done():
@@ -421,6 +579,8 @@ class _Pool:
             conn.abort()
             raise _Failure(_hirate.ECLOSED, "the limiter is closed")
         self.conns.add(conn)
+        self.ready.append(conn)
+        self._wake(everyone=True)   # the calls that waited share it
         return conn
 
     async def _open(self):
@@ -581,55 +741,51 @@ class _Pool:
         With leg: only that leg of op's round, which is done or failed on
         return (the driver calls op.next()); clock is the op's deadline in
         a one-item list, set by its first send and shared by its rounds."""
+        loop = self.loop
         timeout = self.ep["timeout"]
-        limit = None
-        if clock is not None and clock[0] is not None:
-            limit = clock[0] - self.loop.time()
-            if limit <= 0:
-                op.leg_fail(leg, _hirate.ETIMEDOUT, "no reply from Redis within %d ms"
-                            % _ms(timeout))
-                return
-        try:
-            conn = await self.acquire(limit)
-        except _Failure as f:
-            _fail(op, leg, f.code, str(f))
-            return
-        except BaseException:
-            # Cancelled before anything was sent. Settle the op without
-            # blaming Redis: an outage code would open the breaker because a
-            # caller gave up.
-            _fail(op, leg, _hirate.ECLOSED)
-            raise
-        healthy = False
-        wait = timeout
-        try:
-            fut = self.loop.create_future()
-            conn.start(op, fut, leg)
-            if clock is not None:
+        while True:
+            limit = None
+            if clock is not None and clock[0] is not None:
+                limit = clock[0] - loop.time()
+                if limit <= 0:
+                    op.leg_fail(leg, _hirate.ETIMEDOUT, "no reply from Redis within %d ms"
+                                % _ms(timeout))
+                    return
+            conn = self._pick()
+            if conn is None:
+                try:
+                    conn = await self._connection(limit)
+                except _Failure as f:
+                    _fail(op, leg, f.code, str(f))
+                    return
+                except BaseException:
+                    # Cancelled before anything was sent. Settle the op
+                    # without blaming Redis: an outage code would open the
+                    # breaker because a caller gave up.
+                    _fail(op, leg, _hirate.ECLOSED)
+                    raise
+            if clock is None:
+                deadline = loop.time() + timeout
+            else:
                 if clock[0] is None:
-                    clock[0] = self.loop.time() + timeout
+                    clock[0] = loop.time() + timeout
+                deadline = clock[0]
+            call = _Call(op, leg, loop.create_future(), deadline, timeout)
+            conn.submit(call)
+            try:
+                placed = await call.fut
+            except BaseException:
+                # Cancelled: a call not yet sent is taken back (nothing ran);
+                # one sent stays on its connection, which reads its reply
+                # when it comes (or times it out) and settles its op, so
+                # that the stream stays in step for the calls sent with it.
+                if conn.unsend(call):
+                    _fail(op, leg, _hirate.ECLOSED)
                 else:
-                    wait = max(clock[0] - self.loop.time(), 0.001)
-            await _wait(self.loop, wait, fut)
-            healthy = not conn.extra and not (op.drop if leg is None else op.leg_drop(leg))
-        except asyncio.TimeoutError:
-            # No reply in time (one at the very deadline would have resolved
-            # fut first). The call may have run: no retry, the policy
-            # decides, and this connection goes, so that its late reply is
-            # never read as the answer to another call.
-            _fail(op, leg, _hirate.ETIMEDOUT, "no reply from Redis within %d ms" % _ms(timeout))
-        except _Failure as f:
-            if not conn.done:
-                # A call cut off by close() gets ClosedError, not the policy.
-                _fail(op, leg, _hirate.ECLOSED if self.closed else f.code, str(f))
-        except BaseException:
-            # Cancelled (or worse) mid-call: the connection goes; the op is
-            # settled without blaming Redis, as above.
-            if not conn.done:
-                _fail(op, leg, _hirate.ECLOSED)
-            raise
-        finally:
-            self.release(conn, healthy)
+                    call.cancelled = True
+                raise
+            if placed is not _AGAIN:
+                return
 
     def close(self):
         if self.closed:
@@ -642,11 +798,11 @@ class _Pool:
                 self.owner._pools.pop(self.loop, None)
         for conn in list(self.conns):
             conn.abort()
-        self.idle.clear()
+        self.ready.clear()
         while self.waiters:
             fut = self.waiters.popleft()
             if not fut.done():
-                fut.set_result(None)  # acquire() sees the pool closed
+                fut.set_result(None)  # _connection() sees the pool closed
 
 
 class _NotGiven:

@@ -30,8 +30,8 @@ class AsyncLimiter:
         prefix: str = "rl:",
         on_error: str = "local",
         instances: int = 1,
-        connect_timeout: float = 0.25,
-        timeout: float = 0.1,
+        connect_timeout: Union[float, str] = 0.25,
+        timeout: Union[float, str] = 0.1,
         deny_cache: bool = True,
         max_keys: int = 1_000_000,
         pool_size: int = 16,
@@ -44,7 +44,7 @@ class AsyncLimiter:
         sentinel_username: Optional[str] = None,
         sentinel_password: Optional[str] = None,
         functions: bool = True,
-        deny_cache_max: float = 1.0,
+        deny_cache_max: Union[float, str] = 1.0,
     ) -> None: ...
     @classmethod
     def from_env(
@@ -56,8 +56,8 @@ class AsyncLimiter:
         prefix: str = "rl:",
         on_error: str = "local",
         instances: int = 1,
-        connect_timeout: float = 0.25,
-        timeout: float = 0.1,
+        connect_timeout: Union[float, str] = 0.25,
+        timeout: Union[float, str] = 0.1,
         deny_cache: bool = True,
         max_keys: int = 1_000_000,
         pool_size: int = 16,
@@ -70,7 +70,7 @@ class AsyncLimiter:
         sentinel_username: Optional[str] = None,
         sentinel_password: Optional[str] = None,
         functions: bool = True,
-        deny_cache_max: float = 1.0,
+        deny_cache_max: Union[float, str] = 1.0,
     ) -> _Self: ...
     @property
     def capacity(self) -> int: ...

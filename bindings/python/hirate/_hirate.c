@@ -84,10 +84,6 @@ typedef struct {
     PyObject *str_key, *str_cost; /* keyword names, interned */
     PyObject *stats_cls;          /* hirate.Stats, looked up at its first use */
     PyObject *health_cls;         /* hirate.Health, likewise */
-    /* An in-memory limiter that judges the values of a batch's items before
-     * any of them is decided (see batch_check): the core's own rules and
-     * words, without I/O and without touching the caller's limiter. */
-    hirate_limiter *judge;
 } hstate;
 
 static struct PyModuleDef hirate_module;
@@ -121,11 +117,10 @@ static hstate *state_of_type(PyTypeObject *tp)
 
 /* ----------------------------------------------------------------- errors */
 
-/* "ETIMEDOUT" for HIRATE_ETIMEDOUT: the core's name without its prefix. */
+/* "ETIMEDOUT" for HIRATE_ETIMEDOUT: the core's name. */
 static const char *short_name(int code)
 {
-    const char *n = hirate_err_name(code);
-    return strncmp(n, "HIRATE_", 7) == 0 ? n + 7 : n;
+    return hirate_err_name(code);
 }
 
 /* The exception hirate raises for code, with message msg (a str, whose
@@ -1027,6 +1022,8 @@ typedef struct {
     keybuf *bufs;
     int nbands;         /* band figures kept per item in bandv (else 0) */
     hirate_decision *bandv; /* item i's at bandv[i * nbands] */
+    char *msgs;         /* item i's message at msgs[i * HIRATE_ERRMSG_SIZE] ("" when
+                           it was decided), or NULL */
 } batch;
 
 static void batch_clear(batch *b)
@@ -1041,24 +1038,19 @@ static void batch_clear(batch *b)
     PyMem_Free(b->keys);
     PyMem_Free(b->bufs);
     PyMem_Free(b->bandv);
+    PyMem_Free(b->msgs);
     memset(b, 0, sizeof *b);
 }
 
-/* Raises the core's error for a key or cost that hirate.h's limits refuse,
- * as allow() would raise it; 0 when the core finds nothing wrong. The judge
- * (an in-memory limiter of the module) states the rule and its words, so
- * they are the core's; it is asked only about values outside the limits,
- * and asking it has no I/O and no effect on any bucket of the caller. */
+/* Raises the core's error for a key or cost that the core refuses, as
+ * allow() would raise it (hirate_validate: its rule and its words); 0 when
+ * the core finds nothing wrong. */
 static int value_check(hstate *st, const void *key, size_t keylen, int64_t cost)
 {
-    if (keylen >= 1 && keylen <= HIRATE_KEY_MAX && cost >= 0 && cost <= HIRATE_EXACT_MAX)
-        return 0;
-    hirate_decision d;
-    int rc = hirate_peek(st->judge, key, keylen, cost, &d);
+    char msg[HIRATE_ERRMSG_SIZE];
+    int rc = hirate_validate(key, keylen, cost, msg, sizeof msg);
     if (rc == 0)
         return 0;
-    char msg[HIRATE_ERRMSG_SIZE];
-    hirate_limiter_errmsg(st->judge, msg, sizeof msg);
     raise_code(st, rc, msg);
     return -1;
 }
@@ -1136,9 +1128,27 @@ static int batch_bands(batch *b, int nbands)
     return 0;
 }
 
+/* Room for each item's message (see batch.msgs). */
+static int batch_msgs(batch *b)
+{
+    size_t m = b->n > 0 ? (size_t)b->n : 1;
+    if (!(b->msgs = PyMem_Calloc(m, HIRATE_ERRMSG_SIZE))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* Item i's message, or NULL (then the code's words serve). */
+static const char *batch_msg(const batch *b, Py_ssize_t i)
+{
+    return b->msgs ? b->msgs + (size_t)i * HIRATE_ERRMSG_SIZE : NULL;
+}
+
 /* Decides every item of b in memory (no URL), as allow_many and the Op of a
  * limiter without Redis do: one by one, in order, with band figures when b
- * has room for them. */
+ * has room for them, and each failed item's message when it has room for
+ * them. */
 static void batch_decide_here(hirate_limiter *lim, batch *b, int spend, int64_t now_us)
 {
     for (Py_ssize_t i = 0; i < b->n; i++) {
@@ -1147,6 +1157,9 @@ static void batch_decide_here(hirate_limiter *lim, batch *b, int spend, int64_t 
         it->rc = decide_one(lim, &k, it->cost, spend, now_us, &it->decision,
                             b->bandv ? b->bandv + (size_t)i * (size_t)b->nbands : NULL,
                             (size_t)b->nbands);
+        if (it->rc < 0 && b->msgs)
+            hirate_limiter_errmsg(lim, b->msgs + (size_t)i * HIRATE_ERRMSG_SIZE,
+                                  HIRATE_ERRMSG_SIZE);
     }
 }
 
@@ -1166,57 +1179,37 @@ static PyObject *limiter_allow_many(PyObject *op, PyObject *pairs)
     LimiterObject *self = (LimiterObject *)op;
     hstate *st = self->st;
     batch b;
-    char msg[HIRATE_ERRMSG_SIZE] = "";
-    int last = 0;
 
     if (batch_from(st, "allow_many", pairs, &b) < 0)
         return NULL;
+    if (batch_bands(&b, self->nbands) < 0 || batch_msgs(&b) < 0) {
+        batch_clear(&b);
+        return NULL;
+    }
+    /* Each failed item gets its own message (hirate_allow_many_msgs). */
     if (!self->redis) {
         if (self->closed) {
             batch_clear(&b);
             return raise_closed(st);
         }
-        /* Several bands: each item as allow() decides it, which is what
-         * hirate_allow_many does in memory, with the bands' figures. */
-        if (self->nbands > 1) {
-            if (batch_bands(&b, self->nbands) < 0) {
-                batch_clear(&b);
-                return NULL;
-            }
-            batch_decide_here(self->lim, &b, 1, -1);
-        } else {
-            hirate_allow_many(self->lim, b.items, (size_t)b.n);
-        }
-        for (Py_ssize_t i = 0; i < b.n; i++)
-            last = b.items[i].rc < 0 ? b.items[i].rc : last;
-        if (last)
-            hirate_limiter_errmsg(self->lim, msg, sizeof msg);
+        hirate_allow_many_msgs(self->lim, b.items, (size_t)b.n, b.bandv, b.msgs,
+                               HIRATE_ERRMSG_SIZE);
     } else {
-        if (batch_bands(&b, self->nbands) < 0 || enter(self) < 0) {
+        if (enter(self) < 0) {
             batch_clear(&b);
             return NULL;
         }
         hirate_limiter *lim = self->lim;
         Py_BEGIN_ALLOW_THREADS
-        if (b.bandv)
-            hirate_allow_many_bands(lim, b.items, (size_t)b.n, b.bandv);
-        else
-            hirate_allow_many(lim, b.items, (size_t)b.n);
-        for (Py_ssize_t i = 0; i < b.n; i++)
-            last = b.items[i].rc < 0 ? b.items[i].rc : last;
-        if (last)
-            hirate_limiter_errmsg(lim, msg, sizeof msg);
+        hirate_allow_many_msgs(lim, b.items, (size_t)b.n, b.bandv, b.msgs, HIRATE_ERRMSG_SIZE);
         Py_END_ALLOW_THREADS
         leave(self);
     }
-    /* hirate_allow_many leaves one message on the limiter, the last failed
-     * item's: it goes to the items of that code, and the others get their
-     * code's words (a batch rarely fails in two ways at once). */
     int nb = b.nbands;
     PyObject *list = PyList_New(b.n);
     for (Py_ssize_t i = 0; list && i < b.n; i++) {
         const hirate_item *it = &b.items[i];
-        PyObject *r = item_result(st, it, it->rc == last ? msg : NULL,
+        PyObject *r = item_result(st, it, batch_msg(&b, i),
                                   b.bandv ? b.bandv + (size_t)i * (size_t)b.nbands : NULL, nb);
         if (!r)
             Py_CLEAR(list);
@@ -1298,6 +1291,10 @@ static PyObject *limiter_op_start(PyObject *op, PyObject *args, PyObject *kw)
     }
     if (!self->redis) {
         /* Nothing to send: decided here, as allow_many or peek would. */
+        if (batch_msgs(&o->b) < 0) {
+            Py_DECREF(o);
+            return NULL;
+        }
         batch_decide_here(self->lim, &o->b, spend, now_us);
         o->done = 1;
         return (PyObject *)o;
@@ -1593,7 +1590,8 @@ static PyObject *op_results(PyObject *op, PyObject *unused)
     PyObject *list = PyList_New(b->n);
     for (Py_ssize_t i = 0; list && i < b->n; i++) {
         const hirate_item *it = &b->items[i];
-        const char *msg = it->rc < 0 && self->op ? hirate_op_errmsg(self->op, (size_t)i) : NULL;
+        const char *msg = it->rc >= 0 ? NULL
+                          : self->op ? hirate_op_errmsg(self->op, (size_t)i) : batch_msg(b, i);
         PyObject *r = item_result(st, it, msg,
                                   b->bandv ? b->bandv + (size_t)i * (size_t)b->nbands : NULL,
                                   b->nbands);
@@ -2204,7 +2202,7 @@ static PyObject *limiter_exit(PyObject *op, PyObject *args)
     if (!r)
         return NULL;
     Py_DECREF(r);
-    Py_RETURN_FALSE;
+    Py_RETURN_NONE; /* an exception goes on: the stubs say -> None */
 }
 
 /* ---- construction ------------------------------------------------------------ */
@@ -2316,45 +2314,35 @@ static int int_option(hstate *st, PyObject *o, const char *what, int *out)
     return 0;
 }
 
-/* A timeout in seconds (int or float) as whole milliseconds, 1 ms to 60 s. */
-static int timeout_option(hstate *st, PyObject *o, const char *what, int *out_ms)
+/* A duration option (timeout, connect_timeout, deny_cache_max): a str the
+ * core reads ("100ms", "0.25s", "0.25"), or a number of seconds; the core
+ * checks the range and words it in the unit given. */
+static int duration_option(hstate *st, PyObject *o, const char *name, hirate_options *opts)
 {
-    if (PyBool_Check(o) || !(PyFloat_Check(o) || PyLong_Check(o))) {
-        PyErr_Format(PyExc_TypeError, "%s must be a number of seconds, not %.200s", what,
-                     Py_TYPE(o)->tp_name);
+    char why[HIRATE_ERRMSG_SIZE];
+    int rc;
+    if (PyUnicode_Check(o)) {
+        const char *text = c_string(st, o, name, HIRATE_EOPTION);
+        if (!text)
+            return -1;
+        rc = hirate_options_set_duration(opts, name, text, why, sizeof why);
+    } else if (!PyBool_Check(o) && (PyFloat_Check(o) || PyLong_Check(o))) {
+        double s = PyFloat_AsDouble(o);
+        if (s == -1.0 && PyErr_Occurred()) { /* an int no double holds */
+            PyErr_Clear();
+            s = Py_HUGE_VAL;
+        }
+        rc = hirate_options_set_seconds(opts, name, s, why, sizeof why);
+    } else {
+        PyErr_Format(PyExc_TypeError,
+                     "%s must be a number of seconds or a str with a unit ('100ms'), not %.200s",
+                     name, Py_TYPE(o)->tp_name);
         return -1;
     }
-    double s = PyFloat_AsDouble(o);
-    if (s == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        s = NAN;
-    }
-    double ms = s * 1000.0;
-    if (!(ms >= 0.5 && ms <= 60000.0)) {
-        raise_codef(st, HIRATE_EOPTION, "%s must be from 0.001 to 60 seconds, got %R", what, o);
+    if (rc < 0) {
+        raise_code(st, rc, why);
         return -1;
     }
-    *out_ms = (int)lround(ms);
-    return 0;
-}
-
-/* A duration in seconds as the core's whole milliseconds, rounded; the
- * core checks the range (a value no int holds becomes -1, which it refuses
- * too). */
-static int seconds_to_ms(PyObject *o, const char *what, int *out_ms)
-{
-    if (PyBool_Check(o) || !(PyFloat_Check(o) || PyLong_Check(o))) {
-        PyErr_Format(PyExc_TypeError, "%s must be a number of seconds, not %.200s", what,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    double s = PyFloat_AsDouble(o);
-    if (s == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        s = NAN;
-    }
-    double ms = s * 1000.0;
-    *out_ms = ms >= 0.0 && ms < (double)INT_MAX ? (int)lround(ms) : -1;
     return 0;
 }
 
@@ -2630,9 +2618,8 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     }
     if ((instances && int_option(st, instances, "instances", &o.instances) < 0) ||
         (pool_size && int_option(st, pool_size, "pool_size", &o.pool_size) < 0) ||
-        (connect_timeout &&
-         timeout_option(st, connect_timeout, "connect_timeout", &o.connect_timeout_ms) < 0) ||
-        (timeout && timeout_option(st, timeout, "timeout", &o.timeout_ms) < 0))
+        (connect_timeout && duration_option(st, connect_timeout, "connect_timeout", &o) < 0) ||
+        (timeout && duration_option(st, timeout, "timeout", &o) < 0))
         goto done;
     if (deny_cache) {
         int v = PyObject_IsTrue(deny_cache);
@@ -2640,8 +2627,7 @@ static PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
             goto done;
         o.deny_cache = v;
     }
-    if (deny_cache_max && seconds_to_ms(deny_cache_max, "deny_cache_max",
-                                        &o.deny_cache_max_ms) < 0)
+    if (deny_cache_max && duration_option(st, deny_cache_max, "deny_cache_max", &o) < 0)
         goto done;
     if (max_keys) {
         long long v;
@@ -2984,9 +2970,11 @@ static PyType_Slot limiter_slots[] = {
                         "/service[/db] (the sentinels; user and password are the master's, "
                         "sentinel_username and sentinel_password the sentinels' own) and "
                         "rediss+sentinel://... (TLS). functions=False: EVALSHA always, "
-                        "never FCALL. deny_cache_max: seconds a refusal is foretold from one "
-                        "reply at most, then Redis is asked again (so a reset made by another "
-                        "process is seen within it). Events worth a log line go to the logger "
+                        "never FCALL. Durations (connect_timeout, timeout, deny_cache_max) "
+                        "are seconds, or a str with a unit ('250ms', '2s'). deny_cache_max: "
+                        "how long a refusal is foretold from one reply at most, then Redis is "
+                        "asked again (so a reset made by another process is seen within it). "
+                        "Events worth a log line go to the logger "
                         "'hirate'; stats() gives the metrics."},
     {Py_tp_new, (void *)limiter_tp_new},
     {Py_tp_dealloc, (void *)limiter_dealloc},
@@ -3095,6 +3083,96 @@ static PyObject *mod_refill_seconds(PyObject *m, PyObject *args)
     return PyLong_FromLongLong(r ? 0 : hirate_refill_seconds(capacity, rate));
 }
 
+/* response(limits, flags) -> (status, retry_after, headers, problem_type,
+ * title, detail): hirate_response_format of [(name, capacity, rate,
+ * Decision)], headers a list of (name, value) in the order the core gives
+ * them; retry_after None when allowed or never; the last three None when
+ * allowed. */
+static PyObject *mod_response(PyObject *m, PyObject *args)
+{
+    hstate *st = state_of_module(m);
+    PyObject *seq_obj;
+    int flags;
+    if (!PyArg_ParseTuple(args, "Oi:response", &seq_obj, &flags))
+        return NULL;
+    PyObject *seq = PySequence_Fast(seq_obj, "response: limits must be a sequence");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *result = NULL;
+    hirate_response_limit small[8], *lim = small;
+    char sbuf[HIRATE_RESPONSE_SIZE(8)], *buf = sbuf;
+    size_t len = sizeof sbuf;
+    if (n > 8) {
+        lim = PyMem_Malloc((size_t)n * sizeof *lim);
+        len = HIRATE_RESPONSE_SIZE(n);
+        buf = PyMem_Malloc(len);
+        if (!lim || !buf) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *name, *dec;
+        long long capacity;
+        double rate;
+        if (!PyArg_ParseTuple(item, "ULdO:response", &name, &capacity, &rate, &dec))
+            goto done;
+        if (!PyObject_TypeCheck(dec, st->decision_type)) {
+            PyErr_Format(PyExc_TypeError, "response: limits[%zd]: a Decision, got %s", i,
+                         Py_TYPE(dec)->tp_name);
+            goto done;
+        }
+        lim[i].name = PyUnicode_AsUTF8(name);
+        if (!lim[i].name)
+            goto done;
+        lim[i].capacity = capacity;
+        lim[i].rate = rate;
+        lim[i].decision = &((DecisionObject *)dec)->d;
+    }
+    hirate_response r;
+    char err[HIRATE_ERRMSG_SIZE];
+    int rc = hirate_response_format(lim, (size_t)n, flags, &r, buf, len, err, sizeof err);
+    if (rc < 0) {
+        raise_code(st, rc, err);
+        goto done;
+    }
+    static const char *names[6] = {"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit",
+                                   "X-RateLimit-Remaining", "X-RateLimit-Reset",
+                                   "Retry-After"};
+    const char *values[6] = {r.ratelimit_policy, r.ratelimit, r.x_ratelimit_limit,
+                             r.x_ratelimit_remaining, r.x_ratelimit_reset, r.retry_after};
+    PyObject *headers = PyList_New(0);
+    if (!headers)
+        goto done;
+    for (int i = 0; i < 6; i++) {
+        if (!values[i])
+            continue;
+        PyObject *pair = Py_BuildValue("(ss)", names[i], values[i]);
+        if (!pair || PyList_Append(headers, pair) < 0) {
+            Py_XDECREF(pair);
+            Py_DECREF(headers);
+            goto done;
+        }
+        Py_DECREF(pair);
+    }
+    PyObject *retry = r.allowed || r.retry_after_s < 0 ? Py_NewRef(Py_None)
+                                                      : PyLong_FromLongLong(r.retry_after_s);
+    if (!retry) {
+        Py_DECREF(headers);
+        goto done;
+    }
+    result = Py_BuildValue("(iNNzzz)", r.status, retry, headers, r.problem_type, r.title,
+                           r.detail);
+done:
+    if (lim != small)
+        PyMem_Free(lim);
+    if (buf != sbuf)
+        PyMem_Free(buf);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"script_source", mod_script_source, METH_NOARGS,
      "script_source() -> str: the Lua script hirate runs in Redis."},
@@ -3113,6 +3191,9 @@ static PyMethodDef module_methods[] = {
      "refill_seconds(capacity, rate) -> int: whole seconds an empty bucket takes to fill, "
      "rounded up (the core's hirate_refill_seconds: the w of RateLimit-Policy and of a "
      "band's default name); 0 for a capacity or rate no limiter takes."},
+    {"response", mod_response, METH_VARARGS,
+     "response(limits, flags) -> (status, retry_after, headers, problem_type, title, detail): "
+     "the core's response of [(name, capacity, rate, Decision)] (hirate_response_format)."},
     {"_empty_stats", mod_empty_stats, METH_NOARGS,
      "_empty_stats() -> hirate.Stats of zeros, the figures of no limiter."},
     {"_error", mod_error, METH_VARARGS,
@@ -3249,19 +3330,6 @@ static int module_exec(PyObject *m)
         add_exceptions(m, st) < 0)
         return -1;
 
-    hirate_options jo;
-    hirate_options_init(&jo);
-    jo.capacity = 1;
-    jo.rate = 1.0;
-    jo.max_keys = 1;
-    jo.deny_cache = 0;
-    char why[HIRATE_ERRMSG_SIZE];
-    int rc = hirate_limiter_new(&st->judge, &jo, why, sizeof why);
-    if (rc < 0) {
-        raise_code(st, rc, why);
-        return -1;
-    }
-
     for (int i = 1; i < NCODES; i++) {
         const char *n = short_name(-i);
         if (!(st->errname[i] = PyUnicode_InternFromString(n)) ||
@@ -3282,6 +3350,8 @@ static int module_exec(PyObject *m)
         PyModule_AddIntConstant(m, "IO_REPLY_MAX", HIRATE_IO_REPLY_MAX) < 0 ||
         PyModule_AddIntConstant(m, "ERRMSG_SIZE", HIRATE_ERRMSG_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "KEY_MAX", HIRATE_KEY_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "HEADERS_RATELIMIT", HIRATE_HEADERS_RATELIMIT) < 0 ||
+        PyModule_AddIntConstant(m, "HEADERS_LEGACY", HIRATE_HEADERS_LEGACY) < 0 ||
         PyModule_AddIntConstant(m, "PREFIX_MAX", HIRATE_PREFIX_MAX) < 0 ||
         PyModule_AddObject(m, "EXACT_MAX", PyLong_FromLongLong(HIRATE_EXACT_MAX)) < 0 ||
         PyModule_AddStringConstant(m, "__version__", hirate_version()) < 0)
@@ -3323,8 +3393,6 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->str_cost);
     Py_CLEAR(st->stats_cls);
     Py_CLEAR(st->health_cls);
-    hirate_limiter_free(st->judge);
-    st->judge = NULL;
     return 0;
 }
 

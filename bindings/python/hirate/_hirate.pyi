@@ -2,7 +2,9 @@
 
 import builtins
 import os
-from typing import Final, Iterable, Literal, Optional, Sequence, Tuple, TypedDict, Union, final
+from typing import (Final, Iterable, List, Literal, Optional, Sequence, Tuple, TypedDict, Union,
+                    final)
+from typing_extensions import disjoint_base
 
 from . import Band
 from ._health import Health
@@ -22,6 +24,8 @@ IO_PROBE: Final[int]
 IO_REPLY_MAX: Final[int]
 ERRMSG_SIZE: Final[int]
 KEY_MAX: Final[int]
+HEADERS_RATELIMIT: Final[int]
+HEADERS_LEGACY: Final[int]
 PREFIX_MAX: Final[int]
 EXACT_MAX: Final[int]
 
@@ -160,6 +164,7 @@ class _Endpoint(TypedDict):
     tls_key_file: Optional[str]
     tls_server_name: Optional[str]
 
+@disjoint_base
 class Limiter:
     """url: redis://[user:password@]host[:port][/db], rediss://... (TLS),
     unix:///path[?db=N], or a Redis Cluster:
@@ -180,8 +185,8 @@ class Limiter:
         prefix: str = ...,
         on_error: str = ...,
         instances: int = ...,
-        connect_timeout: float = ...,
-        timeout: float = ...,
+        connect_timeout: Union[float, str] = ...,
+        timeout: Union[float, str] = ...,
         deny_cache: bool = ...,
         max_keys: int = ...,
         pool_size: int = ...,
@@ -194,7 +199,7 @@ class Limiter:
         sentinel_username: Optional[str] = ...,
         sentinel_password: Optional[str] = ...,
         functions: bool = ...,
-        deny_cache_max: float = ...,
+        deny_cache_max: Union[float, str] = ...,
     ) -> "Limiter": ...
     @classmethod
     def from_env(
@@ -206,8 +211,8 @@ class Limiter:
         prefix: str = ...,
         on_error: str = ...,
         instances: int = ...,
-        connect_timeout: float = ...,
-        timeout: float = ...,
+        connect_timeout: Union[float, str] = ...,
+        timeout: Union[float, str] = ...,
         deny_cache: bool = ...,
         max_keys: int = ...,
         pool_size: int = ...,
@@ -220,7 +225,7 @@ class Limiter:
         sentinel_username: Optional[str] = ...,
         sentinel_password: Optional[str] = ...,
         functions: bool = ...,
-        deny_cache_max: float = ...,
+        deny_cache_max: Union[float, str] = ...,
     ) -> "Limiter": ...
     @property
     def capacity(self) -> int: ...
@@ -249,7 +254,7 @@ class Limiter:
     def check(self) -> Health: ...
     def _op_start_check(self) -> Op: ...
     def __enter__(self) -> "Limiter": ...
-    def __exit__(self, *exc: object) -> bool: ...
+    def __exit__(self, *exc: object) -> None: ...
     def _op_start(
         self, pairs: Iterable[Tuple[_Key, int]], spend: bool, now_us: int = ...
     ) -> Op: ...
@@ -265,5 +270,9 @@ def function_library() -> str: ...
 def function_name() -> str: ...
 def parse_limits(text: str, /) -> list[Tuple[int, float, int, int]]: ...
 def refill_seconds(capacity: int, rate: float, /) -> int: ...
+def response(
+    limits: Sequence[Tuple[str, int, float, Decision]], flags: int, /
+) -> Tuple[int, Optional[int], List[Tuple[str, str]], Optional[str], Optional[str],
+           Optional[str]]: ...
 def _error(code: int, message: str) -> BaseException: ...
 def _empty_stats() -> Stats: ...

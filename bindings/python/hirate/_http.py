@@ -9,13 +9,15 @@ the decisions to a Result, which knows the headers and the refusal body.
 import asyncio
 import hashlib
 import ipaddress
-import math
 import numbers
 import re
 
 from . import _hirate
 
 __all__ = ["Limit", "Result", "ClientIP", "key_header", "refill_seconds"]
+
+METHODS = frozenset(["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE",
+                     "CONNECT"])
 
 # From hirate.h: a key is at most HIRATE_KEY_MAX bytes; capacity, cost and
 # every time in µs stay at most HIRATE_EXACT_MAX.
@@ -26,6 +28,67 @@ EXACT_MAX = _hirate.EXACT_MAX
 SCOPE_MAX = 200
 
 _SCOPE_SEP = "|"
+
+
+# ---------------------------------------------------------------------------
+# Settings
+#
+# What the integrations are configured with, by name: (the suffix of the
+# config key or environment variable, HIRATE_<suffix>, and the default).
+# Flask reads app.config, hirate.asgi the environment (RateLimiter.from_env),
+# each from this one table.
+
+SETTINGS = {
+    "url": ("URL", None),
+    "default_limits": ("DEFAULT_LIMITS", ()),
+    "on_error": ("ON_ERROR", "local"),
+    "headers": ("HEADERS", True),
+    "legacy_headers": ("LEGACY_HEADERS", False),
+    "trusted_proxies": ("TRUSTED_PROXIES", ()),
+    "proxy_hops": ("PROXY_HOPS", 0),
+    "forwarded_header": ("FORWARDED_HEADER", "X-Forwarded-For"),
+    "ipv6_subnet": ("IPV6_SUBNET", 64),
+    "prefix": ("PREFIX", "rl:"),
+    "instances": ("INSTANCES", 1),
+    "connect_timeout": ("CONNECT_TIMEOUT", 0.25),
+    "timeout": ("TIMEOUT", 0.1),
+    "sentinel_username": ("SENTINEL_USERNAME", None),
+    "sentinel_password": ("SENTINEL_PASSWORD", None),
+    "functions": ("FUNCTIONS", True),
+    "deny_cache": ("DENY_CACHE", True),
+    "deny_cache_max": ("DENY_CACHE_MAX", 1.0),
+    "max_keys": ("MAX_KEYS", 1_000_000),
+    "pool_size": ("POOL_SIZE", 16),
+    "body": ("BODY", "json"),
+    "enabled": ("ENABLED", True),
+}
+
+# The settings every hirate Limiter of an integration is made with.
+LIMITER_OPTIONS = ("prefix", "on_error", "instances", "connect_timeout", "timeout",
+                   "functions", "deny_cache", "deny_cache_max", "max_keys", "pool_size")
+
+
+def env_value(text):
+    """An environment variable's value as a setting: JSON when it parses
+    (true, 5, 0.5, ["10.0.0.0/8"], {"/login": "5/minute"}), else the string
+    itself ("redis://...", "5/minute"), as Flask's from_prefixed_env reads
+    them."""
+    import json
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def from_environ(environ, prefix, names):
+    """{name: value} of the settings among names whose variable,
+    prefix + suffix, is set in environ."""
+    out = {}
+    for name in names:
+        suffix = SETTINGS[name][0] if name in SETTINGS else name.upper()
+        if prefix + suffix in environ:
+            out[name] = env_value(environ[prefix + suffix])
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -111,13 +174,20 @@ class Limit:
                 empty bucket takes to fill
     exempt_when callable(request) -> bool: True lets the request pass this
                 limit untouched
+    methods     the HTTP methods the limit applies to ("POST", or a list);
+                None: every method. GET includes HEAD. Limits of other
+                methods are other buckets
+    deduct_when callable(response) -> bool: charge the request only when
+                it returns True for the response; the request is checked
+                (without spending) before the view runs and charged after
+                (docs/python.md, "Charging some responses")
     """
 
     __slots__ = ("capacity", "rate", "key", "cost", "scope", "name", "window",
-                 "exempt_when", "_head", "_decl")
+                 "exempt_when", "methods", "deduct_when", "_head", "_decl")
 
     def __init__(self, capacity, rate=None, *, key=None, cost=1, scope=None, name=None,
-                 exempt_when=None):
+                 exempt_when=None, methods=None, deduct_when=None):
         if isinstance(capacity, str):
             if rate is not None:
                 raise TypeError("a limit string holds its own rate: Limit(%r) without a "
@@ -145,9 +215,17 @@ class Limit:
             raise TypeError("exempt_when must be a callable(request) or None, got %s"
                             % type(exempt_when).__name__)
         self.exempt_when = exempt_when
+        self.methods = _check_methods(methods)
+        if deduct_when is not None and not callable(deduct_when):
+            raise TypeError("deduct_when must be a callable(response) or None, got %s"
+                            % type(deduct_when).__name__)
+        self.deduct_when = deduct_when
         # capacity and rate are part of every key: two limits of one scope
-        # with other numbers must never read each other's buckets.
+        # with other numbers must never read each other's buckets; nor
+        # may limits of other methods.
         self._head = "%d/%r" % (self.capacity, self.rate)
+        if self.methods is not None:
+            self._head += "@" + ",".join(sorted(self.methods))
         # The limits of one declaration ("10/second; 1000/day") share this.
         self._decl = self
 
@@ -191,6 +269,10 @@ class Limit:
         one node, whatever braces a scope (a route template) holds."""
         return _bucket_key(scope, ident, self._head)
 
+    def applies_to(self, method):
+        """Whether the limit counts a request of this HTTP method."""
+        return self.methods is None or method.upper() in self.methods
+
     def cost_for(self, request):
         cost = self.cost
         if callable(cost):
@@ -203,6 +285,27 @@ class Limit:
         return "Limit(%d, %r, name=%r%s)" % (
             self.capacity, self.rate, self.name,
             "" if self.scope is None else ", scope=%r" % self.scope)
+
+
+def _check_methods(methods):
+    if methods is None:
+        return None
+    if isinstance(methods, str):
+        methods = [methods]
+    try:
+        names = [m.strip().upper() for m in methods]
+    except (TypeError, AttributeError):
+        raise TypeError("methods must be a method name or a list of them, got %r"
+                        % (methods,)) from None
+    for m in names:
+        if m not in METHODS:
+            raise ValueError("methods: %r is not an HTTP method" % m)
+    if not names:
+        raise ValueError("methods must name at least one method (None: every method)")
+    out = set(names)
+    if "GET" in out:
+        out.add("HEAD")  # a GET route answers HEAD: a HEAD must not escape the limit
+    return frozenset(out)
 
 
 def declare(capacity, rate=None, **options):
@@ -253,7 +356,7 @@ def check_limits(limits, where):
             raise ValueError("two limits on %s are both named %r; give one another name="
                              % (where, lim.name))
         names.add(lim.name)
-        bucket = (lim.scope, lim.capacity, lim.rate, lim.key)
+        bucket = (lim.scope, lim.capacity, lim.rate, lim.key, lim.methods)
         if bucket in buckets:
             raise ValueError("%r on %s repeats a limit with the same scope, capacity, rate "
                              "and key: every request would spend that bucket twice"
@@ -565,11 +668,13 @@ class Group:
     order declared) at `positions` of the request's limits, in `scope`,
     whose identity `keyfunc` gives (None: the client's address)."""
 
-    __slots__ = ("limits", "positions", "scope", "keyfunc", "exempt_when", "bands", "_head")
+    __slots__ = ("limits", "positions", "scope", "keyfunc", "exempt_when", "deduct_when",
+                 "bands", "_head")
 
-    def __init__(self, scope, keyfunc, exempt_when):
+    def __init__(self, scope, keyfunc, exempt_when, deduct_when=None):
         self.limits, self.positions = [], []
         self.scope, self.keyfunc, self.exempt_when = scope, keyfunc, exempt_when
+        self.deduct_when = deduct_when
 
     def _add(self, pos, lim):
         self.limits.append(lim)
@@ -599,10 +704,11 @@ def plan(applied, default_key=None):
         if lim.scope is not None:
             same = ("declaration", id(lim._decl))
         else:
-            same = (_token(keyfunc), scope, _token(lim.cost), _token(lim.exempt_when))
+            same = (_token(keyfunc), scope, _token(lim.cost), _token(lim.exempt_when),
+                    lim.methods, _token(lim.deduct_when))
         group = index.get(same)
         if group is None:
-            group = index[same] = Group(scope, keyfunc, lim.exempt_when)
+            group = index[same] = Group(scope, keyfunc, lim.exempt_when, lim.deduct_when)
             groups.append(group)
         group._add(pos, lim)
     return groups
@@ -639,39 +745,92 @@ def new_limiter(cls, url, bands, options, sentinel):
 
 
 def decide_sync(calls):
-    """Decisions for [(limiter, key, cost), ...], one a group, in the order
-    above."""
-    if len(calls) == 1:
-        lim, key, cost = calls[0]
-        return [lim.allow(key, cost)]
-    *first, (last, last_key, last_cost) = calls
-    out = [lim.peek(key, cost) for lim, key, cost in first]
-    if not all(d.allowed for d in out):
-        return out + [last.peek(last_key, last_cost)]
-    final = last.allow(last_key, last_cost)
-    if not final.allowed:
-        return out + [final]
-    for i, (lim, key, cost) in enumerate(first):
+    """Decisions for [(limiter, key, cost, spend), ...], one a group, in the
+    order above; a call with spend False (a group charged after the
+    response, deduct_when) is only peeked at. A call without spend
+    spends."""
+    order = decide_order(calls)
+    out = [None] * len(calls)
+    for i in order.peeks:
+        lim, key, cost = calls[i][:3]
+        out[i] = lim.peek(key, cost)
+    if order.last is None:
+        return out
+    lim, key, cost = calls[order.last][:3]
+    if not all(out[i].allowed for i in order.peeks):
+        out[order.last] = lim.peek(key, cost)
+        return out
+    out[order.last] = lim.allow(key, cost)
+    if not out[order.last].allowed:
+        return out
+    for i in order.then:
+        lim, key, cost = calls[i][:3]
         out[i] = lim.allow(key, cost)
         if not out[i].allowed:
             break
-    return out + [final]
+    return out
+
+
+class decide_order:
+    """How calls are decided: `peeks` first (every call but the last that
+    spends), then `last` (None when none spends) allowed, or only peeked at
+    when a peek refused, then `then` (the other calls that spend) allowed."""
+
+    __slots__ = ("peeks", "last", "then")
+
+    def __init__(self, calls):
+        spending = [i for i, c in enumerate(calls) if len(c) < 4 or c[3]]
+        self.last = spending[-1] if spending else None
+        self.peeks = [i for i in range(len(calls)) if i != self.last]
+        self.then = spending[:-1]
+
+
+def identity(client_ip, key=None, address=None):
+    """The identity bytes of a client, outside a request: key is what a key
+    function returns for it, address its address (as ClientIP resolves it);
+    one of the two."""
+    if (key is None) == (address is None):
+        raise TypeError("give key= (what the limit's key function returns for the client) "
+                        "or address= (the client's address): one of them")
+    if key is not None:
+        return ident_for_key(key)
+    return ident_for_ip(client_ip.key(address))
+
+
+def client_buckets(applied, default_key, ident, limiter_for):
+    """The Groups of [(Limit, scope)] and, for each, (limiter, bucket key)
+    of one client's identity (identity()): what reset() and peek() of an
+    integration act on, limiter_for(bands) being its limiter of a Group's
+    bands."""
+    groups = plan(applied, default_key)
+    return groups, [(limiter_for(g.bands), g.bucket_key(ident)) for g in groups]
+
+
+def charges(groups, calls):
+    """[(position, group, (limiter, key, cost))] of the calls that are
+    charged after the response (deduct_when)."""
+    return [(i, g, c[:3]) for i, (g, c) in enumerate(zip(groups, calls))
+            if len(c) > 3 and not c[3]]
+
+
+def charge_sync(pending, decisions, response):
+    """Charges the deferred calls whose deduct_when says so for response; a
+    charge allowed replaces the check's decision (the headers then say what
+    the bucket holds after it). A charge that finds the bucket short (other
+    requests spent it between the check and the charge) spends nothing.
+    Returns the decisions."""
+    out = list(decisions)
+    for i, group, (lim, key, cost) in pending:
+        if not out[i].allowed or not group.deduct_when(response):
+            continue
+        d = lim.allow(key, cost)
+        if d.allowed:
+            out[i] = d
+    return out
 
 
 # ---------------------------------------------------------------------------
 # Results and headers
-
-
-def _sf_string(text):
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _ceil_seconds(seconds):
-    return max(0, math.ceil(seconds))
-
-
-_QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-_REDUCED_CAPACITY = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 
 
 class Result:
@@ -690,113 +849,81 @@ class Result:
                  came from on_error="closed" while Redis was down (the
                  client did nothing wrong: the limit could not be checked)
     violated     the names of the limits that refused
+
+    The headers, status, wait and texts are the core's
+    (hirate_response_format), as every integration sends them.
     """
 
-    __slots__ = ("checks", "allowed", "retry_after", "status", "violated")
+    __slots__ = ("checks", "allowed", "retry_after", "status", "violated", "_headers",
+                 "_type", "_title", "_detail")
 
     def __init__(self, checks):
         self.checks = tuple(checks)
-        refused = [(lim, d) for lim, d in self.checks if not d.allowed]
-        self.allowed = not refused
-        self.violated = [lim.name for lim, _ in refused]
-        if self.allowed:
-            self.retry_after = None
-            self.status = 200
+        self.violated = [lim.name for lim, d in self.checks if not d.allowed]
+        self.allowed = not self.violated
+        if not self.checks:
+            self.status, self.retry_after, self._headers = 200, None, []
+            self._type = self._title = self._detail = None
             return
-        if any(math.isinf(d.retry_after) for _, d in refused):
-            self.retry_after = None
-        else:
-            self.retry_after = max(_ceil_seconds(d.retry_after) for _, d in refused)
-        self.status = 503 if all(d.source == "fail_closed" for _, d in refused) else 429
+        (self.status, self.retry_after, self._headers, self._type, self._title,
+         self._detail) = _hirate.response(
+             [(lim.name, lim.capacity, lim.rate, d) for lim, d in self.checks],
+             _hirate.HEADERS_RATELIMIT | _hirate.HEADERS_LEGACY)
 
-    def _t(self, decision):
-        """The "t" of one item: until this request could pass that limit
-        when the limit refused it; else until the bucket is full (a limit
-        that held the cost of a refused request spent nothing, and reports
-        its own time). None for never."""
-        if not decision.allowed:
-            if math.isinf(decision.retry_after):
-                return None
-            return _ceil_seconds(decision.retry_after)
-        return _ceil_seconds(decision.reset_after)
+    def _value(self, name):
+        for header, value in self._headers:
+            if header == name:
+                return value
+        return None
 
     def policy_header(self):
         """RateLimit-Policy: "name";q=<capacity>;w=<seconds to refill from
         empty>, one item per limit."""
-        return ", ".join("%s;q=%d;w=%d" % (_sf_string(lim.name), lim.capacity, lim.window)
-                         for lim, _ in self.checks)
+        return self._value("RateLimit-Policy") or ""
 
     def ratelimit_header(self):
         """RateLimit: "name";r=<remaining>;t=<seconds>, one item per limit
-        (no t when the request can never pass that limit)."""
-        items = []
-        for lim, d in self.checks:
-            t = self._t(d)
-            item = "%s;r=%d" % (_sf_string(lim.name), max(0, d.remaining))
-            if t is not None:
-                item += ";t=%d" % t
-            items.append(item)
-        return ", ".join(items)
-
-    def _binding(self):
-        """The limit the legacy headers describe: the refused one with the
-        longest wait, or, when allowed, the one with the fewest tokens left."""
-        if self.allowed:
-            return min(self.checks, key=lambda c: (c[1].remaining, -c[1].reset_after))
-        refused = [c for c in self.checks if not c[1].allowed]
-        return max(refused, key=lambda c: c[1].retry_after)
+        whose figures are a bucket's (none for a decision of on_error
+        "open" or "closed"); "" when no limit has one."""
+        return self._value("RateLimit") or ""
 
     def headers(self, ratelimit=True, legacy=False):
         """The response headers as a list of (name, value): RateLimit-Policy
-        and RateLimit; X-RateLimit-Limit, -Remaining and -Reset (seconds, as
-        RateLimit's t) when legacy; Retry-After on a refusal that can pass
-        some day."""
+        and RateLimit; X-RateLimit-Limit, -Remaining and -Reset when legacy;
+        Retry-After on a refusal that can pass some day (docs/semantics.md,
+        "Response headers")."""
         out = []
-        if not self.checks:
-            return out
-        if ratelimit:
-            out.append(("RateLimit-Policy", self.policy_header()))
-            out.append(("RateLimit", self.ratelimit_header()))
-        if legacy:
-            lim, d = self._binding()
-            out.append(("X-RateLimit-Limit", str(lim.capacity)))
-            out.append(("X-RateLimit-Remaining", str(max(0, d.remaining))))
-            t = self._t(d)
-            if t is not None:
-                out.append(("X-RateLimit-Reset", str(t)))
-        if not self.allowed and self.retry_after is not None:
-            out.append(("Retry-After", str(self.retry_after)))
+        for name, value in self._headers:
+            if name.startswith("RateLimit"):
+                if ratelimit:
+                    out.append((name, value))
+            elif name.startswith("X-RateLimit"):
+                if legacy:
+                    out.append((name, value))
+            else:
+                out.append((name, value))
         return out
 
     def detail(self):
-        if self.status == 503:
-            text = "The rate limit cannot be checked now"
-        else:
-            text = "Too many requests"
-        if self.retry_after is None:
-            return text + "; this request exceeds the limit and can never pass."
-        return text + "; retry in %d second%s." % (self.retry_after,
-                                                   "" if self.retry_after == 1 else "s")
+        """The refusal in words, e.g. "Too many requests; retry in 2
+        seconds." (None when allowed)."""
+        return self._detail
 
     def problem(self):
         """The default JSON body of a refusal (RFC 9457 problem details, with
         the problem types of the RateLimit headers draft)."""
-        if self.status == 503:
-            kind, title = _REDUCED_CAPACITY, "Rate limit unavailable"
-        else:
-            kind, title = _QUOTA_EXCEEDED, "Too many requests"
         return {
-            "type": kind,
-            "title": title,
+            "type": self._type,
+            "title": self._title,
             "status": self.status,
-            "detail": self.detail(),
+            "detail": self._detail,
             "violated-policies": list(self.violated),
             "retry_after": self.retry_after,
         }
 
     def text(self):
         """The default plain-text body of a refusal."""
-        return self.detail() + "\n"
+        return self._detail + "\n"
 
     def __repr__(self):
         return "<hirate Result %s%s %s>" % (

@@ -1,6 +1,7 @@
 """Types of hirate._http, shared by hirate.flask and hirate.asgi."""
 
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 from . import Decision, Limiter
 
@@ -9,6 +10,13 @@ __all__ = ["Limit", "Result", "ClientIP", "key_header", "refill_seconds"]
 KEY_MAX: int
 EXACT_MAX: int
 SCOPE_MAX: int
+METHODS: FrozenSet[str]
+SETTINGS: Dict[str, Tuple[str, Any]]
+LIMITER_OPTIONS: Tuple[str, ...]
+
+def env_value(text: str) -> Any: ...
+def from_environ(environ: Mapping[str, str], prefix: str,
+                 names: Iterable[str]) -> Dict[str, Any]: ...
 
 _KeyValue = Union[str, bytes, bytearray, memoryview, int, None]
 _KeyFunc = Callable[[Any], Any]
@@ -24,7 +32,24 @@ def declare(capacity: Union[int, str], rate: Optional[float] = None,
 def ident_for_key(value: Union[str, bytes, bytearray, memoryview, int]) -> bytes: ...
 def ident_for_ip(address: Optional[str]) -> bytes: ...
 def key_header(name: str) -> Callable[[Any], Optional[str]]: ...
-def decide_sync(calls: Sequence[Tuple[Limiter, Union[str, bytes], int]]) -> List[Decision]: ...
+_Call = Union[Tuple[Any, Union[str, bytes], int, bool], Tuple[Any, Union[str, bytes], int]]
+
+def decide_sync(calls: Sequence[_Call]) -> List[Decision]: ...
+
+class decide_order:
+    peeks: List[int]
+    last: Optional[int]
+    then: List[int]
+    def __init__(self, calls: Sequence[_Call]) -> None: ...
+
+def identity(client_ip: "ClientIP", key: Any = None, address: Optional[str] = None) -> bytes: ...
+def client_buckets(applied: Sequence[Tuple["Limit", str]], default_key: Optional[_KeyFunc],
+                   ident: bytes, limiter_for: Callable[[Tuple[Tuple[Any, ...], ...]], Any]
+                   ) -> Tuple[List["Group"], List[Tuple[Any, bytes]]]: ...
+def charges(groups: Sequence["Group"], calls: Sequence[_Call]
+            ) -> List[Tuple[int, "Group", Tuple[Any, Union[str, bytes], int]]]: ...
+def charge_sync(pending: Sequence[Tuple[int, "Group", Tuple[Any, Union[str, bytes], int]]],
+                decisions: Sequence[Decision], response: Any) -> List[Decision]: ...
 
 class Group:
     limits: List["Limit"]
@@ -32,7 +57,11 @@ class Group:
     scope: str
     keyfunc: Optional[_KeyFunc]
     exempt_when: Optional[Callable[[Any], Any]]
+    deduct_when: Optional[Callable[[Any], Any]]
     bands: Tuple[Tuple[Any, ...], ...]
+    def __init__(self, scope: str, keyfunc: Optional[_KeyFunc],
+                 exempt_when: Optional[Callable[[Any], Any]],
+                 deduct_when: Optional[Callable[[Any], Any]] = None) -> None: ...
     def bucket_key(self, ident: bytes) -> bytes: ...
     def cost_for(self, request: Any) -> int: ...
 
@@ -53,6 +82,8 @@ class Limit:
     name: str
     window: int
     exempt_when: Optional[Callable[[Any], Any]]
+    methods: Optional[FrozenSet[str]]
+    deduct_when: Optional[Callable[[Any], Any]]
     def __init__(
         self,
         capacity: Union[int, str],
@@ -63,6 +94,8 @@ class Limit:
         scope: Optional[str] = None,
         name: Optional[str] = None,
         exempt_when: Optional[Callable[[Any], Any]] = None,
+        methods: Union[str, Iterable[str], None] = None,
+        deduct_when: Optional[Callable[[Any], Any]] = None,
     ) -> None: ...
     @classmethod
     def parse(
@@ -74,10 +107,13 @@ class Limit:
         scope: Optional[str] = None,
         name: Optional[str] = None,
         exempt_when: Optional[Callable[[Any], Any]] = None,
+        methods: Union[str, Iterable[str], None] = None,
+        deduct_when: Optional[Callable[[Any], Any]] = None,
     ) -> List["Limit"]: ...
     @classmethod
     def of(cls, spec: _LimitSpec) -> List["Limit"]: ...
     def bucket_key(self, scope: str, ident: bytes) -> bytes: ...
+    def applies_to(self, method: str) -> bool: ...
     def cost_for(self, request: Any) -> int: ...
 
 class ClientIP:
@@ -104,7 +140,7 @@ class Result:
     def policy_header(self) -> str: ...
     def ratelimit_header(self) -> str: ...
     def headers(self, ratelimit: bool = True, legacy: bool = False) -> List[Tuple[str, str]]: ...
-    def detail(self) -> str: ...
+    def detail(self) -> Optional[str]: ...
     def problem(self) -> Dict[str, Any]: ...
     def text(self) -> str: ...
 

@@ -27,6 +27,7 @@ import asyncio
 import inspect
 import json
 
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -34,16 +35,28 @@ from starlette.responses import Response
 from . import AsyncLimiter as _AsyncLimiter
 from . import Limiter as _Limiter
 from . import Stats as _Stats
-from ._http import ClientIP, Limit, Result, check_limits, check_scope, checks_of, declare
-from ._http import ident_for_ip, ident_for_key, key_header, new_limiter, plan, _check_cost
+
+from ._http import LIMITER_OPTIONS, METHODS as _METHODS, SETTINGS, ClientIP, Limit, Result
+from ._http import charges, check_limits, check_scope, checks_of, client_buckets, declare
+from ._http import decide_order, from_environ, ident_for_ip, ident_for_key, identity, key_header
+from ._http import new_limiter, plan, _check_cost
 
 __all__ = ["RateLimiter", "RateLimitMiddleware", "RateLimitExceeded", "Limit", "Result",
-           "key_header"]
+           "ResponseStart", "key_header"]
 
 _LISTS = frozenset([b"ratelimit", b"ratelimit-policy"])
 
-_METHODS = frozenset(["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS",
-                      "TRACE", "CONNECT"])
+
+class ResponseStart:
+    """What a deduct_when(response) of the middleware sees: the response's
+    status_code and headers (a Starlette Headers), as the app starts it,
+    before its body."""
+
+    __slots__ = ("status_code", "headers")
+
+    def __init__(self, message):
+        self.status_code = message["status"]
+        self.headers = Headers(raw=list(message.get("headers", ())))
 
 
 async def _maybe_await(value):
@@ -146,8 +159,13 @@ class RateLimiter:
     trusted_proxies, proxy_hops, forwarded_header, ipv6_subnet
                      how the client's address is found (see ClientIP)
     prefix, instances, connect_timeout, timeout, sentinel_username,
-    sentinel_password, functions
+    sentinel_password, functions, deny_cache, deny_cache_max, max_keys,
+    pool_size
                      passed to every hirate.AsyncLimiter
+
+    RateLimiter.from_env() takes every setting from the environment
+    (HIRATE_URL, else REDIS_URL; HIRATE_DEFAULT_LIMITS, HIRATE_ROUTES, ...),
+    as Flask takes them from app.config.
     body             "json" (problem+json, default) or "text": the
                      middleware's refusal body
     on_refused       callable(request, result) returning the refusal's
@@ -162,7 +180,8 @@ class RateLimiter:
                  proxy_hops=0, forwarded_header="X-Forwarded-For", ipv6_subnet=64,
                  prefix="rl:", instances=1, connect_timeout=0.25, timeout=0.1, body="json",
                  on_refused=None, enabled=True, sentinel_username=None,
-                 sentinel_password=None, functions=True):
+                 sentinel_password=None, functions=True, deny_cache=True, deny_cache_max=1.0,
+                 max_keys=1_000_000, pool_size=16):
         url = url or None
         self.default_limits = _as_limits(default_limits, "default_limits")
         patterns = []
@@ -197,7 +216,10 @@ class RateLimiter:
         self.client_ip = ClientIP(trusted_proxies, proxy_hops, forwarded_header, ipv6_subnet)
         self._options = dict(prefix=prefix, on_error=on_error, instances=instances,
                              connect_timeout=connect_timeout, timeout=timeout,
-                             functions=functions)
+                             functions=functions, deny_cache=deny_cache,
+                             deny_cache_max=deny_cache_max, max_keys=max_keys,
+                             pool_size=pool_size)
+        assert set(self._options) == set(LIMITER_OPTIONS)
         # The sentinels' credentials, as the URL's password, stay out of
         # self._options (see below).
         sentinel = dict(sentinel_username=sentinel_username,
@@ -216,6 +238,27 @@ class RateLimiter:
         # go back; those being closed count until they are in there.
         self._retired = _Stats.zero()
         self._closing = []
+
+    @classmethod
+    def from_env(cls, environ=None, prefix="HIRATE_", **settings):
+        """A RateLimiter of the settings in environment variables, each
+        <prefix><NAME> (HIRATE_URL, else REDIS_URL; HIRATE_DEFAULT_LIMITS,
+        HIRATE_ROUTES, HIRATE_EXEMPT, HIRATE_ON_ERROR, HIRATE_DENY_CACHE,
+        HIRATE_MAX_KEYS, HIRATE_POOL_SIZE ...: the names of the Flask
+        settings), read as JSON when they parse (true, 5, ["10.0.0.0/8"],
+        {"POST /login": "5/minute"}), else as the string. Settings given
+        here win; key and on_refused can only be given here."""
+        import os
+        environ = os.environ if environ is None else environ
+        names = [n for n in SETTINGS if n not in settings] + [
+            n for n in ("routes", "exempt") if n not in settings]
+        found = from_environ(environ, prefix, names)
+        if "url" not in found and "url" not in settings and environ.get("REDIS_URL"):
+            found["url"] = environ["REDIS_URL"]
+        for name in ("trusted_proxies", "exempt"):
+            if isinstance(found.get(name), str):
+                found[name] = [v.strip() for v in found[name].split(",") if v.strip()]
+        return cls(**found, **settings)
 
     def __repr__(self):
         return "<hirate.asgi.RateLimiter url=%r on_error=%r>" % (
@@ -267,6 +310,14 @@ class RateLimiter:
     async def check(self, request, applied):
         """The Result of [(Limit, scope)] for a request (None when every
         limit is exempt for it)."""
+        checked = await self._check(request, applied)
+        return None if checked is None else checked[0]
+
+    async def _check(self, request, applied):
+        """(Result, charge) of [(Limit, scope)] for a request, charge an
+        async callable(response) -> Result that charges the limits with
+        deduct_when (None when there are none or the request is refused);
+        None when every limit is exempt."""
         address = None
         decided, calls = [], []
         for group in plan(applied, self.key):
@@ -285,16 +336,80 @@ class RateLimiter:
             if callable(cost):
                 cost = _check_cost(await _maybe_await(cost(request)))
             decided.append(group)
-            calls.append((self._limiter(group.bands), group.bucket_key(ident), cost))
+            calls.append((self._limiter(group.bands), group.bucket_key(ident), cost,
+                          group.deduct_when is None))
         if not calls:
             return None
-        return Result(checks_of(decided, await _decide(calls), len(applied)))
+        decisions = await _decide(calls)
+        result = Result(checks_of(decided, decisions, len(applied)))
+        pending = charges(decided, calls)
+        if not pending or not result.allowed:
+            return result, None
+
+        async def charge(response):
+            out = list(decisions)
+            for i, group, (lim, key, cost) in pending:
+                if group.deduct_when(response):
+                    d = await lim.allow(key, cost)
+                    if d.allowed:
+                        out[i] = d
+            return Result(checks_of(decided, out, len(applied)))
+
+        return result, charge
 
     def _applied(self, method, path):
         for p in self._patterns:
             if p.matches(method, path):
-                return [(lim, lim.scope or p.scope) for lim in p.limits]
-        return [(lim, lim.scope or "app") for lim in self.default_limits]
+                return [(lim, lim.scope or p.scope) for lim in p.limits
+                        if lim.applies_to(method)]
+        return [(lim, lim.scope or "app") for lim in self.default_limits
+                if lim.applies_to(method)]
+
+    # -- one client's buckets, outside a request
+
+    def _targets(self, target):
+        if target is None:
+            return [(lim, lim.scope or "app") for lim in self.default_limits]
+        if isinstance(target, str):
+            for p in self._patterns:
+                if p.text == target:
+                    return [(lim, lim.scope or p.scope) for lim in p.limits]
+            raise ValueError("no routes pattern %r" % (target,))
+        limits = getattr(target, "hirate_limits", None)
+        if limits is None:
+            limits = [target] if isinstance(target, Limit) else target
+        if (not isinstance(limits, (list, tuple)) or not limits
+                or not all(isinstance(lim, Limit) for lim in limits)):
+            raise TypeError("a target is a routes pattern, None (the default limits), a "
+                            "limit() dependency or Limits with a scope, got %r" % (target,))
+        if any(lim.scope is None for lim in limits):
+            raise ValueError("a limit without a scope has a bucket per route: give it a "
+                             "scope=, or name its routes pattern")
+        return [(lim, lim.scope) for lim in limits]
+
+    def _client_calls(self, target, key, address):
+        applied = self._targets(target)
+        ident = identity(self.client_ip, key, address)
+        groups, calls = client_buckets(applied, self.key, ident, self._limiter)
+        return groups, applied, calls
+
+    async def reset(self, target, key=None, *, address=None):
+        """Forgets one client's buckets of a route or limit (they are full
+        again): target is a routes pattern ("POST /login"), None for the
+        default limits, or a limit() dependency or Limits with a scope of
+        their own; the client is key= (what the limit's key function
+        returns for it) or address= (its address, for limits keyed by
+        address)."""
+        for lim, bucket in self._client_calls(target, key, address)[2]:
+            await lim.reset(bucket)
+
+    async def peek(self, target, key=None, *, address=None, cost=0):
+        """A Result of one client's buckets of a route or limit (target and
+        client as for reset), spending nothing: each limit's Decision for
+        cost (0: the bucket as it is)."""
+        groups, applied, calls = self._client_calls(target, key, address)
+        decisions = [await lim.peek(bucket, cost) for lim, bucket in calls]
+        return Result(checks_of(groups, decisions, len(applied)))
 
     # -- refusals
 
@@ -326,7 +441,7 @@ class RateLimiter:
     # -- the FastAPI dependency
 
     def limit(self, capacity, rate=None, *, key=None, cost=1, scope=None, name=None,
-              exempt_when=None):
+              exempt_when=None, methods=None):
         """A FastAPI dependency for a limit, Depends(limiter.limit(5, 1)), or
         for the limits of a limit string, limiter.limit("5/minute") or
         limiter.limit("10/second; 1000/day") (see Limit for the other
@@ -334,7 +449,7 @@ class RateLimiter:
         the headers to the route's response (when the route returns data,
         not a Response of its own) and raises RateLimitExceeded to refuse."""
         return self.limits(*declare(capacity, rate, key=key, cost=cost, scope=scope,
-                                    name=name, exempt_when=exempt_when))
+                                    name=name, exempt_when=exempt_when, methods=methods))
 
     def limits(self, *limits):
         """A FastAPI dependency for several limits that must all pass; a
@@ -343,6 +458,9 @@ class RateLimiter:
         checked = _as_limits(list(limits), "a dependency")
         if not checked:
             raise ValueError("limits() needs at least one limit")
+        if any(lim.deduct_when is not None for lim in checked):
+            raise ValueError("deduct_when needs the response, which a dependency does not "
+                             "see: give the limit to the middleware (routes=)")
 
         async def rate_limit(request: Request, response: Response):
             if not self.enabled:
@@ -350,10 +468,12 @@ class RateLimiter:
             route_scope = None
             applied = []
             for lim in checked:
+                if not lim.applies_to(request.method):
+                    continue
                 if lim.scope is None and route_scope is None:
                     route_scope = _route_scope(request)
                 applied.append((lim, lim.scope or route_scope))
-            result = await self.check(request, applied)
+            result = await self.check(request, applied) if applied else None
             if result is None:
                 return None
             headers = result.headers(self.headers, self.legacy_headers)
@@ -364,6 +484,7 @@ class RateLimiter:
                 response.headers.append(name, value)
             return result
 
+        rate_limit.hirate_limits = checked   # what reset() and peek() take
         return rate_limit
 
 
@@ -382,20 +503,29 @@ def _route_scope(request):
 
 
 async def _decide(calls):
-    """hirate._http.decide_sync on AsyncLimiters (a call a group of limits),
-    with the peeks (and then the other allows) in flight together."""
-    if len(calls) == 1:
-        lim, key, cost = calls[0]
-        return [await lim.allow(key, cost)]
-    *first, (last, last_key, last_cost) = calls
-    out = list(await asyncio.gather(*(lim.peek(key, cost) for lim, key, cost in first)))
-    if not all(d.allowed for d in out):
-        return out + [await last.peek(last_key, last_cost)]
-    final = await last.allow(last_key, last_cost)
-    if not final.allowed:
-        return out + [final]
-    spent = await asyncio.gather(*(lim.allow(key, cost) for lim, key, cost in first))
-    return list(spent) + [final]
+    """hirate._http.decide_sync on AsyncLimiters (a call a group of limits,
+    (limiter, key, cost, spend)), with the peeks (and then the other
+    allows) in flight together."""
+    order = decide_order(calls)
+    out = [None] * len(calls)
+    peeked = await asyncio.gather(*(calls[i][0].peek(calls[i][1], calls[i][2])
+                                    for i in order.peeks))
+    for i, d in zip(order.peeks, peeked):
+        out[i] = d
+    if order.last is None:
+        return out
+    lim, key, cost = calls[order.last][:3]
+    if not all(out[i].allowed for i in order.peeks):
+        out[order.last] = await lim.peek(key, cost)
+        return out
+    out[order.last] = await lim.allow(key, cost)
+    if not out[order.last].allowed:
+        return out
+    spent = await asyncio.gather(*(calls[i][0].allow(calls[i][1], calls[i][2])
+                                   for i in order.then))
+    for i, d in zip(order.then, spent):
+        out[i] = d
+    return out
 
 
 class RateLimitMiddleware:
@@ -427,14 +557,20 @@ class RateLimitMiddleware:
         if not applied:
             return await self.app(scope, receive, send)
         request = Request(scope)  # no receive: a key function cannot eat the body
-        result = await limiter.check(request, applied)
-        if result is None:
+        checked = await limiter._check(request, applied)
+        if checked is None:
             return await self.app(scope, receive, send)
-        extra = [(n.lower().encode("latin-1"), v.encode("latin-1"))
-                 for n, v in result.headers(limiter.headers, limiter.legacy_headers)]
+        result, charge = checked
 
         async def send_with_headers(message):
             if message["type"] == "http.response.start":
+                now = result
+                if charge is not None:
+                    # The limits with deduct_when: charged for this response;
+                    # the headers say what is left after it.
+                    now = await charge(ResponseStart(message))
+                extra = [(n.lower().encode("latin-1"), v.encode("latin-1"))
+                         for n, v in now.headers(limiter.headers, limiter.legacy_headers)]
                 headers = list(message.get("headers", ()))
                 have = {k.lower() for k, _ in headers}
                 pairs = {(k.lower(), v) for k, v in headers}

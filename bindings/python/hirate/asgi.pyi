@@ -2,6 +2,7 @@
 
 from typing import Any, Awaitable, Callable, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -13,10 +14,18 @@ from ._http import key_header as key_header
 from ._stats import Stats
 
 __all__ = ["RateLimiter", "RateLimitMiddleware", "RateLimitExceeded", "Limit", "Result",
-           "key_header"]
+           "ResponseStart", "key_header"]
 
 _LimitSpec = Union[Limit, str, Tuple[int, float]]
 _Limits = Union[_LimitSpec, Iterable[_LimitSpec]]
+
+class ResponseStart:
+    status_code: int
+    headers: Headers
+    def __init__(self, message: Mapping[str, Any]) -> None: ...
+
+_Dependency = Callable[[Request, Response], Awaitable[Optional[Result]]]
+_Target = Union[str, None, Limit, Sequence[Limit], _Dependency]
 
 class RateLimitExceeded(HTTPException):
     result: Result
@@ -48,15 +57,26 @@ class RateLimiter:
         ipv6_subnet: int = 64,
         prefix: str = "rl:",
         instances: int = 1,
-        connect_timeout: float = 0.25,
-        timeout: float = 0.1,
+        connect_timeout: Union[float, str] = 0.25,
+        timeout: Union[float, str] = 0.1,
         body: str = "json",
         on_refused: Optional[Callable[[Request, Result], Any]] = None,
         enabled: bool = True,
         sentinel_username: Optional[str] = None,
         sentinel_password: Optional[str] = None,
         functions: bool = True,
+        deny_cache: bool = True,
+        deny_cache_max: float = 1.0,
+        max_keys: int = 1_000_000,
+        pool_size: int = 16,
     ) -> None: ...
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None, prefix: str = "HIRATE_",
+                 **settings: Any) -> "RateLimiter": ...
+    async def reset(self, target: _Target, key: Union[str, bytes, int, None] = None, *,
+                    address: Optional[str] = None) -> None: ...
+    async def peek(self, target: _Target, key: Union[str, bytes, int, None] = None, *,
+                   address: Optional[str] = None, cost: int = 0) -> Result: ...
     async def close(self) -> None: ...
     def stats(self) -> Stats: ...
     async def aclose(self) -> None: ...
@@ -75,6 +95,7 @@ class RateLimiter:
         scope: Optional[str] = None,
         name: Optional[str] = None,
         exempt_when: Optional[Callable[[Request], Any]] = None,
+        methods: Union[str, Iterable[str], None] = None,
     ) -> Callable[[Request, Response], Awaitable[Optional[Result]]]: ...
     def limits(self, *limits: _LimitSpec) -> Callable[[Request, Response],
                                                       Awaitable[Optional[Result]]]: ...

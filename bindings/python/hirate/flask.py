@@ -29,36 +29,19 @@ from flask import Blueprint, current_app, request
 
 from . import Limiter as _Limiter
 from . import Stats as _Stats
-from ._http import ClientIP, Limit, Result, check_limits, check_scope, checks_of, decide_sync
-from ._http import declare, ident_for_ip, ident_for_key, key_header, new_limiter as _new_limiter
-from ._http import plan
+from ._http import LIMITER_OPTIONS, SETTINGS, ClientIP, Limit, Result, charge_sync, charges
+from ._http import check_limits, check_scope, checks_of, client_buckets, decide_sync, declare
+from ._http import ident_for_ip, ident_for_key, identity, key_header, plan
+from ._http import new_limiter as _new_limiter
 
 __all__ = ["RateLimiter", "Limit", "Result", "key_header", "current_result"]
 
 _UNSET = object()
 
-# Constructor argument -> (app.config key, default). An argument given to the
-# constructor wins over app.config, which wins over the default.
-_SETTINGS = {
-    "url": ("HIRATE_URL", None),
-    "default_limits": ("HIRATE_DEFAULT_LIMITS", ()),
-    "on_error": ("HIRATE_ON_ERROR", "local"),
-    "headers": ("HIRATE_HEADERS", True),
-    "legacy_headers": ("HIRATE_LEGACY_HEADERS", False),
-    "trusted_proxies": ("HIRATE_TRUSTED_PROXIES", ()),
-    "proxy_hops": ("HIRATE_PROXY_HOPS", 0),
-    "forwarded_header": ("HIRATE_FORWARDED_HEADER", "X-Forwarded-For"),
-    "ipv6_subnet": ("HIRATE_IPV6_SUBNET", 64),
-    "prefix": ("HIRATE_PREFIX", "rl:"),
-    "instances": ("HIRATE_INSTANCES", 1),
-    "connect_timeout": ("HIRATE_CONNECT_TIMEOUT", 0.25),
-    "timeout": ("HIRATE_TIMEOUT", 0.1),
-    "sentinel_username": ("HIRATE_SENTINEL_USERNAME", None),
-    "sentinel_password": ("HIRATE_SENTINEL_PASSWORD", None),
-    "functions": ("HIRATE_FUNCTIONS", True),
-    "body": ("HIRATE_BODY", "json"),
-    "enabled": ("HIRATE_ENABLED", True),
-}
+# Constructor argument -> (app.config key, default): hirate._http's
+# SETTINGS, as HIRATE_<NAME>. An argument given to the constructor wins over
+# app.config, which wins over the default.
+_SETTINGS = {name: ("HIRATE_" + suffix, default) for name, (suffix, default) in SETTINGS.items()}
 
 # A view function carries its limits in an attribute, {RateLimiter: [Limit]},
 # which functools.wraps copies to the decorators above it; so a limit works
@@ -80,6 +63,22 @@ def current_result():
     None when no limit applied to it."""
     results = request.environ.get("hirate.results")
     return results[-1][1] if results else None
+
+
+class _app_context:
+    """app.app_context() when an app is given, else nothing (the current
+    one is used)."""
+
+    def __init__(self, app):
+        self.ctx = app.app_context() if app is not None else None
+
+    def __enter__(self):
+        if self.ctx is not None:
+            self.ctx.push()
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.pop()
 
 
 def _scope_part(text):
@@ -127,10 +126,7 @@ class _AppState:
                                   settings["proxy_hops"], settings["forwarded_header"],
                                   settings["ipv6_subnet"])
         self.default_limits = _as_limits(settings["default_limits"], "default_limits")
-        self.options = dict(prefix=settings["prefix"], on_error=settings["on_error"],
-                            instances=settings["instances"],
-                            connect_timeout=settings["connect_timeout"],
-                            timeout=settings["timeout"], functions=settings["functions"])
+        self.options = {name: settings[name] for name in LIMITER_OPTIONS}
         # The sentinels' credentials, as the URL's password, stay out of
         # self.options (see below).
         sentinel = dict(sentinel_username=settings["sentinel_username"],
@@ -201,10 +197,12 @@ class RateLimiter:
     ipv6_subnet      HIRATE_IPV6_SUBNET: IPv6 clients share a bucket per
                      network of this prefix length (64)
     prefix, instances, connect_timeout, timeout, sentinel_username,
-    sentinel_password, functions
+    sentinel_password, functions, deny_cache, deny_cache_max, max_keys,
+    pool_size
                      HIRATE_PREFIX ... HIRATE_SENTINEL_USERNAME,
-                     HIRATE_SENTINEL_PASSWORD, HIRATE_FUNCTIONS: passed to
-                     every hirate.Limiter
+                     HIRATE_SENTINEL_PASSWORD, HIRATE_FUNCTIONS,
+                     HIRATE_DENY_CACHE, HIRATE_DENY_CACHE_MAX, HIRATE_MAX_KEYS,
+                     HIRATE_POOL_SIZE: passed to every hirate.Limiter
     body             HIRATE_BODY: "json" (problem+json, default) or "text"
     on_refused       callable(request, result) returning the refusal's
                      response (any value a view may return); the rate-limit
@@ -218,7 +216,8 @@ class RateLimiter:
                  ipv6_subnet=_UNSET, prefix=_UNSET, instances=_UNSET,
                  connect_timeout=_UNSET, timeout=_UNSET, body=_UNSET, on_refused=None,
                  enabled=_UNSET, sentinel_username=_UNSET, sentinel_password=_UNSET,
-                 functions=_UNSET):
+                 functions=_UNSET, deny_cache=_UNSET, deny_cache_max=_UNSET,
+                 max_keys=_UNSET, pool_size=_UNSET):
         given = dict(url=url, default_limits=default_limits, on_error=on_error,
                      headers=headers, legacy_headers=legacy_headers,
                      trusted_proxies=trusted_proxies, proxy_hops=proxy_hops,
@@ -226,7 +225,9 @@ class RateLimiter:
                      prefix=prefix, instances=instances, connect_timeout=connect_timeout,
                      timeout=timeout, body=body, enabled=enabled,
                      sentinel_username=sentinel_username,
-                     sentinel_password=sentinel_password, functions=functions)
+                     sentinel_password=sentinel_password, functions=functions,
+                     deny_cache=deny_cache, deny_cache_max=deny_cache_max,
+                     max_keys=max_keys, pool_size=pool_size)
         self._given = {k: v for k, v in given.items() if v is not _UNSET}
         if "default_limits" in self._given:
             # Checked now, so that a wrong limit fails where it is written.
@@ -295,16 +296,19 @@ class RateLimiter:
     # -- decorators
 
     def limit(self, capacity, rate=None, *, key=None, cost=1, scope=None, name=None,
-              exempt_when=None):
+              exempt_when=None, methods=None, deduct_when=None):
         """A decorator that adds a limit to a view function or a Blueprint:
         limit(capacity, rate, ...), or a limit string, limit("5/minute") or
         several, limit("10/second; 1000/day") (see Limit for the other
         arguments). Stacked limits must all pass; a refusal spends nothing
         on the others. A limit on a view function may go above or below
         @app.route. scope=None gives the route (or the blueprint, all of its
-        routes together) a bucket of its own."""
+        routes together) a bucket of its own. methods limits only requests
+        of those HTTP methods; deduct_when(response) charges only the
+        responses it returns True for (checked before the view, charged
+        after)."""
         new = declare(capacity, rate, key=key, cost=cost, scope=scope, name=name,
-                      exempt_when=exempt_when)
+                      exempt_when=exempt_when, methods=methods, deduct_when=deduct_when)
 
         def decorator(obj):
             if isinstance(obj, Blueprint):
@@ -354,27 +358,36 @@ class RateLimiter:
 
     # -- per request
 
-    def _limits_for(self, state):
-        """[(Limit, scope)] for the current request, each scope checked."""
-        endpoint = request.endpoint
-        if endpoint is None:
-            return []  # no route matched: 404 or 405 answer without the view
+    def _limits_of(self, state, endpoint, method=None):
+        """[(Limit, scope)] of an endpoint (for a request of method, or of
+        any method when None), each scope checked."""
         view = current_app.view_functions.get(endpoint)
         found = [(lim, _route_scope(lim, "ep:" + _scope_part(endpoint)))
                  for lim in getattr(view, _ATTR_LIMITS, {}).get(self, ())]
         exempt = self in getattr(view, _ATTR_EXEMPT, ())
-        for bp in request.blueprints:
+        # The blueprints of the endpoint, innermost first, as
+        # request.blueprints names them: "parent.child", then "parent".
+        bp = endpoint.rpartition(".")[0]
+        while bp:
             # A nested blueprint is registered as "parent.child"; its own
             # name (which cannot hold a dot) is the last part.
             own = bp.rpartition(".")[2]
             found += [(lim, _route_scope(lim, "bp:" + _scope_part(bp)))
                       for lim in self._blueprint_limits.get(own, ())]
             exempt = exempt or own in self._blueprint_exempt
-        if found:
-            return found
-        if exempt or endpoint == "static":
-            return []
-        return [(lim, lim.scope or "app") for lim in state.default_limits]
+            bp = bp.rpartition(".")[0]
+        if not found and not exempt and endpoint != "static":
+            found = [(lim, lim.scope or "app") for lim in state.default_limits]
+        if method is not None:
+            found = [(lim, scope) for lim, scope in found if lim.applies_to(method)]
+        return found
+
+    def _limits_for(self, state):
+        """[(Limit, scope)] for the current request."""
+        endpoint = request.endpoint
+        if endpoint is None:
+            return []  # no route matched: 404 or 405 answer without the view
+        return self._limits_of(state, endpoint, request.method)
 
     def _before_request(self):
         state = self._state()
@@ -397,13 +410,19 @@ class RateLimiter:
                 ident = ident_for_key(value)
             decided.append(group)
             calls.append((state.limiter(group.bands), group.bucket_key(ident),
-                          group.cost_for(request)))
+                          group.cost_for(request), group.deduct_when is None))
         if not calls:
             return None
-        result = Result(checks_of(decided, decide_sync(calls), len(applied)))
+        decisions = decide_sync(calls)
+        result = Result(checks_of(decided, decisions, len(applied)))
         # The request's own environ, not g: an app context can outlive a
         # request (tests hold one around several).
         request.environ.setdefault("hirate.results", []).append((self, result))
+        pending = charges(decided, calls)
+        if pending and result.allowed:
+            # Charged in _after_request, when the response is known.
+            request.environ.setdefault("hirate.pending", []).append(
+                (self, pending, decided, decisions, len(applied)))
         if result.allowed:
             return None
         if self.on_refused is not None:
@@ -415,11 +434,75 @@ class RateLimiter:
         return current_app.response_class(result.text(), status=result.status,
                                           mimetype="text/plain")
 
+    # -- one client's buckets, outside a request
+
+    def _targets(self, state, target):
+        """[(Limit, scope)] of a target: an endpoint name ("login",
+        "api.search"), a view function, or Limits with a scope of their
+        own."""
+        if isinstance(target, str):
+            if target not in current_app.view_functions:
+                raise ValueError("no endpoint %r in the app" % target)
+            return self._limits_of(state, target)
+        if isinstance(target, Limit) or (isinstance(target, (list, tuple)) and target
+                                         and all(isinstance(t, Limit) for t in target)):
+            limits = [target] if isinstance(target, Limit) else list(target)
+            if any(lim.scope is None for lim in limits):
+                raise ValueError("a Limit without a scope has a bucket per route: name the "
+                                 "route's endpoint instead")
+            return [(lim, lim.scope) for lim in limits]
+        if callable(target):
+            endpoints = [ep for ep, view in current_app.view_functions.items()
+                         if view is target]
+            if not endpoints:
+                raise ValueError("view %r is not a route of the app"
+                                 % getattr(target, "__name__", target))
+            return [pair for ep in endpoints for pair in self._limits_of(state, ep)]
+        raise TypeError("a target is an endpoint name, a view function or a Limit with a "
+                        "scope, got %r" % (target,))
+
+    def _client_calls(self, target, key, address, app):
+        state = self._state(app)
+        applied = self._targets(state, target)
+        ident = identity(state.client_ip, key, address)
+        groups, calls = client_buckets(applied, self.key, ident, state.limiter)
+        return groups, applied, calls
+
+    def reset(self, target, key=None, *, address=None, app=None):
+        """Forgets one client's buckets of a route or limit (they are full
+        again): target is an endpoint name ("login"), a view function, or a
+        Limit with a scope of its own; the client is key= (what the limit's
+        key function returns for it) or address= (its address, for limits
+        keyed by address). Needs an app context (or app=)."""
+        with _app_context(app):
+            for lim, bucket in self._client_calls(target, key, address, app)[2]:
+                lim.reset(bucket)
+
+    def peek(self, target, key=None, *, address=None, cost=0, app=None):
+        """A Result of one client's buckets of a route or limit (target and
+        client as for reset), spending nothing: each limit's Decision for
+        cost (0: the bucket as it is)."""
+        with _app_context(app):
+            groups, applied, calls = self._client_calls(target, key, address, app)
+            decisions = [lim.peek(bucket, cost) for lim, bucket in calls]
+            return Result(checks_of(groups, decisions, len(applied)))
+
     def _after_request(self, response):
         mine = [r for ext, r in request.environ.get("hirate.results", ()) if ext is self]
         if not mine:
             return response
         state = self._state()
+        for ext, pending, decided, decisions, n in request.environ.get("hirate.pending", ()):
+            if ext is self:
+                # The limits with deduct_when: charged now, for this response;
+                # the headers (and current_result) say what is left after it.
+                mine[0] = Result(checks_of(decided, charge_sync(pending, decisions, response),
+                                           n))
+                results = request.environ["hirate.results"]
+                for i, (owner, _) in enumerate(results):
+                    if owner is self:
+                        results[i] = (self, mine[0])
+                        break
         for name, value in mine[0].headers(state.headers, state.legacy_headers):
             have = response.headers.getlist(name)
             if value in have:

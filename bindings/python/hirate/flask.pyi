@@ -1,8 +1,8 @@
 """Types of hirate.flask."""
 
-from typing import Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Tuple, TypeVar, Union
 
-from flask import Flask, Request
+from flask import Flask, Request, Response
 
 from ._http import Limit as Limit
 from ._http import Result as Result
@@ -35,14 +35,18 @@ class RateLimiter:
         ipv6_subnet: int = ...,
         prefix: str = ...,
         instances: int = ...,
-        connect_timeout: float = ...,
-        timeout: float = ...,
+        connect_timeout: Union[float, str] = ...,
+        timeout: Union[float, str] = ...,
         body: str = ...,
         on_refused: Optional[Callable[[Request, Result], Any]] = None,
         enabled: bool = ...,
         sentinel_username: Optional[str] = ...,
         sentinel_password: Optional[str] = ...,
         functions: bool = ...,
+        deny_cache: bool = ...,
+        deny_cache_max: float = ...,
+        max_keys: int = ...,
+        pool_size: int = ...,
     ) -> None: ...
     def init_app(self, app: Flask) -> None: ...
     def close(self, app: Optional[Flask] = None) -> None: ...
@@ -57,6 +61,14 @@ class RateLimiter:
         scope: Optional[str] = None,
         name: Optional[str] = None,
         exempt_when: Optional[Callable[[Request], bool]] = None,
+        methods: Union[str, Iterable[str], None] = None,
+        deduct_when: Optional[Callable[[Response], bool]] = None,
     ) -> Callable[[_T], _T]: ...
     def exempt(self, obj: _T) -> _T: ...
     def client_ip(self, req: Optional[Request] = None) -> Optional[str]: ...
+    def reset(self, target: Union[str, Callable[..., Any], Limit, Sequence[Limit]],
+              key: Union[str, bytes, int, None] = None, *, address: Optional[str] = None,
+              app: Optional[Flask] = None) -> None: ...
+    def peek(self, target: Union[str, Callable[..., Any], Limit, Sequence[Limit]],
+             key: Union[str, bytes, int, None] = None, *, address: Optional[str] = None,
+             cost: int = 0, app: Optional[Flask] = None) -> Result: ...

@@ -197,13 +197,13 @@ class Response:
         return f"<{self.status} {self.headers} {self.body[:200]!r}>"
 
 
-def get(port, path, headers=None, timeout=10):
-    """One GET on a connection of its own (so the kernel spreads requests
-    over both workers through reuseport)."""
+def get(port, path, headers=None, timeout=10, method="GET"):
+    """One GET (or another method) on a connection of its own (so the kernel
+    spreads requests over both workers through reuseport)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     started = time.monotonic()
     try:
-        conn.request("GET", path, headers=dict(headers or {}, Connection="close"))
+        conn.request(method, path, headers=dict(headers or {}, Connection="close"))
         r = conn.getresponse()
         body = r.read()
         ended = time.monotonic()

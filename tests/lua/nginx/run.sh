@@ -7,7 +7,10 @@
 #      redis-server of its own (test_nginx.py);
 #   3. examples/openresty/nginx.conf (4 workers): hirate.metrics' sums at
 #      /metrics and the log lines of a real outage (test_metrics.py);
-#   4. Lua 5.4, Python and the hirate tool spending one Redis bucket
+#   4. docs/lua.md's nginx.conf of one in-memory table shared by 4 workers
+#      (shared = true): exactly the capacity over all of them, a killed
+#      worker, a reload (test_shared.py);
+#   5. Lua 5.4, Python and the hirate tool spending one Redis bucket
 #      (tests/lua/test_cross_language.py; its Python part needs the package
 #      in build-py/venv, which make test-python leaves there).
 #
@@ -53,13 +56,24 @@ for run in "lua5.4 $l54_path $l54_cpath" "luajit $jit_path $jit_cpath"; do
         "$1" /usr/bin/busted "$root"/tests/lua/resty_*_spec.lua)
 done
 
+# The nginx tests parse every rate-limit header with a Structured Fields
+# parser (tests/lua/nginx/requirements.txt), in a virtualenv of their own.
+venv=$out/nginx/venv
+[ -x "$venv/bin/python" ] || "$python" -m venv --system-site-packages "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check \
+    -r "$root/tests/lua/nginx/requirements.txt"
+
 printf '\n== OpenResty: %s with lua-nginx-module, 2 workers\n' "$(nginx -v 2>&1 | sed 's/.*: //')"
 HIRATE_LUA_DIR=$jit_path HIRATE_LUAJIT_CPATH=$jit_cpath \
-    "$python" "$root/tests/lua/nginx/test_nginx.py"
+    "$venv/bin/python" "$root/tests/lua/nginx/test_nginx.py"
 
 printf '\n== OpenResty: metrics summed over 4 workers, log lines of an outage\n'
 HIRATE_LUA_DIR=$jit_path HIRATE_LUAJIT_CPATH=$jit_cpath \
     "$python" "$root/tests/lua/nginx/test_metrics.py"
+
+printf '\n== OpenResty: one in-memory table shared by 4 workers\n'
+HIRATE_LUA_DIR=$jit_path HIRATE_LUAJIT_CPATH=$jit_cpath \
+    "$python" "$root/tests/lua/nginx/test_shared.py"
 
 printf '\n== One Redis bucket: Lua 5.4, Python, the hirate tool\n'
 HIRATE_LUA54_PATH=$l54_path HIRATE_LUA54_CPATH=$l54_cpath HIRATE_CLI=$build/core/cli/hirate \

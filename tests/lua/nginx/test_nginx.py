@@ -341,9 +341,10 @@ class Headers(unittest.TestCase):
         self.assertEqual(r.status, 200)
         self.assertEqual(r.header("RateLimit-Policy"), '"2-per-4s";q=2;w=4, "3-per-1000s";q=3;w=1000')
         self.assertEqual(r.header("RateLimit"), '"2-per-4s";r=1;t=2, "3-per-1000s";r=2;t=334')
-        # The whole: the fewest left (burst's 1 of 2), full again in 334 s.
+        # One band's three figures: the fewest left (burst's 1 of 2), full
+        # again in 2 s (not the daily band's 334 s).
         self.assertEqual((r.header("X-RateLimit-Limit"), r.header("X-RateLimit-Remaining"),
-                          r.header("X-RateLimit-Reset")), ("2", "1", "334"))
+                          r.header("X-RateLimit-Reset")), ("2", "1", "2"))
 
     def test_a_policy_name_for_several_bands_raises(self):
         r = get(S.port, f"/limit/bands_named?k={fresh('bnamed')}&raises=1")
@@ -359,6 +360,142 @@ class Headers(unittest.TestCase):
         self.assertIsNone(b.header("RateLimit"))
         self.assertEqual(b.header("Retry-After"), "4")
         self.assertEqual(b.body, b"slow down\n")
+
+
+def fields(r):
+    """The rate-limit headers of a response, each parsed by a Structured
+    Fields parser (http_sf raises on anything a field may not be): the two
+    lists as [(name, {param: int})], the others as ints."""
+    import http_sf
+    out = {}
+    for name in ("RateLimit-Policy", "RateLimit"):
+        if r.header(name) is not None:
+            out[name] = [(item, dict(params)) for item, params in
+                         http_sf.parse(r.header(name).encode(), tltype="list")]
+    for name in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+                 "Retry-After"):
+        if r.header(name) is not None:
+            item, params = http_sf.parse(r.header(name).encode(), tltype="item")
+            assert type(item) is int and params == {}, (name, r.header(name))
+            out[name] = item
+    return out
+
+
+class HeaderFields(unittest.TestCase):
+    """The headers of limit{} in each case, as the Python integrations send
+    them (tests/python/test_response_headers.py has the same cases)."""
+
+    POLICY = [("2-per-60s", {"q": 2, "w": 60}), ("1000-per-86400s", {"q": 1000, "w": 86400})]
+
+    def test_allowed_and_refused_by_one_band(self):
+        key = fresh("sf1")
+        a, b, c = (get(S.port, f"/limit/headers?k={key}") for _ in range(3))
+        policy = [("2-per-4s", {"q": 2, "w": 4})]
+        self.assertEqual((a.status, fields(a)), (200, {
+            "RateLimit-Policy": policy, "RateLimit": [("2-per-4s", {"r": 1, "t": 2})]}))
+        self.assertEqual((b.status, fields(b)), (200, {
+            "RateLimit-Policy": policy, "RateLimit": [("2-per-4s", {"r": 0, "t": 4})]}))
+        self.assertEqual((c.status, fields(c)), (429, {
+            "RateLimit-Policy": policy, "RateLimit": [("2-per-4s", {"r": 0, "t": 2})],
+            "Retry-After": 2}))
+
+    def test_a_burst_refusal_leaves_the_daily_band_its_own_reset_time(self):
+        key = fresh("sf2")
+        a, b, c = (get(S.port, f"/limit/sf?k={key}") for _ in range(3))
+        self.assertEqual((a.status, fields(a)), (200, {
+            "RateLimit-Policy": self.POLICY,
+            "RateLimit": [("2-per-60s", {"r": 1, "t": 30}),
+                          ("1000-per-86400s", {"r": 999, "t": 87})],
+            "X-RateLimit-Limit": 2, "X-RateLimit-Remaining": 1, "X-RateLimit-Reset": 30}))
+        self.assertEqual(b.status, 200)
+        # The daily band held the cost and spent nothing: 998 left, full in
+        # 2 x 86.4 s, never "full in 0 s" nor the burst's 30 s.
+        self.assertEqual((c.status, fields(c)), (429, {
+            "RateLimit-Policy": self.POLICY,
+            "RateLimit": [("2-per-60s", {"r": 0, "t": 30}),
+                          ("1000-per-86400s", {"r": 998, "t": 173})],
+            "X-RateLimit-Limit": 2, "X-RateLimit-Remaining": 0, "X-RateLimit-Reset": 30,
+            "Retry-After": 30}))
+        self.assertEqual(c.body, b"Too many requests (2-per-60s); retry in 30 seconds.\n")
+
+    def test_on_error_open_sends_the_policy_and_no_ratelimit_item(self):
+        key = fresh("sf3")
+        for _ in range(3):
+            r = get(S.port, f"/limit/sf_open?k={key}")
+            self.assertEqual((r.status, fields(r)), (200, {"RateLimit-Policy": self.POLICY}))
+
+    def test_on_error_closed_is_a_503_without_ratelimit_item(self):
+        r = get(S.port, f"/limit/sf_closed?k={fresh('sf4')}")
+        self.assertEqual((r.status, fields(r)), (503, {
+            "RateLimit-Policy": [("2-per-60s", {"q": 2, "w": 60})], "Retry-After": 1}))
+        self.assertEqual(r.body, b"The rate limit cannot be checked now; retry in 1 second.\n")
+
+    def test_on_error_local_sends_the_local_bucket_s_own_figures(self):
+        # Each worker has its own local bucket: one request, whichever answers.
+        r = get(S.port, f"/limit/sf_local?k={fresh('sf5')}")
+        self.assertEqual((r.status, fields(r)), (200, {
+            "RateLimit-Policy": self.POLICY,
+            "RateLimit": [("2-per-60s", {"r": 1, "t": 30}),
+                          ("1000-per-86400s", {"r": 999, "t": 87})],
+            "X-RateLimit-Limit": 2, "X-RateLimit-Remaining": 1, "X-RateLimit-Reset": 30}))
+
+
+def client(name, op, **who):
+    q = "&".join(f"{k}={v}" for k, v in who.items())
+    r = get(S.port, f"/client/{name}?op={op}&{q}")
+    assert r.status == 200, r
+    return json.loads(r.body)
+
+
+def remaining_becomes(name, want, **who):
+    """Waits (10 s at most) until one client's bucket holds want tokens: a
+    charge runs in a timer after the response. The count is exact; only
+    when it lands is not."""
+    deadline = time.monotonic() + 10
+    while True:
+        got = client(name, "peek", **who)["remaining"]
+        if got == want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.01)
+
+
+class ClientManagement(unittest.TestCase):
+
+    def test_a_client_reset_through_limit(self):
+        # A limit keyed by address: the client named by its address.
+        by = [get(S.port, "/limit/by_addr").status for _ in range(3)]
+        self.assertEqual(by, [200, 200, 429])
+        self.assertEqual(client("by_addr", "peek", addr="127.0.0.1"),
+                         {"allowed": True, "remaining": 0})
+        self.assertEqual(client("by_addr", "reset", addr="127.0.0.1"), {"ok": True})
+        self.assertEqual(client("by_addr", "peek", addr="127.0.0.1"),
+                         {"allowed": True, "remaining": 2})
+        self.assertEqual([get(S.port, "/limit/by_addr").status for _ in range(3)],
+                         [200, 200, 429])
+        self.assertEqual(client("by_addr", "reset", addr="127.0.0.1"), {"ok": True})
+
+    def test_only_failed_logins_are_charged_exactly(self):
+        k = fresh("login")
+        seen = []
+        for pw, left in [("ok", 3), ("bad", 2), ("ok", 2), ("ok", 2), ("bad", 1), ("bad", 0),
+                         ("bad", 0), ("ok", 0)]:
+            seen.append(get(S.port, f"/charged/login?k={k}&pw={pw}").status)
+            self.assertEqual(remaining_becomes("login", left, k=k), left)
+        # Three failures charged, then refused at the check (nothing more
+        # spent), whatever the password.
+        self.assertEqual(seen, [200, 401, 200, 200, 401, 401, 429, 429])
+        key = f"t-login:{{k:{k}}}"
+        self.assertEqual(redis_commands(S.redis.port, ("EXISTS", key))[0], 1)
+        self.assertEqual(client("login", "reset", k=k), {"ok": True})
+        self.assertEqual(get(S.port, f"/charged/login?k={k}&pw=ok").status, 200)
+
+    def test_a_limit_on_post_only(self):
+        k = fresh("posts")
+        self.assertEqual([get(S.port, f"/limit/posts?k={k}").status for _ in range(3)],
+                         [200, 200, 200])
+        self.assertEqual([get(S.port, f"/limit/posts?k={k}", method="POST").status
+                          for _ in range(2)], [200, 429])
+        self.assertEqual(get(S.port, f"/limit/posts?k={k}").status, 200)
 
 
 class Keys(unittest.TestCase):
@@ -566,8 +703,8 @@ class Api(unittest.TestCase):
             "hirate.resty.limit: cost must be a whole number from 0 to 2^53-1 or a function, "
             "got -1",
             "hirate.resty.limit: status must be an HTTP error status from 400 to 599, got 200",
-            "hirate.resty.limit: name must be 1 or more printable ASCII characters (it is sent "
-            'in the RateLimit headers), got "café"',
+            'hirate.resty.limit: name "café": a band\'s name must be printable ASCII (it is '
+            "sent in headers)",
             "hirate.resty.limit: trusted_proxies: \"10.0.0.0/33\" is not an address or network "
             "(e.g. '10.0.0.0/8', '::1', 'unix')",
             "hirate.resty.limit: proxy_hops must be a whole number from 0 to 64, got 65",
@@ -852,14 +989,17 @@ class RedisStopped(unittest.TestCase):
         for r in opened:
             self.assertEqual((r.status, r.header("X-Hirate-Source"), r.header("X-Hirate-Error")),
                              (200, "fail_open", "ETIMEDOUT"))
-            # As if the bucket were full (docs/semantics.md): capacity - cost.
-            self.assertEqual(r.header("RateLimit"), '"4-per-4000s";r=3;t=0')
+            # No bucket stands behind the policy's figures: the policy, and
+            # no RateLimit item (docs/semantics.md, "Response headers").
+            self.assertEqual(fields(r), {"RateLimit-Policy": [("4-per-4000s",
+                                                               {"q": 4, "w": 4000})]})
         for r in closed:
             self.assertEqual((r.status, r.header("X-Hirate-Source"), r.header("X-Hirate-Error")),
                              (503, "fail_closed", "ETIMEDOUT"))
-            self.assertEqual(r.header("RateLimit-Policy"), '"4-per-4000s";q=4;w=4000')
             retry = int(r.header("Retry-After"))
-            self.assertEqual(r.header("RateLimit"), f'"4-per-4000s";r=0;t={retry}')
+            self.assertEqual(fields(r), {
+                "RateLimit-Policy": [("4-per-4000s", {"q": 4, "w": 4000})],
+                "Retry-After": retry})
             self.assertIn(retry, range(1, 8))
             unit = "second" if retry == 1 else "seconds"
             self.assertEqual(r.body, "The rate limit cannot be checked now; "
@@ -870,6 +1010,10 @@ class RedisStopped(unittest.TestCase):
             self.assertEqual((r.header("X-Hirate-Source"), r.header("X-Hirate-Error")),
                              ("local", "ETIMEDOUT"))
             by_worker[r.header("X-Worker")].append(r.status)
+            # The local bucket's own figures: capacity 2 (4 / 2 instances).
+            item = fields(r)["RateLimit"]
+            self.assertEqual((len(item), item[0][0]), (1, "4-per-4000s"))
+            self.assertIn(item[0][1]["r"], (0, 1))
         for worker, statuses in by_worker.items():
             self.assertEqual(Counter(statuses)[200], min(2, len(statuses)), worker)
             self.assertEqual(Counter(statuses)[429], max(0, len(statuses) - 2), worker)

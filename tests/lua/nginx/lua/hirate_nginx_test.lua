@@ -100,6 +100,27 @@ local limits = {
     -- A policy's name is a band's: several bands cannot take one.
     bands_named = { limiter = redis { limits = "2/4s; 3/1000s", prefix = "t-bnamed:" },
         key = "var:arg_k", name = "api" },
+    -- The headers of every case, which test_nginx.py parses as Structured
+    -- Fields: a burst band on a daily one, through Redis or decided by each
+    -- failure policy (nothing listens at the dead port).
+    sf = { limiter = redis { limits = "2/minute; 1000/day", prefix = "t-sf:" },
+        key = "var:arg_k", legacy_headers = true },
+    sf_open = { limiter = { url = "redis://127.0.0.1:" .. dead, limits = "2/minute; 1000/day",
+        on_error = "open" }, key = "var:arg_k", legacy_headers = true },
+    sf_closed = { limiter = { url = "redis://127.0.0.1:" .. dead, limits = "2/minute",
+        on_error = "closed" }, key = "var:arg_k", legacy_headers = true },
+    sf_local = { limiter = { url = "redis://127.0.0.1:" .. dead, limits = "2/minute; 1000/day",
+        on_error = "local" }, key = "var:arg_k", legacy_headers = true },
+    -- Client management: only failed logins are charged (deduct_when), the
+    -- limiter's deny_cache, max_keys and pool_size given through limit{};
+    -- a limit on POST requests only; one keyed by address.
+    login = { limiter = { url = url, prefix = "t-login:", capacity = 3, rate = 0.0001,
+        deny_cache = false, max_keys = 1000, pool_size = 4 }, key = "var:arg_k",
+        deduct_when = function(status) return status >= 400 end },
+    posts = { limiter = { url = url, prefix = "t-posts:", capacity = 1, rate = 0.0001,
+        deny_cache = false }, key = "var:arg_k", methods = "POST" },
+    by_addr = { limiter = { url = url, prefix = "t-byaddr:", capacity = 2, rate = 0.0001,
+        deny_cache = false } },
     -- The certificate is for localhost: the name checked, while the
     -- cosocket connects to the address (no resolver needed).
     exact_tls = { limiter = redis { url = tls_url, tls_server_name = "localhost",
@@ -182,6 +203,26 @@ function M.limit(name)
         return ngx.exit(ngx.HTTP_OK)
     end
     return resty.limit(limits[name])
+end
+
+function M.login()
+    if ngx.var.arg_pw ~= "ok" then
+        ngx.status = 401
+        ngx.say("no")
+        return
+    end
+    ngx.say("welcome")
+end
+
+function M.client(name)
+    local client = ngx.var.arg_addr and { address = ngx.var.arg_addr } or { key = ngx.var.arg_k }
+    if ngx.var.arg_op == "reset" then
+        local ok, err = resty.reset(limits[name], client)
+        ngx.say(json.encode({ ok = ok, err = err }))
+        return
+    end
+    local d, err = resty.peek(limits[name], client)
+    ngx.say(json.encode(d and { allowed = d.allowed, remaining = d.remaining } or { err = err }))
 end
 
 function M.address(name)

@@ -12,13 +12,13 @@ rockspec_format = "3.0"
 package = "hirate"
 -- The version is the C header's (HIRATE_VERSION_STRING); tests/lua/run.sh
 -- checks that they agree.
-version = "0.1.0-1"
+version = "0.2.0-1"
 
 source = {
    -- luarocks make builds the checkout it runs in and never fetches this;
    -- `luarocks install hirate` would fetch a published release from here.
    url = "git+https://git.hirate.invalid/hirate.git",
-   tag = "v0.1.0",
+   tag = "v0.2.0",
 }
 
 description = {
