@@ -93,6 +93,23 @@ def result_view(request):
                          "remaining": [d.remaining for _, d in result.checks]})
 
 
+@limit(2, 0.01, methods="POST", name="posts")
+def posted(request):
+    return HttpResponse("ok")
+
+
+@limit(3, 0.01, name="failed-logins", deduct_when=lambda response: response.status_code == 401)
+def login(request):
+    ok = request.POST.get("password") == "right"
+    return HttpResponse("welcome" if ok else "no", status=200 if ok else 401)
+
+
+@limit(3, 0.01, name="failed-logins", deduct_when=lambda response: response.status_code == 401)
+async def alogin(request):
+    ok = request.POST.get("password") == "right"
+    return HttpResponse("welcome" if ok else "no", status=200 if ok else 401)
+
+
 def index(request):
     return HttpResponse("index")
 
@@ -140,6 +157,7 @@ urlpatterns = [
     path("", index), path("aindex", aindex), path("health", health),
     path("report", Report.as_view()), path("plain", limit(1, 0.01)(Plain.as_view())),
     path("api/", include(api)), path("internal/", include(internal_ns)),
+    path("posted", posted), path("login", login), path("alogin", alogin),
 ]
 
 VIEW = "rl:{ip:127.0.0.1}|view:test_django."
@@ -525,6 +543,99 @@ def test_client_ip(at):
         "203.0.113.9")
 
 
+# ------------------------------------------------ methods and deduct_when
+
+def test_a_limit_of_some_methods(at, redis):
+    at(HIRATE_DEFAULT_LIMITS="100/100s")
+    client = Client()
+    # GET: the view's limits are POST's alone, and it has limits: none apply.
+    assert get(client, "/posted") == (200, None, None)
+    assert client.post("/posted")["RateLimit"] == '"posts";r=1;t=100'
+    assert client.post("/posted")["RateLimit"] == '"posts";r=0;t=200'
+    assert client.post("/posted").status_code == 429
+    assert get(client, "/posted") == (200, None, None)
+    assert keys(redis) == [VIEW + "posted|2/0.01@POST"]
+
+
+@pytest.mark.parametrize("path", ["/login", "/alogin"])
+def test_only_failed_logins_are_charged(at, path):
+    def send(password):
+        return "post", path, {"data": {"password": password}}
+
+    def seen(responses):
+        return [(r.status_code, r.get("RateLimit")) for r in responses]
+
+    async def arequests(*requests):
+        client = AsyncClient()
+        return [await client.post(p, **extra) for _, p, extra in requests]
+
+    requests = [send("right"), send("wrong"), send("right"), send("wrong"), send("wrong"),
+                send("right")]
+    if path == "/login":
+        client = Client()
+        responses = [client.post(p, **extra) for _, p, extra in requests]
+    else:
+        responses = asyncio.run(arequests(*requests))
+    assert seen(responses) == [
+        (200, '"failed-logins";r=3;t=0'),      # checked (3 left), not charged
+        (401, '"failed-logins";r=2;t=100'),    # charged after the response
+        (200, '"failed-logins";r=2;t=100'),
+        (401, '"failed-logins";r=1;t=200'),
+        (401, '"failed-logins";r=0;t=300'),
+        (429, '"failed-logins";r=0;t=100'),    # the third failure spent the last
+    ]
+
+
+# ---------------------------------------------------- one client's buckets
+
+def test_reset_and_peek_one_clients_buckets(at):
+    at(HIRATE_DEFAULT_LIMITS="2/200s", HIRATE_NAMESPACE_LIMITS={"api": "1/100s"})
+    client = Client()
+    client.get("/once")
+    client.get("/")
+    client.get("/api/a")
+    assert hd.peek(once, address="127.0.0.1").ratelimit_header() == '"once";r=0;t=100'
+    assert hd.peek(None, address="127.0.0.1").ratelimit_header() == '"2-per-200s";r=1;t=100'
+    assert hd.peek("api", address="127.0.0.1").ratelimit_header() == '"1-per-100s";r=0;t=100'
+    assert hd.peek(index, address="127.0.0.1").ratelimit_header() == '"2-per-200s";r=1;t=100'
+    assert hd.peek(health, address="127.0.0.1").checks == ()
+    assert hd.peek(once, address="10.9.9.9").ratelimit_header() == '"once";r=1;t=0'
+    hd.reset(once, address="127.0.0.1")
+    hd.reset("api", address="127.0.0.1")
+    assert get(client, "/once") == (200, '"once";r=0;t=100', None)
+    assert get(client, "/api/a") == (200, '"1-per-100s";r=0;t=100', None)
+    assert get(client, "/")[1] == '"2-per-200s";r=0;t=200'   # not reset
+    # By key, for limits keyed by a key function.
+    client.get("/search", HTTP_X_API_KEY="k1")
+    assert hd.peek(search, key="k1").ratelimit_header() == '"burst";r=9;t=1, "daily";r=999;t=87'
+    hd.reset(search, key="k1")
+    assert hd.peek(search, key="k1").ratelimit_header() == '"burst";r=10;t=0, "daily";r=1000;t=0'
+
+
+def test_areset_and_apeek_on_async_limiters(at):
+    async def main():
+        client = AsyncClient()
+        await client.get("/alimited")
+        before = (await hd.apeek(alimited, address="127.0.0.1")).ratelimit_header()
+        await hd.areset(alimited, address="127.0.0.1")
+        after = (await hd.apeek(alimited, address="127.0.0.1")).ratelimit_header()
+        return before, after
+
+    assert asyncio.run(main()) == ('"3-per-30s";r=2;t=10', '"3-per-30s";r=3;t=0')
+    assert ("AsyncLimiter", ((3, 0.1),)) in made()
+
+
+def test_bad_targets_say_what_a_target_is(at):
+    with pytest.raises(ValueError, match="no namespace 'nope' in HIRATE_NAMESPACE_LIMITS"):
+        hd.reset("nope", address="127.0.0.1")
+    with pytest.raises(TypeError, match="give key= .* or address="):
+        hd.reset(once)
+    with pytest.raises(ValueError, match="a limit without a scope has a bucket per view"):
+        hd.reset(hd.Limit(1, 1), address="127.0.0.1")
+    with pytest.raises(TypeError, match="a target is a view, a namespace, None"):
+        hd.peek(42, address="127.0.0.1")
+
+
 # ------------------------------------------------------------- refusals
 
 def test_on_refused_makes_the_response_and_headers_are_added(at):
@@ -605,8 +716,9 @@ def test_on_error_open_allows(policy, own_redis):
     policy("open")
     own_redis.kill()
     client = Client()
-    assert [get(client, "/limited")[0] for _ in range(5)] == [200] * 5
-    assert [s for s, _, _ in arun(*[("get", "/alimited", {})] * 5)] == [200] * 5
+    # No bucket behind the policy's figures: no RateLimit item.
+    assert [get(client, "/limited") for _ in range(5)] == [(200, None, None)] * 5
+    assert arun(*[("get", "/alimited", {})] * 5) == [(200, None, None)] * 5
 
 
 @pytest.mark.parametrize("path", ["/limited", "/alimited"])
@@ -619,8 +731,9 @@ def test_on_error_closed_answers_503(policy, own_redis, path):
         async def main():
             return await AsyncClient().get(path)
         r = asyncio.run(main())
-    # The breaker tries Redis again within 125 ms: rounded up, 1 s.
-    assert (r.status_code, r["RateLimit"], r["Retry-After"]) == (503, '"3-per-30s";r=0;t=1', "1")
+    # The breaker tries Redis again within 125 ms: rounded up, 1 s. No
+    # bucket behind the policy's figures: no RateLimit item.
+    assert (r.status_code, r.get("RateLimit"), r["Retry-After"]) == (503, None, "1")
     assert json.loads(r.content) == {
         "type": "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",
         "title": "Rate limit unavailable",
@@ -719,6 +832,17 @@ def test_the_module_exports_its_figures_to_prometheus(at):
         before.decisions["redis"] + 1)
 
 
+def test_the_deny_cache_setting(at):
+    at(HIRATE_DENY_CACHE=False)
+    before = hd.stats()
+    client = Client()
+    for _ in range(4):
+        client.get("/limited")
+    s = hd.stats()
+    assert {k: v - before.decisions[k] for k, v in s.decisions.items()} == {
+        "redis": 4, "cache": 0, "local": 0, "fail_open": 0, "fail_closed": 0}
+
+
 # ------------------------------------------------------------ bad setups
 
 @pytest.mark.parametrize("setting, value, error, message", [
@@ -732,7 +856,10 @@ def test_the_module_exports_its_figures_to_prometheus(at):
     ("HIRATE_DEFAULT_LIMITS", [10], TypeError, "a limit must be a hirate Limit, a limit string"),
     ("HIRATE_LIMITER_OPTIONS", {"prefix": "x"}, ValueError,
      "HIRATE_LIMITER_OPTIONS: 'prefix' has a setting or a limit of its own"),
-    ("HIRATE_LIMITER_OPTIONS", {"pool_size": 0}, hirate.ConfigError, "pool_size"),
+    ("HIRATE_LIMITER_OPTIONS", {"pool_size": 2}, ValueError,
+     "HIRATE_LIMITER_OPTIONS: 'pool_size' has a setting or a limit of its own"),
+    ("HIRATE_POOL_SIZE", 0, hirate.ConfigError, "pool_size"),
+    ("HIRATE_MAX_KEYS", 0, hirate.ConfigError, "max_keys"),
     ("HIRATE_EXEMPT_NAMESPACES", ["api"], ValueError,
      "namespace 'api' has limits: it cannot be exempt too"),
 ])

@@ -42,39 +42,26 @@ from django.utils.module_loading import import_string
 from . import AsyncLimiter as _AsyncLimiter
 from . import Limiter as _Limiter
 from . import Stats as _Stats
-from ._http import ClientIP, Limit, Result, check_limits, check_scope, checks_of, declare
+from ._http import LIMITER_OPTIONS, SETTINGS, ClientIP, Limit, Result, charge_async
+from ._http import charge_sync, charges, check_limits, check_scope, checks_of, client_buckets
+from ._http import declare
 from ._http import _check_cost, decide_async, decide_sync, ident_for_ip, ident_for_key
-from ._http import key_header, new_limiter, plan
+from ._http import identity, key_header, new_limiter, plan
 
 __all__ = ["RateLimitMiddleware", "limit", "exempt", "Limit", "Result", "key_header",
-           "get_result", "client_ip", "stats", "close", "aclose"]
+           "get_result", "client_ip", "reset", "areset", "peek", "apeek", "stats", "close",
+           "aclose"]
 
-# Setting -> (settings.py name, default).
-_SETTINGS = {
-    "url": ("HIRATE_URL", None),
-    "default_limits": ("HIRATE_DEFAULT_LIMITS", ()),
+# Setting -> (settings.py name, default): hirate._http's SETTINGS, as
+# HIRATE_<NAME>, and Django's own.
+_SETTINGS = {name: ("HIRATE_" + suffix, default) for name, (suffix, default) in SETTINGS.items()}
+_SETTINGS.update({
     "namespace_limits": ("HIRATE_NAMESPACE_LIMITS", {}),
     "exempt_namespaces": ("HIRATE_EXEMPT_NAMESPACES", ()),
     "key": ("HIRATE_KEY", None),
-    "on_error": ("HIRATE_ON_ERROR", "local"),
-    "headers": ("HIRATE_HEADERS", True),
-    "legacy_headers": ("HIRATE_LEGACY_HEADERS", False),
-    "trusted_proxies": ("HIRATE_TRUSTED_PROXIES", ()),
-    "proxy_hops": ("HIRATE_PROXY_HOPS", 0),
-    "forwarded_header": ("HIRATE_FORWARDED_HEADER", "X-Forwarded-For"),
-    "ipv6_subnet": ("HIRATE_IPV6_SUBNET", 64),
-    "prefix": ("HIRATE_PREFIX", "rl:"),
-    "instances": ("HIRATE_INSTANCES", 1),
-    "connect_timeout": ("HIRATE_CONNECT_TIMEOUT", 0.25),
-    "timeout": ("HIRATE_TIMEOUT", 0.1),
-    "sentinel_username": ("HIRATE_SENTINEL_USERNAME", None),
-    "sentinel_password": ("HIRATE_SENTINEL_PASSWORD", None),
-    "functions": ("HIRATE_FUNCTIONS", True),
-    "limiter_options": ("HIRATE_LIMITER_OPTIONS", {}),
-    "body": ("HIRATE_BODY", "json"),
     "on_refused": ("HIRATE_ON_REFUSED", None),
-    "enabled": ("HIRATE_ENABLED", True),
-}
+    "limiter_options": ("HIRATE_LIMITER_OPTIONS", {}),
+})
 
 # A view carries its limits in attributes, which functools.wraps (and
 # method_decorator) copy to the decorators above it; so limit() works
@@ -82,8 +69,10 @@ _SETTINGS = {
 _ATTR_LIMITS = "_hirate_limits"
 _ATTR_EXEMPT = "_hirate_exempt"
 _ATTR_GUARD = "_hirate_guard"
-# On the request: its Result, and that the middleware saw it.
+# On the request: its Result, its charges after the response (deduct_when),
+# and that the middleware saw it.
 _REQ_RESULT = "_hirate_result"
+_REQ_PENDING = "_hirate_pending"
 _REQ_SEEN = "_hirate_seen"
 
 _LISTS = ("RateLimit", "RateLimit-Policy")
@@ -167,10 +156,7 @@ class _State:
         if not isinstance(extra, dict):
             raise TypeError("HIRATE_LIMITER_OPTIONS must be a dict of hirate.Limiter "
                             "arguments, got %s" % type(extra).__name__)
-        self.options = dict(prefix=settings["prefix"], on_error=settings["on_error"],
-                            instances=settings["instances"],
-                            connect_timeout=settings["connect_timeout"],
-                            timeout=settings["timeout"], functions=settings["functions"])
+        self.options = {name: settings[name] for name in LIMITER_OPTIONS}
         taken = sorted(set(extra) & (set(self.options) | {
             "url", "capacity", "rate", "limits", "sentinel_username", "sentinel_password"}))
         if taken:
@@ -324,6 +310,86 @@ def client_ip(request):
 
 
 # ---------------------------------------------------------------------------
+# One client's buckets, outside a request
+
+
+def _targets(state, target):
+    """[(Limit, scope)] of a target: a view (its own limits, else the
+    default limits it gets), a namespace of HIRATE_NAMESPACE_LIMITS, None
+    for the default limits, or Limits with a scope of their own."""
+    if target is None:
+        return _default_limits(state)
+    if isinstance(target, str):
+        if target not in state.namespace_limits:
+            raise ValueError("no namespace %r in HIRATE_NAMESPACE_LIMITS" % (target,))
+        return _namespace_limits(state, target)
+    limits = [target] if isinstance(target, Limit) else target
+    if (isinstance(limits, (list, tuple)) and limits
+            and all(isinstance(lim, Limit) for lim in limits)):
+        if any(lim.scope is None for lim in limits):
+            raise ValueError("a limit without a scope has a bucket per view: name the view "
+                             "instead")
+        return [(lim, lim.scope) for lim in limits]
+    if callable(target) and not isinstance(target, type):
+        limits, is_exempt, path = _marks(target)
+        if limits:
+            return _view_limits(limits, path)
+        return [] if is_exempt else _default_limits(state)
+    raise TypeError("a target is a view, a namespace, None (the default limits) or Limits "
+                    "with a scope, got %r" % (target,))
+
+
+def _client_calls(cls, target, key, address):
+    state = _get_state()
+    applied = _targets(state, target)
+    ident = identity(state.client_ip, key, address)
+    cls = _Limiter if state.in_memory else cls
+    groups, calls = client_buckets(applied, state.key, ident,
+                                   lambda bands: state.limiter(cls, bands))
+    return groups, applied, calls
+
+
+def reset(target, key=None, *, address=None):
+    """Forgets one client's buckets of a view, a namespace or limits (they
+    are full again): target is a view (as urls.py routes it), a namespace
+    of HIRATE_NAMESPACE_LIMITS, None for the default limits, or Limits with
+    a scope of their own; the client is key= (what the limit's key function
+    returns for it) or address= (its address, for limits keyed by
+    address). On hirate.Limiter; areset() is the coroutine, on
+    hirate.AsyncLimiter."""
+    for lim, bucket in _client_calls(_Limiter, target, key, address)[2]:
+        lim.reset(bucket)
+
+
+async def areset(target, key=None, *, address=None):
+    """reset() for async code, on hirate.AsyncLimiter."""
+    for lim, bucket in _client_calls(_AsyncLimiter, target, key, address)[2]:
+        if isinstance(lim, _Limiter):
+            lim.reset(bucket)
+        else:
+            await lim.reset(bucket)
+
+
+def peek(target, key=None, *, address=None, cost=0):
+    """A Result of one client's buckets of a view, a namespace or limits
+    (target and client as for reset), spending nothing: each limit's
+    Decision for cost (0: the bucket as it is). apeek() is the coroutine."""
+    groups, applied, calls = _client_calls(_Limiter, target, key, address)
+    decisions = [lim.peek(bucket, cost) for lim, bucket in calls]
+    return Result(checks_of(groups, decisions, len(applied)))
+
+
+async def apeek(target, key=None, *, address=None, cost=0):
+    """peek() for async code, on hirate.AsyncLimiter."""
+    groups, applied, calls = _client_calls(_AsyncLimiter, target, key, address)
+    decisions = []
+    for lim, bucket in calls:
+        d = lim.peek(bucket, cost)
+        decisions.append(d if isinstance(lim, _Limiter) else await d)
+    return Result(checks_of(groups, decisions, len(applied)))
+
+
+# ---------------------------------------------------------------------------
 # Decorators
 
 
@@ -361,15 +427,19 @@ def _guarded(view):
     return wrapper
 
 
-def limit(capacity, rate=None, *, key=None, cost=1, scope=None, name=None, exempt_when=None):
+def limit(capacity, rate=None, *, key=None, cost=1, scope=None, name=None, exempt_when=None,
+          methods=None, deduct_when=None):
     """A decorator that adds a limit to a view: limit(capacity, rate, ...),
     or a limit string, limit("5/minute") or several, limit("10/second;
     1000/day") (see Limit for the other arguments). Stacked limits must all
     pass; a refusal spends nothing on the others. scope=None gives the view
-    a bucket of its own. A class-based view is limited through
-    View.as_view() or method_decorator(limit(...), name="dispatch")."""
+    a bucket of its own. methods limits only requests of those HTTP
+    methods; deduct_when(response) charges only the responses it returns
+    True for (checked before the view, charged after). A class-based view
+    is limited through View.as_view() or method_decorator(limit(...),
+    name="dispatch")."""
     new = declare(capacity, rate, key=key, cost=cost, scope=scope, name=name,
-                  exempt_when=exempt_when)
+                  exempt_when=exempt_when, methods=methods, deduct_when=deduct_when)
     # method_decorator applies the decorator again at every request (to the
     # bound dispatch): the limits alone are checked once.
     alone = []
@@ -427,23 +497,33 @@ def _marks(view_func):
     return limits, is_exempt, path
 
 
+def _view_limits(limits, path):
+    return [(lim, lim.scope or check_scope("view:" + _scope_part(path), "view scope"))
+            for lim in limits]
+
+
+def _namespace_limits(state, ns):
+    return [(lim, lim.scope or check_scope("ns:" + _scope_part(ns), "namespace scope"))
+            for lim in state.namespace_limits.get(ns, ())]
+
+
+def _default_limits(state):
+    return [(lim, lim.scope or "app") for lim in state.default_limits]
+
+
 def _applied(state, request, view_func):
     """[(Limit, scope)] for a request, each scope checked."""
     limits, is_exempt, path = _marks(view_func)
-    found = [(lim, lim.scope or check_scope("view:" + _scope_part(path), "view scope"))
-             for lim in limits]
+    found = _view_limits(limits, path)
     match = getattr(request, "resolver_match", None)
     namespaces = match.namespaces if match is not None else []
     for i in range(len(namespaces)):
         ns = ":".join(namespaces[:i + 1])
-        found += [(lim, lim.scope or check_scope("ns:" + _scope_part(ns), "namespace scope"))
-                  for lim in state.namespace_limits.get(ns, ())]
+        found += _namespace_limits(state, ns)
         is_exempt = is_exempt or ns in state.exempt_namespaces
-    if found:
-        return found
-    if is_exempt:
-        return []
-    return [(lim, lim.scope or "app") for lim in state.default_limits]
+    if not found and not is_exempt:
+        found = _default_limits(state)
+    return [(lim, scope) for lim, scope in found if lim.applies_to(request.method)]
 
 
 def _refusal(state, result):
@@ -489,16 +569,42 @@ class RateLimitMiddleware:
     def __call__(self, request):
         if iscoroutinefunction(self):
             return self.__acall__(request)
-        return self._finish(request, self.get_response(request))
+        response = self.get_response(request)
+        pending = getattr(request, _REQ_PENDING, None)
+        if pending is not None:
+            # The limits with deduct_when: charged now, for this response;
+            # the headers (and get_result) say what is left after it.
+            calls, decided, decisions, n = pending
+            decisions = charge_sync(calls, decisions, response)
+            setattr(request, _REQ_RESULT, Result(checks_of(decided, decisions, n)))
+        return self._finish(request, response)
 
     async def __acall__(self, request):
-        return self._finish(request, await self.get_response(request))
+        response = await self.get_response(request)
+        pending = getattr(request, _REQ_PENDING, None)
+        if pending is not None:
+            calls, decided, decisions, n = pending
+            if _get_state().in_memory:
+                decisions = charge_sync(calls, decisions, response)
+            else:
+                decisions = await charge_async(calls, decisions, response)
+            setattr(request, _REQ_RESULT, Result(checks_of(decided, decisions, n)))
+        return self._finish(request, response)
 
     def _finish(self, request, response):
         result = getattr(request, _REQ_RESULT, None)
         if result is None:
             return response
         return _add_headers(_get_state(), result, response)
+
+    def _decided(self, request, state, decided, calls, decisions, n):
+        """The refusal of a decided request, or None to go on."""
+        result = Result(checks_of(decided, decisions, n))
+        setattr(request, _REQ_RESULT, result)
+        pending = charges(decided, calls)
+        if pending and result.allowed:
+            setattr(request, _REQ_PENDING, (pending, decided, decisions, n))
+        return result
 
     def _start(self, request, view_func):
         """(state, applied) for a request whose limits are to be decided,
@@ -535,11 +641,11 @@ class RateLimitMiddleware:
                 ident = ident_for_key(value)
             decided.append(group)
             calls.append((state.limiter(_Limiter, group.bands), group.bucket_key(ident),
-                          group.cost_for(request)))
+                          group.cost_for(request), group.deduct_when is None))
         if not calls:
             return None
-        result = Result(checks_of(decided, decide_sync(calls), len(applied)))
-        setattr(request, _REQ_RESULT, result)
+        result = self._decided(request, state, decided, calls, decide_sync(calls),
+                               len(applied))
         if result.allowed:
             return None
         if state.on_refused is not None:
@@ -570,12 +676,12 @@ class RateLimitMiddleware:
                 cost = _check_cost(await _maybe_await(cost(request)))
             decided.append(group)
             calls.append((state.limiter(_Limiter if state.in_memory else _AsyncLimiter,
-                                        group.bands), group.bucket_key(ident), cost))
+                                        group.bands), group.bucket_key(ident), cost,
+                          group.deduct_when is None))
         if not calls:
             return None
         decisions = decide_sync(calls) if state.in_memory else await decide_async(calls)
-        result = Result(checks_of(decided, decisions, len(applied)))
-        setattr(request, _REQ_RESULT, result)
+        result = self._decided(request, state, decided, calls, decisions, len(applied))
         if result.allowed:
             return None
         if state.on_refused is not None:
