@@ -3,8 +3,9 @@
 #   tools/deps.sh build      compiler, CMake, pkg-config, hiredis, OpenSSL
 #   tools/deps.sh test       build + redis-server, cJSON, jsonschema, faketime, abigail-tools (abidiff)
 #   tools/deps.sh python     test + Python headers and venv (the Python tests; their Python
-#                            packages, mypy for the stub checks among them, go into the test
-#                            venv: tests/python/requirements.txt, installed by tests/python/run.sh)
+#                            packages, Django and mypy for the stub checks among them, go into
+#                            the test venv: tests/python/requirements.txt, installed by
+#                            tests/python/run.sh)
 #   tools/deps.sh lua        test + Lua 5.4, 5.3, 5.2 and 5.1, LuaJIT (as nginx uses it), luarocks,
 #                            busted, nginx, valgrind
 #   tools/deps.sh fuzz       test + clang, libFuzzer and its sanitizer runtimes

@@ -1,6 +1,7 @@
 """The Python examples of docs/python.md's web sections (Flask, FastAPI and
-Starlette, Headers, Client IP) run as written, and print what their
-comments say: each `print(...)  # text` line must print `text`."""
+Starlette, Headers, Client IP, Metrics and logs; Django's are
+test_django_docs.py's) run as written, and print what their comments say:
+each `print(...)  # text` line must print `text`."""
 
 import contextlib
 import io
@@ -12,6 +13,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "python.md").read_text(encoding="utf-8")
 MINE = DOC[DOC.index("## Flask"):]
+# The Django section's examples are a project, run by test_django_docs.py.
+_DJANGO = MINE.index("\n## Django\n")
+MINE = MINE[:_DJANGO] + MINE[MINE.index("\n## ", _DJANGO + 1):]
 BLOCKS = re.findall(r"```python\n(.*?)```", MINE, re.S)
 
 

@@ -6,6 +6,7 @@ request into a peer address and header values, ask their limiters, and hand
 the decisions to a Result, which knows the headers and the refusal body.
 """
 
+import asyncio
 import hashlib
 import ipaddress
 import numbers
@@ -929,3 +930,45 @@ class Result:
             "allowed" if self.allowed else "refused",
             "" if self.allowed else " retry_after=%r" % self.retry_after,
             self.ratelimit_header())
+
+
+# ---------------------------------------------------------------------------
+# Deciding on AsyncLimiters
+
+
+async def decide_async(calls):
+    """decide_sync on AsyncLimiters (a call a group of limits, (limiter,
+    key, cost[, spend])), in decide_order, with the peeks (and then the
+    other allows) in flight together. (hirate.asgi's _decide is the same.)"""
+    order = decide_order(calls)
+    out = [None] * len(calls)
+    peeked = await asyncio.gather(*(calls[i][0].peek(calls[i][1], calls[i][2])
+                                    for i in order.peeks))
+    for i, d in zip(order.peeks, peeked):
+        out[i] = d
+    if order.last is None:
+        return out
+    lim, key, cost = calls[order.last][:3]
+    if not all(out[i].allowed for i in order.peeks):
+        out[order.last] = await lim.peek(key, cost)
+        return out
+    out[order.last] = await lim.allow(key, cost)
+    if not out[order.last].allowed:
+        return out
+    spent = await asyncio.gather(*(calls[i][0].allow(calls[i][1], calls[i][2])
+                                   for i in order.then))
+    for i, d in zip(order.then, spent):
+        out[i] = d
+    return out
+
+
+async def charge_async(pending, decisions, response):
+    """charge_sync on AsyncLimiters."""
+    out = list(decisions)
+    for i, group, (lim, key, cost) in pending:
+        if not out[i].allowed or not group.deduct_when(response):
+            continue
+        d = await lim.allow(key, cost)
+        if d.allowed:
+            out[i] = d
+    return out
