@@ -498,7 +498,7 @@ class ClientManagement(unittest.TestCase):
         # foretell the refusal it learnt, for deny_cache_max at most).
         got = redis_commands(S.redis.port, ("GET", f"t-exact:{key}"))[0]
         got = got.decode() if isinstance(got, bytes) else got
-        self.assertEqual(got.split()[0], "3")
+        self.assertEqual(math.floor(float(got.split()[0])), 3)   # and what refilled since
 
     def test_only_failed_logins_are_charged_exactly(self):
         k = fresh("login")
