@@ -7,7 +7,9 @@
 --          capacity: whole tokens, 1 .. 2^53-1
 --          rate: tokens per second, > 0 (in the fewest digits that read back exactly)
 -- then     cost: whole tokens, 0 .. 2^53-1
---          "1" spends the cost when it passes, "0" only looks (peek)
+--          "1" spends the cost when it passes, "0" only looks (peek),
+--          "2" gives the cost back (a refund): each band gets it, capped
+--          at its capacity, and the reply is the bucket after (allowed)
 --          optional, test vectors only: the time in microseconds
 --
 -- Returns {allowed, remaining, retry_after_us, reset_after_us, tokens, ts, now_us, key,
@@ -37,7 +39,8 @@ local key = KEYS[1]
 local nargs = #ARGV
 local n = math.floor((nargs - 2) / 2)
 local cost = tonumber(ARGV[2 * n + 1])
-local spend = ARGV[2 * n + 2] == "1"
+local mode = ARGV[2 * n + 2]
+local spend, refund = mode == "1", mode == "2"
 
 if n < 1 then
   return redis.error_reply("ERR hirate: the call needs a capacity and a rate, a cost and a spend flag")
@@ -103,7 +106,7 @@ end
 -- The stored state, a band each; a missing key or band is a full bucket at
 -- now. Each band looks first; the cost is spent only when every band holds it.
 local state = redis.call("GET", key)
-local pos, allowed = 1, 1
+local pos, allowed, refunded = 1, 1, false
 for i = 1, n do
   local o = 6 * i - 6
   local capacity, rate = b[o + 1], b[o + 2]
@@ -119,7 +122,15 @@ for i = 1, n do
   end
   local level = math.min(capacity, level_at(tokens, ts, 0, rate))
   local retry = 0
-  if cost > capacity then
+  if refund then
+    -- A band already full reads the same whether stored or not: it stays.
+    if cost > 0 and level < capacity then
+      tokens = math.min(capacity, level + cost)
+      if now > ts then ts = now end
+      level = tokens
+      refunded = true
+    end
+  elseif cost > capacity then
     retry, allowed = -1, 0
   elseif level < cost then
     retry, allowed = until_level(tokens, ts, cost, rate), 0
@@ -128,6 +139,7 @@ for i = 1, n do
 end
 
 local spent = allowed == 1 and spend and cost > 0
+local write = spent or refunded
 local reply = {allowed, 0, 0, 0, 0, 0, now, key}
 local stored, ttl_ms = nil, 0
 for i = 1, n do
@@ -143,7 +155,7 @@ for i = 1, n do
   local at = i == 1 and 2 or 5 * i - 1
   reply[at], reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] =
     math.floor(level), b[o + 6], reset, t, ts
-  if spent then
+  if write then
     local band = t .. " " .. string.format("%d", ts)
     stored = stored and stored .. " " .. band or band
     local ms = math.ceil(reset / 1000)
@@ -151,11 +163,15 @@ for i = 1, n do
   end
 end
 
-if spent then
+if write then
   -- An injected clock runs apart from the real one, which the TTL counts
   -- in: keep such keys for a minute more so a test cannot see them expire.
   if nargs % 2 == 1 then ttl_ms = ttl_ms + 60000 end
-  redis.call("SET", key, stored, "PX", ttl_ms)
+  if ttl_ms > 0 then
+    redis.call("SET", key, stored, "PX", ttl_ms)
+  else
+    redis.call("DEL", key)   -- a refund filled every band: a missing key is full
+  end
 end
 
 return reply

@@ -421,6 +421,18 @@ static int check_boolean(lua_State *L, int idx, int arg, const char *what)
     return lua_toboolean(L, idx);
 }
 
+/* What a decision does with its cost: true spends it, false peeks, "refund"
+ * gives it back (HIRATE_OP_*). */
+static int check_spend(lua_State *L, int idx, int arg)
+{
+    if (lua_type(L, idx) == LUA_TSTRING && strcmp(lua_tostring(L, idx), "refund") == 0)
+        return HIRATE_OP_REFUND;
+    if (lua_type(L, idx) != LUA_TBOOLEAN)
+        arg_errorf(L, arg, "spend must be a boolean or \"refund\", got %s",
+                   luaL_typename(L, idx));
+    return lua_toboolean(L, idx);
+}
+
 /* An injected time in µs: 0 to 2^53-1, the range of the vectors and of the
  * script's arithmetic. */
 static int64_t check_now_us(lua_State *L, int arg)
@@ -1209,6 +1221,8 @@ static int decide_bands(lua_State *L, limiter_ud *u, const char *key, size_t key
     int rc;
     if (now_us >= 0)
         rc = hirate_decide_at_bands(u->lim, key, keylen, cost, spend, now_us, &d, bands, n);
+    else if (spend == HIRATE_OP_REFUND)
+        rc = hirate_refund_bands(u->lim, key, keylen, cost, &d, bands, n);
     else if (spend)
         rc = hirate_allow_bands(u->lim, key, keylen, cost, &d, bands, n);
     else
@@ -1222,7 +1236,7 @@ static int decide_bands(lua_State *L, limiter_ud *u, const char *key, size_t key
     return emit_logs(L, u, 1);
 }
 
-/* lim:allow(key, cost) and lim:peek(key, cost) */
+/* lim:allow(key, cost), lim:peek(key, cost) and lim:refund(key, tokens) */
 static int decide(lua_State *L, int spend)
 {
     limiter_ud *u = check_limiter(L);
@@ -1234,8 +1248,9 @@ static int decide(lua_State *L, int spend)
     hirate_decision d;
     if (u->show_bands)
         return decide_bands(L, u, key, keylen, cost, spend, -1);
-    int rc = spend ? hirate_allow(u->lim, key, keylen, cost, &d)
-                   : hirate_peek(u->lim, key, keylen, cost, &d);
+    int rc = spend == HIRATE_OP_REFUND ? hirate_refund(u->lim, key, keylen, cost, &d)
+             : spend                   ? hirate_allow(u->lim, key, keylen, cost, &d)
+                                       : hirate_peek(u->lim, key, keylen, cost, &d);
     if (rc < 0)
         return emit_logs(L, u, push_failure(L, u, rc));
     push_decision(L, &d, 0);
@@ -1250,6 +1265,11 @@ static int l_allow(lua_State *L)
 static int l_peek(lua_State *L)
 {
     return decide(L, 0);
+}
+
+static int l_refund(lua_State *L)
+{
+    return decide(L, HIRATE_OP_REFUND);
 }
 
 /* lim:reset(key) -> true, or nil, message, code */
@@ -1369,7 +1389,7 @@ static int l_decide_at(lua_State *L)
     size_t keylen;
     const char *key = check_key(L, 2, 2, 0, &keylen);
     int64_t cost = check_cost(L, 3, 3, 0);
-    int spend = check_boolean(L, 4, 4, "spend");
+    int spend = check_spend(L, 4, 4);
     int64_t now_us = check_now_us(L, 5);
     if (u->closed)
         return push_closed(L);
@@ -1910,7 +1930,7 @@ static int l_op_start(lua_State *L)
     limiter_ud *u = check_limiter(L);
     size_t keybytes;
     size_t n = check_items(L, 2, &keybytes);
-    int spend = check_boolean(L, 3, 3, "spend");
+    int spend = check_spend(L, 3, 3);
     int64_t now_us = lua_isnoneornil(L, 4) ? -1 : check_now_us(L, 4);
     int with_bands = !lua_isnoneornil(L, 5) && check_boolean(L, 5, 5, "with_bands");
     check_redis(L, u, "_op_start");
@@ -2445,6 +2465,7 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"allow", l_allow},
         {"peek", l_peek},
         {"reset", l_reset},
+        {"refund", l_refund},
         {"allow_many", l_allow_many},
         {"bands", l_bands},
         {"close", l_close},

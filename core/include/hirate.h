@@ -331,6 +331,27 @@ HIRATE_EXPORT int hirate_peek_bands(hirate_limiter *lim, const void *key, size_t
                                     int64_t cost, hirate_decision *out, hirate_decision *bands,
                                     size_t nbands);
 
+/* Gives tokens back to key's bucket, e.g. for a request whose work failed
+ * after hirate_allow spent its cost: every band gets tokens back, each
+ * capped at its capacity (a bucket never holds more; a key never seen is
+ * full and stays so). tokens is checked as a cost is (0..2^53-1, else
+ * HIRATE_ECOST); 0 gives nothing and reports the bucket. *out is the bucket
+ * after the refund (allowed 1, retry_after_us 0). The deny cache forgets
+ * the key, so a refusal foretold before the refund is not served after it.
+ * When Redis fails, on_error local gives the tokens to the local fallback
+ * bucket (out->source local, out->error the failure); under open or closed
+ * there is no bucket to give them to, and the failure's own code is
+ * returned (HIRATE_ECONNECT, HIRATE_ETIMEDOUT...): the tokens were not given
+ * back (docs/semantics.md, "Refunds"). A refund is not counted among
+ * hirate_stats' decisions or peeks. */
+HIRATE_EXPORT int hirate_refund(hirate_limiter *lim, const void *key, size_t keylen,
+                                int64_t tokens, hirate_decision *out);
+/* hirate_refund with each band's bucket after it in bands[0 .. nbands), as
+ * hirate_allow_bands gives them. */
+HIRATE_EXPORT int hirate_refund_bands(hirate_limiter *lim, const void *key, size_t keylen,
+                                      int64_t tokens, hirate_decision *out,
+                                      hirate_decision *bands, size_t nbands);
+
 /* The limiter's bands: how many (1 for capacity and rate), and band i's
  * capacity, rate and name (the limiter's own copy: valid while it lives).
  * hirate_limiter_band returns 0, or HIRATE_EINVAL for no such band. */

@@ -116,6 +116,12 @@ extern "C" {
 /* The states of a handshake or an op. */
 enum { HIRATE_IO_MORE = 1, HIRATE_IO_SEND, HIRATE_IO_DONE, HIRATE_IO_PROBE };
 
+/* What a batch's op (and hirate_decide_at) does with each item's cost: look
+ * (hirate_peek), spend it when it passes (hirate_allow), or give it back
+ * (hirate_refund: the deny cache forgets the key, the failure policy is a
+ * refund's, see hirate_refund). */
+enum { HIRATE_OP_PEEK = 0, HIRATE_OP_SPEND = 1, HIRATE_OP_REFUND = 2 };
+
 /* The longest reply that a call or a handshake accepts, in bytes: a reader
  * never needs to buffer more than this for one reply. */
 #define HIRATE_IO_REPLY_MAX 4096
@@ -197,7 +203,7 @@ HIRATE_EXPORT void hirate_handshake_free(hirate_handshake *hs);
 typedef struct hirate_op hirate_op;
 
 /* Decides what needs no Redis (bad items, the deny cache, the policy while
- * the breaker is open). Returns 0 when every item is decided (*op is NULL),
+ * the breaker is open); spend is a HIRATE_OP_* (1 and 0 as before). Returns 0 when every item is decided (*op is NULL),
  * 1 when *op has a request to send, or HIRATE_EINVAL (no URL, NULL items). */
 HIRATE_EXPORT int hirate_op_start(hirate_limiter *lim, hirate_item *items, size_t n, int spend,
                                   int64_t now_us, hirate_op **op);
@@ -261,7 +267,8 @@ HIRATE_EXPORT void hirate_op_free(hirate_op *op);
 
 /* ---- for tests and benchmarks -------------------------------------------------- */
 
-/* hirate_allow (spend 1) or hirate_peek (spend 0) at an injected time in
+/* hirate_allow (spend 1), hirate_peek (spend 0) or hirate_refund (spend
+ * HIRATE_OP_REFUND, cost the tokens) at an injected time in
  * microseconds: the memory backend's clock, or the script's time in Redis.
  * The shared test vectors state time explicitly; production never does. */
 HIRATE_EXPORT int hirate_decide_at(hirate_limiter *lim, const void *key, size_t keylen,

@@ -79,9 +79,36 @@ double hirate_bucket_level(const hirate_bucket_cfg *cfg, const hirate_bucket *b,
     return level < cfg->capacity_d ? level : cfg->capacity_d;   /* Lua's math.min */
 }
 
+int hirate_bucket_refund(const hirate_bucket_cfg *cfg, hirate_bucket *b, int64_t now,
+                         int64_t tokens, hirate_decision *d)
+{
+    double level = hirate_bucket_level(cfg, b, now);
+    int changed = 0;
+    if (tokens > 0 && level < cfg->capacity_d) {
+        double after = level + (double)tokens;
+        b->tokens = after < cfg->capacity_d ? after : cfg->capacity_d;   /* math.min */
+        if (now > b->ts)
+            b->ts = now;
+        level = b->tokens;
+        changed = 1;
+    }
+    d->band = 0;
+    d->allowed = 1;
+    d->retry_after_us = 0;
+    d->source = HIRATE_SOURCE_LOCAL;
+    d->error = 0;
+    d->limit = cfg->capacity;
+    d->remaining = (int64_t)floor(level);
+    d->reset_after_us = until(cfg, b, now, cfg->capacity_d);
+    d->time_us = now;
+    return changed;
+}
+
 int hirate_bucket_decide(const hirate_bucket_cfg *cfg, hirate_bucket *b, int64_t now,
                          int64_t cost, int spend, hirate_decision *d)
 {
+    if (__builtin_expect(spend == HIRATE_SPEND_REFUND, 0))
+        return hirate_bucket_refund(cfg, b, now, cost, d);
     d->band = 0;
     double level = hirate_bucket_level(cfg, b, now);
     int changed = 0;
@@ -144,6 +171,15 @@ int hirate_bands_decide_many(const hirate_bucket_cfg *cfg, size_t n, hirate_buck
     hirate_decision own[HIRATE_BANDS_MAX];
     if (!per)
         per = own;
+    if (spend == HIRATE_SPEND_REFUND) {   /* every band gets the tokens back */
+        int changed = 0;
+        for (size_t i = 0; i < n; i++) {
+            changed |= hirate_bucket_refund(&cfg[i], &b[i], now, cost, &per[i]);
+            per[i].band = (int)i;
+        }
+        hirate_bands_combine(per, n, whole);
+        return changed;
+    }
     /* Each band as a peek first; the cost is spent only when all hold it,
      * each band then moving as its own bucket would. */
     int allowed = 1;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "hirate.h"
+#include "hirate_io.h"
 
 typedef struct hirate_bucket {
     double tokens;   /* level at ts */
@@ -29,15 +30,29 @@ int hirate_bucket_cfg_init(hirate_bucket_cfg *cfg, int64_t capacity, double rate
 /* Checks a cost. Returns 0 or HIRATE_ECOST with a message in err. */
 int hirate_bucket_check_cost(int64_t cost, char *err, size_t errlen);
 
+/* What spend asks of a decision: look (a peek), spend the cost when it
+ * passes, or give the cost back (a refund). HIRATE_OP_* of hirate_io.h. */
+#define HIRATE_SPEND_PEEK HIRATE_OP_PEEK
+#define HIRATE_SPEND_REFUND HIRATE_OP_REFUND
+
+/* Gives tokens back to the stored state *b at now: the level at now plus
+ * tokens, capped at the capacity (a bucket never holds more). Fills *d with
+ * the bucket after it (allowed 1, retry 0). Returns 1 when *b changed and
+ * must be stored, 0 when it stays as it was (tokens 0, or a bucket already
+ * full, whose state reads the same either way). */
+int hirate_bucket_refund(const hirate_bucket_cfg *cfg, hirate_bucket *b, int64_t now,
+                         int64_t tokens, hirate_decision *d);
+
 /* Decides cost at now for the stored state *b (a full bucket at now for a key
  * that has none). Fills *d. Returns 1 when *b changed and must be stored,
- * 0 when it stays as it was (a refusal or a peek). */
+ * 0 when it stays as it was (a refusal or a peek). spend HIRATE_SPEND_REFUND
+ * is hirate_bucket_refund. */
 int hirate_bucket_decide(const hirate_bucket_cfg *cfg, hirate_bucket *b, int64_t now,
                          int64_t cost, int spend, hirate_decision *d);
 
 /* Decides cost at now for the n bands of one key, all or nothing: the cost
  * passes when every band holds it, and is then spent in each; otherwise
- * nothing is spent. b[i] is band i's stored state (a full bucket at now
+ * nothing is spent (a refund gives it back to each band). b[i] is band i's stored state (a full bucket at now
  * when it has none). Fills *whole and, when per is not NULL, per[0 .. n)
  * with each band's own figures (docs/semantics.md, "Several limits").
  * Returns 1 when b[] changed and must be stored, 0 when not. With n == 1

@@ -518,6 +518,15 @@ static void apply_policy(hirate_limiter *l, hirate_item *it, hirate_decision *pe
     size_t n = l->nbands;
     __atomic_fetch_add(&l->policy, 1, __ATOMIC_RELAXED);
     it->rc = 0;
+    if (spend == HIRATE_OP_REFUND && l->on_error != HIRATE_ON_ERROR_LOCAL) {
+        /* Open and closed keep no bucket to give the tokens to: saying they
+         * were given back would hide that they were not. */
+        char msg[HIRATE_ERRMSG_SIZE];
+        snprintf(msg, sizeof msg, "the refund was not made: Redis failed (%s) and on_error is '%s'",
+                 hirate_strerror(error), hirate_on_error_name(l->on_error));
+        it->rc = remember(l, error, msg);
+        return;
+    }
     if (l->on_error == HIRATE_ON_ERROR_LOCAL) {
         it->rc = local_decide(l, l->local_cfg, it->key, it->keylen, now, it->cost, spend, d,
                               per);
@@ -619,32 +628,40 @@ static inline void learn(hirate_limiter *l, const hirate_item *it, const hirate_
 }
 
 /* The code and message for a bad key or cost, kept out of the hot path. */
-static int input_error(const void *key, size_t keylen, int64_t cost, char *err, size_t errlen)
+static int input_error(const void *key, size_t keylen, int64_t cost, int spend, char *err,
+                       size_t errlen)
 {
     int rc = check_key(key, keylen, err, errlen);
-    return rc < 0 ? rc : hirate_bucket_check_cost(cost, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (spend == HIRATE_OP_REFUND && (cost < 0 || cost > HIRATE_EXACT_MAX))
+        return hirate__fail(err, errlen, HIRATE_ECOST,
+                            "refund cost must be a whole number of tokens from 0 to 2^53-1, got %lld",
+                            (long long)cost);
+    return hirate_bucket_check_cost(cost, err, errlen);
 }
 
 __attribute__((noinline, cold)) static int bad_input(hirate_limiter *l, const void *key,
-                                                     size_t keylen, int64_t cost)
+                                                     size_t keylen, int64_t cost, int spend)
 {
     char err[HIRATE_ERRMSG_SIZE];
-    return remember(l, input_error(key, keylen, cost, err, sizeof err), err);
+    return remember(l, input_error(key, keylen, cost, spend, err, sizeof err), err);
 }
 
 /* Checks a key and a cost: 0, or the code with its message remembered. */
-static inline int check_input(hirate_limiter *l, const void *key, size_t keylen, int64_t cost)
+static inline int check_input(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
+                              int spend)
 {
     if (key && keylen - 1 < HIRATE_KEY_MAX && cost >= 0 && cost <= HIRATE_EXACT_MAX)
         return 0;
-    return bad_input(l, key, keylen, cost);
+    return bad_input(l, key, keylen, cost, spend);
 }
 
 /* A decision of the in-memory backend (no URL). */
 static int decide_in_memory(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,
                             int spend, int64_t now, hirate_decision *out, hirate_decision *per)
 {
-    int rc = check_input(l, key, keylen, cost);
+    int rc = check_input(l, key, keylen, cost, spend);
     if (rc < 0)
         return rc;
     rc = local_decide(l, l->cfg, key, keylen, now, cost, spend, out, per);
@@ -764,6 +781,18 @@ static void batch_note(batch *b, size_t i, const char *msg)
     b->msgs[i] = strdup(msg);
 }
 
+/* A refund makes any refusal foretold for key stale: forget it, and let no
+ * reply of a call made before now teach it again (the reset epoch). Done
+ * when the refund is sent and again when its reply comes, so that a call
+ * that ran in Redis before the refund cannot leave its refusal behind. */
+static void forget_refusal(hirate_limiter *l, const void *key, size_t keylen)
+{
+    if (!l->cache)
+        return;
+    __atomic_fetch_add(&l->reset_epoch, 1, __ATOMIC_ACQ_REL);
+    hirate_memory_reset(l->cache, key, keylen);
+}
+
 /* Returns the number of calls left for Redis (0: every item is decided). */
 static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_t n, int spend,
                           int64_t now_us, hirate_decision *per)
@@ -787,12 +816,12 @@ static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_
                                       &it->decision, item_bands(b, i));
             if (it->rc < 0 && b->out_msgs)
                 batch_note(b, i, last_error.msg);   /* what decide_in_memory said */
-        } else if ((it->rc = check_input(l, it->key, it->keylen, it->cost)) == 0) {
+        } else if ((it->rc = check_input(l, it->key, it->keylen, it->cost, spend)) == 0) {
             it->rc = 1;   /* for Redis */
             npending++;
         } else if (b->keep_msgs || b->out_msgs) {
             char err[HIRATE_ERRMSG_SIZE];
-            input_error(it->key, it->keylen, it->cost, err, sizeof err);
+            input_error(it->key, it->keylen, it->cost, spend, err, sizeof err);
             batch_note(b, i, err);
         }
     }
@@ -813,7 +842,9 @@ static size_t batch_begin(batch *b, hirate_limiter *l, hirate_item *items, size_
         if (it->rc != 1)
             continue;
         int known = 0;
-        if (l->cache && it->cost > 0 && it->cost <= l->cap_min) {
+        if (spend == HIRATE_OP_REFUND) {
+            forget_refusal(l, it->key, it->keylen);
+        } else if (l->cache && it->cost > 0 && it->cost <= l->cap_min) {
             hirate_decision *bd = item_bands(b, i);
             known = hirate_memory_lookup(l->cache, l->cfg, it->key, it->keylen, b->now,
                                          b->now - l->deny_cache_max_us, it->cost,
@@ -862,6 +893,8 @@ static int breaker_enter(batch *b, hirate_node *node, const size_t *sel, size_t 
             b->rcs[j] = CALL_SETTLED;
             apply_policy(b->l, &b->items[b->index[j]], item_bands(b, b->index[j]), b->spend,
                          b->now, error, wait_us);
+            if (b->items[b->index[j]].rc < 0)   /* a refund the policy cannot make */
+                batch_note(b, b->index[j], last_error.msg);
         }
     }
     return verdict;
@@ -929,10 +962,14 @@ static void settle_call(batch *b, size_t j, int64_t wait_us, const char *err)
         it->decision = b->ds[j];
         if (bd)
             memcpy(bd, nb > 1 ? b->cper + j * nb : &b->ds[j], nb * sizeof *bd);
-        if (l->cache && it->cost > 0 && it->cost <= l->cap_min)
+        if (b->spend == HIRATE_OP_REFUND)
+            forget_refusal(l, it->key, it->keylen);
+        else if (l->cache && it->cost > 0 && it->cost <= l->cap_min)
             learn(l, it, &b->states[j * nb], b->now, b->known[j], b->epoch);
     } else if (is_outage(it->rc)) {
         apply_policy(l, it, bd, b->spend, b->now, it->rc, wait_us);
+        if (it->rc < 0)
+            batch_note(b, b->index[j], last_error.msg);
     } else {
         if (b->call_msgs && b->call_msgs[j * HIRATE_ERRMSG_SIZE])
             err = b->call_msgs + j * HIRATE_ERRMSG_SIZE;   /* its own words */
@@ -1080,6 +1117,18 @@ int hirate_peek_bands(hirate_limiter *l, const void *key, size_t keylen, int64_t
     return decide(l, key, keylen, cost, 0, -1, out, bands, nbands);
 }
 
+int hirate_refund(hirate_limiter *l, const void *key, size_t keylen, int64_t tokens,
+                  hirate_decision *out)
+{
+    return decide(l, key, keylen, tokens, HIRATE_OP_REFUND, -1, out, NULL, 0);
+}
+
+int hirate_refund_bands(hirate_limiter *l, const void *key, size_t keylen, int64_t tokens,
+                        hirate_decision *out, hirate_decision *bands, size_t nbands)
+{
+    return decide(l, key, keylen, tokens, HIRATE_OP_REFUND, -1, out, bands, nbands);
+}
+
 int hirate_allow_many(hirate_limiter *l, hirate_item *items, size_t n)
 {
     if (!l || (!items && n))
@@ -1113,7 +1162,7 @@ int hirate_validate(const void *key, size_t keylen, int64_t cost, char *err, siz
 {
     if (err && errlen)
         err[0] = '\0';
-    return input_error(key, keylen, cost, err, errlen);
+    return input_error(key, keylen, cost, HIRATE_OP_SPEND, err, errlen);
 }
 
 int hirate_decide_at_bands(hirate_limiter *l, const void *key, size_t keylen, int64_t cost,

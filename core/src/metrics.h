@@ -49,7 +49,8 @@ static inline void hirate_count_decision(hirate_counts *counts, const hirate_dec
                                          int spend)
 {
     hirate_counts *c = hirate_counts_mine(counts);
-    if (spend) {
+    if (spend == 2) {   /* HIRATE_OP_REFUND: not a decision */
+    } else if (spend) {
         hirate_count(&c->decisions[d->source]);
         if (!d->allowed)
             hirate_count(&c->refused);

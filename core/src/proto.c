@@ -294,7 +294,9 @@ size_t hirate_proto_encode_call(char *buf, size_t cap, const hirate_call *c, int
     memcpy(p, c->args, c->argslen);
     p += c->argslen;
     p = put_int_bulk(p, c->cost);
-    memcpy(p, c->spend ? "$1\r\n1\r\n" : "$1\r\n0\r\n", 7);
+    memcpy(p, c->spend == HIRATE_OP_REFUND ? "$1\r\n2\r\n"
+              : c->spend                  ? "$1\r\n1\r\n"
+                                          : "$1\r\n0\r\n", 7);
     p += 7;
     if (has_time)
         p = put_int_bulk(p, c->now_us);
@@ -514,7 +516,7 @@ decision(const hirate_reply *r, const hirate_call *c, const hirate_bucket_cfg *c
         return HIRATE_EPROTO;
     }
     int64_t allowed = e[0].integer, now = e[6].integer;
-    if ((allowed != 0 && allowed != 1) || now < 0) {
+    if ((allowed != 0 && allowed != 1) || now < 0 || (c->spend == HIRATE_OP_REFUND && !allowed)) {
         *why = "the script's reply has a value out of range";
         return HIRATE_EPROTO;
     }

@@ -507,6 +507,78 @@ static void a_random_walk_keeps_every_rule(void)
     CHECK(went_back > 5000);
 }
 
+/* ---- refunds ------------------------------------------------------------------ */
+
+static void refunds_give_back_up_to_the_capacity(void)
+{
+    hirate_bucket_cfg cfg;
+    CHECK_EQ_I64(hirate_bucket_cfg_init(&cfg, 10, 2.0, NULL, 0), 0);
+    hirate_decision d;
+
+    /* 3 tokens at 1 s, 0.5 s later 4: 4 back is 8, stored at 1.5 s. */
+    hirate_bucket b = {3.0, 1000000};
+    CHECK_EQ_I64(hirate_bucket_refund(&cfg, &b, 1500000, 4, &d), 1);
+    CHECK(b.tokens == 8.0);
+    CHECK_EQ_I64(b.ts, 1500000);
+    CHECK_EQ_I64(d.allowed, 1);
+    CHECK_EQ_I64(d.remaining, 8);
+    CHECK_EQ_I64(d.retry_after_us, 0);
+    CHECK_EQ_I64(d.reset_after_us, 1000000);   /* 2 tokens at 2/s */
+    CHECK_EQ_I64(d.limit, 10);
+    CHECK_EQ_I64(d.time_us, 1500000);
+
+    /* 100 back: capped at 10, full. */
+    CHECK_EQ_I64(hirate_bucket_refund(&cfg, &b, 1500000, 100, &d), 1);
+    CHECK(b.tokens == 10.0);
+    CHECK_EQ_I64(d.remaining, 10);
+    CHECK_EQ_I64(d.reset_after_us, 0);
+
+    /* A full bucket (a fresh key's) stays as it is: nothing to store. */
+    hirate_bucket full = {10.0, 0};
+    CHECK_EQ_I64(hirate_bucket_refund(&cfg, &full, 5000000, 1, &d), 0);
+    CHECK(full.tokens == 10.0);
+    CHECK_EQ_I64(full.ts, 0);
+    CHECK_EQ_I64(d.remaining, 10);
+
+    /* 0 gives nothing and stores nothing, but reports the bucket. */
+    hirate_bucket empty = {0.0, 0};
+    CHECK_EQ_I64(hirate_bucket_refund(&cfg, &empty, 250000, 0, &d), 0);
+    CHECK(empty.tokens == 0.0);
+    CHECK_EQ_I64(d.remaining, 0);
+    CHECK_EQ_I64(d.allowed, 1);
+
+    /* The largest refund of an empty bucket is capped, not overflowed. */
+    CHECK_EQ_I64(hirate_bucket_refund(&cfg, &empty, 0, EXACT, &d), 1);
+    CHECK(empty.tokens == 10.0);
+
+    /* A clock that went back refills nothing and keeps the later time. */
+    hirate_bucket later = {0.0, 9000000};
+    CHECK_EQ_I64(hirate_bucket_refund(&cfg, &later, 8000000, 3, &d), 1);
+    CHECK(later.tokens == 3.0);
+    CHECK_EQ_I64(later.ts, 9000000);
+
+    /* hirate_bucket_decide with HIRATE_SPEND_REFUND is the refund. */
+    hirate_bucket c = {1.0, 0};
+    CHECK_EQ_I64(hirate_bucket_decide(&cfg, &c, 0, 2, HIRATE_SPEND_REFUND, &d), 1);
+    CHECK(c.tokens == 3.0);
+
+    /* Bands: each gets the tokens, each capped at its own capacity. */
+    hirate_bucket_cfg two[2];
+    CHECK_EQ_I64(hirate_bucket_cfg_init(&two[0], 5, 1.0, NULL, 0), 0);
+    CHECK_EQ_I64(hirate_bucket_cfg_init(&two[1], 100, 0.001, NULL, 0), 0);
+    hirate_bucket bb[2] = {{4.0, 0}, {50.0, 0}};
+    hirate_decision whole, per[2];
+    CHECK_EQ_I64(hirate_bands_decide(two, 2, bb, 0, 3, HIRATE_SPEND_REFUND, &whole, per), 1);
+    CHECK(bb[0].tokens == 5.0);
+    CHECK(bb[1].tokens == 53.0);
+    CHECK_EQ_I64(per[0].remaining, 5);
+    CHECK_EQ_I64(per[1].remaining, 53);
+    CHECK_EQ_I64(whole.allowed, 1);
+    CHECK_EQ_I64(whole.remaining, 5);
+    CHECK_EQ_I64(whole.band, 0);
+    CHECK_EQ_I64(whole.limit, 5);
+}
+
 int main(void)
 {
     configurations_are_checked();
@@ -516,5 +588,6 @@ int main(void)
     until_is_the_least_time_that_reaches_the_target();
     decisions_report_and_store_exactly();
     a_random_walk_keeps_every_rule();
+    refunds_give_back_up_to_the_capacity();
     return check_summary("test_bucket");
 }

@@ -944,6 +944,118 @@ static void test_reset_clears_the_deny_cache(void)
     hirate_limiter_free(lim);
 }
 
+static long long exists(const char *key)
+{
+    redisReply *r = rh_command(&S, "EXISTS %s", key);
+    long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    if (r) freeReplyObject(r);
+    return n;
+}
+
+/* A refund gives tokens back in Redis, capped at the capacity, and makes the
+ * deny cache forget the key: the refusal it foretold is not served after. */
+static void test_refund_gives_back_and_clears_the_deny_cache(void)
+{
+    hirate_limiter *lim = make((cfg){.capacity = 3, .rate = 0.001, .prefix = "rf:"});
+    hirate_decision d = {0};
+    char msg[HIRATE_ERRMSG_SIZE];
+    if (!lim) return;
+    CHECK_EQ_I64(exists("rf:fresh"), 0);
+    CHECK_EQ_I64(hirate_refund(lim, "fresh", 5, 2, &d), 0);   /* full, and stays so */
+    CHECK_EQ_I64(d.allowed, 1);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
+    CHECK_EQ_I64(d.remaining, 3);
+    CHECK_EQ_I64(d.reset_after_us, 0);
+    CHECK_EQ_I64(exists("rf:fresh"), 0);                      /* nothing written */
+
+    CHECK_EQ_I64(allow_s(lim, "r", 3, &d), 0);
+    CHECK_EQ_I64(d.remaining, 0);
+    CHECK_EQ_I64(allow_s(lim, "r", 1, &d), 0);
+    CHECK_EQ_I64(d.allowed, 0);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_CACHE);
+    CHECK_EQ_I64(stats(lim).cache_keys, 1);
+    uint64_t hits = stats(lim).cache_hits;
+
+    CHECK_EQ_I64(hirate_refund(lim, "r", 1, 2, &d), 0);
+    CHECK_EQ_I64(d.allowed, 1);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
+    CHECK_EQ_I64(d.remaining, 2);
+    CHECK_EQ_I64(d.retry_after_us, 0);
+    CHECK_EQ_I64(stats(lim).cache_keys, 0);
+    CHECK_EQ_I64(allow_s(lim, "r", 1, &d), 0);
+    CHECK_EQ_I64(d.allowed, 1);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
+    CHECK_EQ_I64(d.remaining, 1);
+    CHECK_EQ_I64(allow_s(lim, "r", 1, &d), 0);
+    CHECK_EQ_I64(d.allowed, 1);
+    CHECK_EQ_I64(d.remaining, 0);
+    CHECK_EQ_I64(allow_s(lim, "r", 1, &d), 0);
+    CHECK_EQ_I64(d.allowed, 0);
+    /* Foretold again, from the reply of the allow that emptied it. */
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_CACHE);
+    CHECK_EQ_I64(stats(lim).cache_hits, hits + 1);
+
+    /* Capped: every band full again, and the key is gone (a missing key is
+     * a full bucket), written by one DEL. */
+    CHECK_EQ_I64(exists("rf:r"), 1);
+    hirate_decision bands[1];
+    CHECK_EQ_I64(hirate_refund_bands(lim, "r", 1, 100, &d, bands, 1), 0);
+    CHECK_EQ_I64(d.remaining, 3);
+    CHECK_EQ_I64(bands[0].remaining, 3);
+    CHECK_EQ_I64(d.reset_after_us, 0);
+    CHECK_EQ_I64(exists("rf:r"), 0);
+
+    /* A bad count: HIRATE_ECOST, with the core's words. */
+    CHECK_EQ_I64(hirate_refund(lim, "r", 1, -1, &d), HIRATE_ECOST);
+    CHECK_EQ_STR(hirate_limiter_errmsg(lim, msg, sizeof msg),
+                 "refund cost must be a whole number of tokens from 0 to 2^53-1, got -1");
+    CHECK_EQ_I64(hirate_refund(lim, "", 0, 1, &d), HIRATE_EKEY);
+    hirate_limiter_free(lim);
+}
+
+/* Redis down: on_error local gives the tokens to the local bucket; open and
+ * closed have none, and return the failure's code. */
+static void test_refund_in_an_outage_follows_the_policy(void)
+{
+    char url[64], msg[HIRATE_ERRMSG_SIZE];
+    refused_url(url, sizeof url);
+    hirate_decision d = {0};
+    cfg c = outage_cfg(HIRATE_ON_ERROR_LOCAL, "rf-out:");
+    c.url = url;
+    hirate_limiter *lim = make(c);
+    if (!lim) return;
+    CHECK_EQ_I64(allow_s(lim, "k", 4, &d), 0);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_LOCAL);
+    CHECK_EQ_I64(d.remaining, 6);
+    CHECK_EQ_I64(hirate_refund(lim, "k", 1, 3, &d), 0);
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_LOCAL);
+    CHECK_EQ_I64(d.error, HIRATE_ECONNECT);
+    CHECK_EQ_I64(d.allowed, 1);
+    CHECK_EQ_I64(d.remaining, 9);
+    CHECK_EQ_I64(hirate_refund(lim, "k", 1, 3, &d), 0);   /* the breaker is open now */
+    CHECK_EQ_I64(d.source, HIRATE_SOURCE_LOCAL);
+    CHECK_EQ_I64(d.remaining, 10);
+    hirate_limiter_free(lim);
+
+    for (int policy = HIRATE_ON_ERROR_OPEN; policy <= HIRATE_ON_ERROR_CLOSED; policy++) {
+        c = outage_cfg(policy, "rf-out:");
+        c.url = url;
+        lim = make(c);
+        if (!lim) return;
+        for (int i = 0; i < 2; i++) {   /* a failed call, then the open breaker */
+            memset(&d, 0, sizeof d);
+            CHECK_EQ_I64(hirate_refund(lim, "k", 1, 1, &d), HIRATE_ECONNECT);
+            hirate_limiter_errmsg(lim, msg, sizeof msg);
+            char want[128];
+            snprintf(want, sizeof want,
+                     "the refund was not made: Redis failed (cannot connect to Redis) and "
+                     "on_error is '%s'", hirate_on_error_name(policy));
+            CHECK_EQ_STR(msg, want);
+        }
+        hirate_limiter_free(lim);
+    }
+}
+
 /* 10,000 drained keys, each refused once, against a cache of 100 keys. */
 static void test_deny_cache_holds_at_most_deny_cache_keys(void)
 {
@@ -1246,6 +1358,8 @@ int main(void)
     test_deny_cache_spares_redis_all_but_one_call_per_refill();
     test_deny_cache_gives_exactly_the_decisions_redis_gives();
     test_reset_clears_the_deny_cache();
+    test_refund_gives_back_and_clears_the_deny_cache();
+    test_refund_in_an_outage_follows_the_policy();
     test_deny_cache_holds_at_most_deny_cache_keys();
     test_without_the_deny_cache_every_decision_is_redis();
     test_a_batch_decides_as_single_calls_in_one_round_trip();

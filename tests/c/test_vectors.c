@@ -379,6 +379,7 @@ static void run_step(where *w, running *run, const cJSON *step)
     int spend;
     if (strcmp(op->valuestring, "allow") == 0) spend = 1;
     else if (strcmp(op->valuestring, "peek") == 0) spend = 0;
+    else if (strcmp(op->valuestring, "refund") == 0) spend = HIRATE_OP_REFUND;
     else {
         failf(w, "unknown op \"%s\" in the vector file", op->valuestring);
         free(key);

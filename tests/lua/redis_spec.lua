@@ -45,6 +45,46 @@ describe("on Redis", function()
         assert.equal(sha, core.script_sha1())
     end)
 
+    it("refunds tokens in Redis, capped at the capacity", function()
+        local lim = limiter { prefix = "rf:" }
+        local d = assert(lim:refund("fresh", 2))   -- a fresh key is full and stays so
+        assert.same({ true, 5, 0, "redis" }, { d.allowed, d.remaining, d.reset_after, d.source })
+        assert.equal("0", srv:cli("EXISTS", "rf:fresh"))
+        assert.equal(0, lim:allow("k", 5).remaining)
+        assert.is_false(lim:allow("k").allowed)
+        d = assert(lim:refund("k", 2))
+        assert.same({ true, 2, 0, "redis" }, { d.allowed, d.remaining, d.retry_after, d.source })
+        local got = {}
+        for i = 1, 3 do
+            local a = lim:allow("k")
+            got[i] = { a.allowed, a.remaining }
+        end
+        assert.same({ { true, 1 }, { true, 0 }, { false, 0 } }, got)
+        assert.equal(5, lim:refund("k", 100).remaining)
+        assert.equal(5, lim:refund("k").remaining)
+        local err = support.error_of(function() lim:refund("k", -1) end)
+        assert.truthy(err:find("cost must be", 1, true), err)
+        lim:close()
+    end)
+
+    it("refunds under each failure policy with Redis gone", function()
+        local dead = "redis://127.0.0.1:1"
+        local lim = hirate.new { url = dead, capacity = 10, rate = 0.001, on_error = "local" }
+        assert.equal(6, lim:allow("k", 4).remaining)
+        local d = assert(lim:refund("k", 3))
+        assert.same({ true, 9, "local", "ECONNECT" }, { d.allowed, d.remaining, d.source, d.error })
+        lim:close()
+        for _, policy in ipairs { "open", "closed" } do
+            lim = hirate.new { url = dead, capacity = 10, rate = 0.001, on_error = policy }
+            local none, msg, code = lim:refund("k")
+            assert.is_nil(none)
+            assert.equal("ECONNECT", code)
+            assert.equal("the refund was not made: Redis failed (cannot connect to Redis) and "
+                .. "on_error is '" .. policy .. "'", msg)
+            lim:close()
+        end
+    end)
+
     it("spends from one bucket that Redis keeps", function()
         local lim = limiter { prefix = "t1:" }
         local want = { 4, 3, 2, 1, 0 }

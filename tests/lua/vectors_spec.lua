@@ -99,6 +99,12 @@ end
 -- Runs one case; backend is {url=, deny_cache=, prefix=, source=,
 -- tls_ca_file=, functions=}. On Redis, the calls must have gone the
 -- backend's way: FCALL only, or EVALSHA (and EVAL) only.
+-- The spend argument of _decide_at for a step's op.
+local function spend_of(op)
+    if op == "refund" then return "refund" end
+    return op == "allow"
+end
+
 local function run_case(c, backend)
     if c.redis_only and not backend.url then
         return 0   -- its bands change under a key: a memory backend's cannot
@@ -139,15 +145,16 @@ local function run_case(c, backend)
             assert.is_true(lim:reset(key), where)
         elseif step.expect_error then
             local err = support.error_of(function()
-                local _ = lim:_decide_at(key, step.cost or 1, step.op == "allow", step.t_us)
+                local _ = lim:_decide_at(key, step.cost or 1, spend_of(step.op), step.t_us)
             end)
             local arg = step.expect_error == "HIRATE_EKEY" and "#1" or "#2"
             assert.truthy(err:find("bad argument " .. arg .. " to '_decide_at' (", 1, true),
                 where .. ": " .. err)
             assert.truthy(err:find(mentions[step.expect_error], 1, true), where .. ": " .. err)
         else
-            assert(step.op == "allow" or step.op == "peek", where .. ": unknown op " .. step.op)
-            local d, msg, code = lim:_decide_at(key, step.cost or 1, step.op == "allow", step.t_us)
+            assert(step.op == "allow" or step.op == "peek" or step.op == "refund",
+                where .. ": unknown op " .. step.op)
+            local d, msg, code = lim:_decide_at(key, step.cost or 1, spend_of(step.op), step.t_us)
             assert(d, where .. ": " .. tostring(msg) .. " " .. tostring(code))
             local source = backend.source
             if backend.deny_cache and d.source == "cache" and not d.allowed then

@@ -117,7 +117,7 @@ async def run_vectors(url, deny_cache, prefix):
                 if step["op"] == "reset":
                     assert await lim.reset(key) is None, where
                     continue
-                spend = step["op"] == "allow"
+                spend = hirate._hirate.OP_REFUND if step["op"] == "refund" else step["op"] == "allow"
                 if "expect_error" in step:
                     with pytest.raises(hirate.Error) as e:
                         await lim._decide([(key, cost)], spend, step["t_us"])

@@ -106,7 +106,7 @@ def check_step(backend, lim, case, i, step):
     if step["op"] == "reset":
         assert lim.reset(key) is None, where
         return None
-    spend = step["op"] == "allow"
+    spend = hirate._hirate.OP_REFUND if step["op"] == "refund" else step["op"] == "allow"
     cost = step.get("cost", 1)
     if "expect_error" in step:
         with pytest.raises(hirate.ConfigError) as info:

@@ -128,7 +128,11 @@ class Model:
         self.store.pop(key, None)
 
     def decide(self, key, now_us, cost, spend):
-        """The whole's decision (a dict) and each band's (a list of dicts)."""
+        """The whole's decision (a dict) and each band's (a list of dicts).
+        spend: True spends the cost when it passes, False peeks, "refund"
+        gives the cost back (script: mode "2")."""
+        if spend == "refund":
+            return self.refund(key, now_us, cost)
         now = float(now_us)
         c = float(cost)
         stored = self.store.get(key, ())
@@ -184,6 +188,49 @@ class Model:
             "allowed": allowed,
             "remaining": min(p["remaining"] for p in per),
             "retry_after_us": retry,
+            "reset_after_us": max(p["reset_after_us"] for p in per),
+            "limit": per[band]["limit"],
+        }
+        return whole, band, per
+
+
+    def refund(self, key, now_us, cost):
+        """Each band gets cost back, capped at its capacity (script: refund).
+        A band already full is left as stored; the key is written when a band
+        changed, every band of it as the script writes them."""
+        now = float(now_us)
+        c = float(cost)
+        stored = self.store.get(key, ())
+        held, changed = [], False
+        for i, (cap, _, rate) in enumerate(self.bands):
+            tokens, ts = stored[i] if i < len(stored) else (cap, now)
+            x = level_at(tokens, ts, now, 0.0, rate)
+            level = x if x < cap else cap
+            if c > 0 and level < cap:
+                y = level + c
+                tokens = y if y < cap else cap      # math.min(capacity, level + cost)
+                if now > ts:
+                    ts = now
+                level = tokens
+                changed = True
+            held.append((tokens, ts, level))
+        if changed:
+            self.store[key] = tuple((h[0], h[1]) for h in held)
+        per = [{
+            "allowed": True,
+            "remaining": int(math.floor(level)),
+            "retry_after_us": 0,
+            "reset_after_us": until_level(tokens, ts, now, cap, rate),
+            "limit": limit,
+        } for (cap, limit, rate), (tokens, ts, level) in zip(self.bands, held)]
+        band = None
+        for i, p in enumerate(per):
+            if band is None or p["remaining"] < per[band]["remaining"]:
+                band = i
+        whole = {
+            "allowed": True,
+            "remaining": min(p["remaining"] for p in per),
+            "retry_after_us": 0,
             "reset_after_us": max(p["reset_after_us"] for p in per),
             "limit": per[band]["limit"],
         }
@@ -262,6 +309,11 @@ def peek(t, key, cost=1):
 
 def reset(t, key):
     return {"t": t, "op": "reset", "key": key}
+
+
+def refund(t, key, tokens=1):
+    """Give tokens back to every band of key (hirate_refund); cost holds them."""
+    return {"t": t, "op": "refund", "key": key, "cost": tokens}
 
 
 def reconfigure(t, config):
@@ -481,6 +533,78 @@ CASES = [
              allow(0, "k"),
              allow(7, "k", 7),
              peek(S, "k"),
+         ]),
+
+    # -------------------------------------------------------------- refunds
+    case("refund-after-spending",
+         "A refund gives spent tokens back: the next calls can spend them again.",
+         5, 1.0, [
+             allow(0, "k", 3),
+             refund(0, "k", 2),
+             allow(0, "k", 4),
+             allow(0, "k"),
+             refund(0, "k"),
+             allow(0, "k"),
+         ]),
+    case("refund-capped-at-capacity",
+         "A refund never fills a bucket past its capacity, however many tokens it gives.",
+         5, 1.0, [
+             allow(0, "k", 2),
+             refund(0, "k", 10),
+             allow(0, "k", 5),
+             allow(0, "k"),
+             refund(500_000, "k", EXACT),
+             peek(500_000, "k", 5),
+         ]),
+    case("refund-on-a-fresh-key",
+         "A key never seen is full; a refund leaves it full and stores nothing.",
+         5, 1.0, [
+             refund(0, "new", 3),
+             peek(0, "new"),
+             allow(0, "new", 5),
+             allow(0, "new"),
+         ]),
+    bands_case("refund-in-every-band",
+               "A refund gives the tokens to every band, each capped at its own capacity.",
+               bands((5, 1.0, "burst"), (8, 8 / DAY * S, "daily")), [
+                   allow(0, "k", 3),
+                   refund(0, "k"),
+                   allow(2 * S, "k", 2),
+                   refund(4 * S, "k", 2),
+                   refund(4 * S, "k", 100),
+                   allow(4 * S, "k", 5),
+                   allow(4 * S, "k"),
+                   refund(5 * S, "fresh", 2),
+               ]),
+    case("refund-then-refused-then-allowed",
+         "A refund adds to the refilled level; once spent, the wait is the refill's again.",
+         3, 1.0, [
+             allow(0, "k", 3),
+             allow(0, "k"),
+             refund(500_000, "k"),
+             allow(500_000, "k"),
+             allow(500_000, "k"),
+             allow(After("retry_after_us", -1), "k"),
+             allow(After("retry_after_us", 0, step=4), "k"),
+             peek(After("reset_after_us", 0), "k"),
+         ]),
+    case("refund-of-zero-reports-the-bucket",
+         "A refund of 0 gives nothing and reports the bucket; a negative refund is HIRATE_ECOST.",
+         3, 1.0, [
+             allow(0, "k", 2),
+             refund(0, "k", 0),
+             refund(0, "k", -1),
+             refund(0, "k", EXACT + 1),
+             allow(0, "k"),
+             allow(0, "k"),
+         ]),
+    case("refund-with-the-clock-backwards",
+         "A refund at a time before the stored one refills nothing and keeps the later time.",
+         10, 1.0, [
+             allow(10 * S, "k", 10),
+             refund(8 * S, "k", 4),
+             peek(8 * S, "k"),
+             peek(11 * S, "k"),
          ]),
 
     # ----------------------------------------------------------------- peek
@@ -1109,6 +1233,24 @@ HAND_CHECKS = [
      {"allowed": True, "bands": [{"remaining": 6}, {"remaining": 3, "reset_after_us": 0}]}),
     # A peek does not write: stored band 1 is still empty at step 5.
     ("reconfigure-band-removed-from-the-end", 5, {"allowed": False, "band": 1}),
+    # Refunds. 5 at 1/s, 3 spent at 0 (2 left), 2 back: 4, full in 1 s.
+    ("refund-after-spending", 1,
+     {"allowed": True, "remaining": 4, "retry_after_us": 0, "reset_after_us": 1_000_000}),
+    # 3 left, 10 back: capped at 5, full.
+    ("refund-capped-at-capacity", 1, {"allowed": True, "remaining": 5, "reset_after_us": 0}),
+    ("refund-on-a-fresh-key", 0, {"allowed": True, "remaining": 5, "reset_after_us": 0}),
+    # Empty at 0, 0.5 refilled at 0.5 s, 1 back: 1.5; spend 1: 0.5, so the
+    # next token is 0.5 s away.
+    ("refund-then-refused-then-allowed", 3, {"allowed": True, "remaining": 0}),
+    ("refund-then-refused-then-allowed", 4, {"allowed": False, "retry_after_us": 500_000}),
+    # Burst 5 at 1/s, daily 8 a day: 3 spent at 0, 1 back: 3 and 6.
+    ("refund-in-every-band", 1,
+     {"allowed": True, "remaining": 3, "band": 0,
+      "bands": [{"remaining": 3}, {"remaining": 6}]}),
+    ("refund-of-zero-reports-the-bucket", 1, {"allowed": True, "remaining": 1}),
+    ("refund-of-zero-reports-the-bucket", 2, "HIRATE_ECOST"),
+    # Emptied at 10 s; 4 back at 8 s: 0 + 4, time kept at 10 s; at 11 s, 5.
+    ("refund-with-the-clock-backwards", 3, {"remaining": 5}),
     # Errors.
     ("cost-negative-is-an-error", 0, "HIRATE_ECOST"),
     ("key-empty-is-an-error", 0, "HIRATE_EKEY"),
@@ -1169,7 +1311,8 @@ class Runner:
         e = call_error(key, cost)
         if e:
             return ("expect_error", e)
-        whole, band, per = self.model.decide(key, s["t_us"], cost, op == "allow")
+        spend = "refund" if op == "refund" else op == "allow"
+        whole, band, per = self.model.decide(key, s["t_us"], cost, spend)
         if is_multi(self.config):
             whole["band"] = band
             whole["bands"] = per
@@ -1277,6 +1420,9 @@ COVERAGE = [
     ("multi-band peeks", 3),
     ("multi-band costs of 0", 1),
     ("multi-band resets", 1),
+    ("refunds", 12),
+    ("multi-band refunds", 2),
+    ("refunds capped at capacity", 2),
 ]
 
 
@@ -1306,6 +1452,9 @@ def check_properties(doc, errors):
                 continue
             if s["op"] == "reset" and is_multi(config):
                 seen["multi-band resets"] += 1
+            if s["op"] == "refund":
+                seen["refunds"] += 1
+                seen["multi-band refunds"] += is_multi(config)
             e = s.get("expect")
             if not e:
                 continue
@@ -1328,6 +1477,11 @@ def check_properties(doc, errors):
                     fail(errors, "%s: reset_after_us is 0 exactly when full" % at)
                 if p["limit"] != cap:
                     fail(errors, "%s: limit must be the capacity" % at)
+            if s["op"] == "refund":
+                if not e["allowed"]:
+                    fail(errors, "%s: a refund is always allowed" % where)
+                seen["refunds capped at capacity"] += any(
+                    p["remaining"] == cap for p, cap in zip(per, caps))
             if "bands" not in e:
                 continue
             band = e["band"]

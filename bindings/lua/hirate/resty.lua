@@ -838,6 +838,17 @@ function Limiter:peek(key, cost)
     return decide(self, key, cost, false, nil, "peek")
 end
 
+--- refund(key, tokens): gives tokens (default 1) back to every band of
+--- key's bucket, each capped at its capacity, over the cosockets; the
+--- decision is the bucket after. Or nil, message, code (an outage under
+--- on_error "open" or "closed": the tokens were not given back).
+function Limiter:refund(key, tokens)
+    if self.memory then
+        return self.lim:refund(key, tokens)
+    end
+    return decide(self, key, tokens, "refund", nil, "refund")
+end
+
 --- allow_many{ {key, cost}, ... }: every item in one pipelined round trip.
 --- Each item's outcome: its decision, or its error
 --- ({allowed = false, error = code, message = ...}).
@@ -1227,6 +1238,14 @@ end
 function _M.reset(opts, client)
     local c = compiled[opts] or compile(opts)
     return c.limiter:reset(client_key(c, client, "reset"))
+end
+
+--- refund(opts, client, tokens): gives tokens (default 1) back to one
+--- client's bucket of a limit{} (client as for reset), e.g. after the
+--- upstream failed; the decision (the bucket after), or nil, message, code.
+function _M.refund(opts, client, tokens)
+    local c = compiled[opts] or compile(opts)
+    return c.limiter:refund(client_key(c, client, "refund"), tokens or 1)
 end
 
 --- peek(opts, client, cost): one client's bucket of a limit{} (client as

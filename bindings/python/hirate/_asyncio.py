@@ -964,6 +964,16 @@ class AsyncLimiter:
             await self._run(op)
         op.result()
 
+    async def refund(self, key, tokens=1):
+        """Gives tokens back to every band of key's bucket, each capped at its
+        capacity (as Limiter.refund); the Decision is the bucket after."""
+        if self._pools is None:
+            return self._lim.refund(key, tokens)
+        op = self._lim._op_start([(key, tokens)], _hirate.OP_REFUND)
+        if not op.done:
+            await self._run(op)
+        return _one(op)
+
     async def check(self):
         """hirate.Health: one round trip on the event loop's connections to
         every Redis node decisions go to (ROLE, and whether the library or

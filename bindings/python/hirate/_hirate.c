@@ -877,7 +877,8 @@ static int parse_key_cost(hstate *st, const char *fname, PyObject *const *args,
     return 0;
 }
 
-/* One decision by the core: allow (spend 1), peek (spend 0), or at an
+/* One decision by the core: allow (spend 1), peek (spend 0), refund
+ * (HIRATE_OP_REFUND), or at an
  * injected time; with several bands (nbands > 1), each band's figures in
  * bv[0 .. nbands). One band takes the calls without band figures, the path
  * of every limiter before bands existed. */
@@ -887,6 +888,9 @@ static inline int decide_one(hirate_limiter *lim, const keybuf *k, int64_t cost,
 {
     const char *p = k->p;
     size_t n = (size_t)k->n;
+    if (spend == HIRATE_OP_REFUND && now_us < 0)
+        return nbands > 1 ? hirate_refund_bands(lim, p, n, cost, d, bv, nbands)
+                          : hirate_refund(lim, p, n, cost, d);
     if (nbands > 1) {
         if (now_us >= 0)
             return hirate_decide_at_bands(lim, p, n, cost, spend, now_us, d, bv, nbands);
@@ -970,11 +974,21 @@ static PyObject *limiter_decide_at(PyObject *op, PyObject *args)
     PyObject *key, *cost;
     int spend;
     long long now_us;
-    if (!PyArg_ParseTuple(args, "OOpL:_decide_at", &key, &cost, &spend, &now_us))
+    if (!PyArg_ParseTuple(args, "OOiL:_decide_at", &key, &cost, &spend, &now_us))
         return NULL;
     if (now_us < 0)
         return raise_code(self->st, HIRATE_EINVAL, "the injected time must not be negative");
     return decide(self, key, cost, spend, now_us);
+}
+
+/* refund(key, tokens=1) -> Decision: the core's hirate_refund. */
+static PyObject *limiter_refund(PyObject *op, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"key", "tokens", NULL};
+    PyObject *key, *tokens = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:refund", kwlist, &key, &tokens))
+        return NULL;
+    return decide((LimiterObject *)op, key, tokens, HIRATE_OP_REFUND, -1);
 }
 
 static PyObject *limiter_reset(PyObject *op, PyObject *key)
@@ -1271,7 +1285,7 @@ static PyObject *limiter_op_start(PyObject *op, PyObject *args, PyObject *kw)
     PyObject *pairs;
     int spend;
     long long now_us = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Op|L:_op_start", kwlist, &pairs, &spend,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi|L:_op_start", kwlist, &pairs, &spend,
                                      &now_us))
         return NULL;
     if (self->closed)
@@ -2909,6 +2923,9 @@ static PyMethodDef limiter_methods[] = {
     {"peek", (PyCFunction)(void (*)(void))limiter_peek, METH_FASTCALL | METH_KEYWORDS,
      "peek(key, cost=1) -> Decision: what allow() would decide now, spending nothing."},
     {"reset", limiter_reset, METH_O, "reset(key): forgets key's bucket; it is full again."},
+    {"refund", (PyCFunction)(void (*)(void))limiter_refund, METH_VARARGS | METH_KEYWORDS,
+     "refund(key, tokens=1) -> Decision: gives tokens back to every band of key's bucket, "
+     "each capped at its capacity; the bucket after."},
     {"allow_many", limiter_allow_many, METH_O,
      "allow_many(pairs) -> list: allow() for each (key, cost), in one round trip; per item "
      "its Decision, or the exception of its error in its place."},
@@ -3347,6 +3364,7 @@ static int module_exec(PyObject *m)
         PyModule_AddIntConstant(m, "IO_SEND", HIRATE_IO_SEND) < 0 ||
         PyModule_AddIntConstant(m, "IO_DONE", HIRATE_IO_DONE) < 0 ||
         PyModule_AddIntConstant(m, "IO_PROBE", HIRATE_IO_PROBE) < 0 ||
+        PyModule_AddIntConstant(m, "OP_REFUND", HIRATE_OP_REFUND) < 0 ||
         PyModule_AddIntConstant(m, "IO_REPLY_MAX", HIRATE_IO_REPLY_MAX) < 0 ||
         PyModule_AddIntConstant(m, "ERRMSG_SIZE", HIRATE_ERRMSG_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "KEY_MAX", HIRATE_KEY_MAX) < 0 ||

@@ -806,6 +806,18 @@ def client_buckets(applied, default_key, ident, limiter_for):
     return groups, [(limiter_for(g.bands), g.bucket_key(ident)) for g in groups]
 
 
+def refund_sync(calls, tokens):
+    """Gives tokens back to each (limiter, bucket key) of client_buckets(),
+    in order: their Decisions, the buckets after (the core caps each band at
+    its capacity). For an AsyncLimiter, refund_async."""
+    return [lim.refund(bucket, tokens) for lim, bucket in calls]
+
+
+async def refund_async(calls, tokens):
+    """refund_sync for AsyncLimiters: one refund after the other, in order."""
+    return [await lim.refund(bucket, tokens) for lim, bucket in calls]
+
+
 def charges(groups, calls):
     """[(position, group, (limiter, key, cost))] of the calls that are
     charged after the response (deduct_when)."""

@@ -39,7 +39,7 @@ from . import Stats as _Stats
 from ._http import LIMITER_OPTIONS, METHODS as _METHODS, SETTINGS, ClientIP, Limit, Result
 from ._http import charges, check_limits, check_scope, checks_of, client_buckets, declare
 from ._http import decide_order, from_environ, ident_for_ip, ident_for_key, identity, key_header
-from ._http import new_limiter, plan, _check_cost
+from ._http import new_limiter, plan, refund_async, _check_cost
 
 __all__ = ["RateLimiter", "RateLimitMiddleware", "RateLimitExceeded", "Limit", "Result",
            "ResponseStart", "key_header"]
@@ -410,6 +410,15 @@ class RateLimiter:
         address)."""
         for lim, bucket in self._client_calls(target, key, address)[2]:
             await lim.reset(bucket)
+
+    async def refund(self, target, key=None, *, address=None, tokens=1):
+        """Gives tokens back to one client's buckets of a route or limit
+        (target and client as for reset), e.g. after the work the request
+        paid for failed: every limit's bucket, each capped at its capacity.
+        A Result of the buckets after. A request refused between the spend
+        and the refund stays refused (docs/semantics.md, "Refunds")."""
+        groups, applied, calls = self._client_calls(target, key, address)
+        return Result(checks_of(groups, await refund_async(calls, tokens), len(applied)))
 
     async def peek(self, target, key=None, *, address=None, cost=0):
         """A Result of one client's buckets of a route or limit (target and

@@ -31,7 +31,7 @@ from . import Limiter as _Limiter
 from . import Stats as _Stats
 from ._http import LIMITER_OPTIONS, SETTINGS, ClientIP, Limit, Result, charge_sync, charges
 from ._http import check_limits, check_scope, checks_of, client_buckets, decide_sync, declare
-from ._http import ident_for_ip, ident_for_key, identity, key_header, plan
+from ._http import ident_for_ip, ident_for_key, identity, key_header, plan, refund_sync
 from ._http import new_limiter as _new_limiter
 
 __all__ = ["RateLimiter", "Limit", "Result", "key_header", "current_result"]
@@ -490,6 +490,16 @@ class RateLimiter:
         with _app_context(app):
             for lim, bucket in self._client_calls(target, key, address, app)[2]:
                 lim.reset(bucket)
+
+    def refund(self, target, key=None, *, address=None, tokens=1, app=None):
+        """Gives tokens back to one client's buckets of a route or limit
+        (target and client as for reset), e.g. after the work the request
+        paid for failed: every limit's bucket, each capped at its capacity.
+        A Result of the buckets after. A request refused between the spend
+        and the refund stays refused (docs/semantics.md, "Refunds")."""
+        with _app_context(app):
+            groups, applied, calls = self._client_calls(target, key, address, app)
+            return Result(checks_of(groups, refund_sync(calls, tokens), len(applied)))
 
     def peek(self, target, key=None, *, address=None, cost=0, app=None):
         """A Result of one client's buckets of a route or limit (target and

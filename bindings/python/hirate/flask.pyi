@@ -71,6 +71,9 @@ class RateLimiter:
     def reset(self, target: Union[str, Callable[..., Any], Limit, Sequence[Limit]],
               key: Union[str, bytes, int, None] = None, *, address: Optional[str] = None,
               app: Optional[Flask] = None) -> None: ...
+    def refund(self, target: Union[str, Callable[..., Any], Limit, Sequence[Limit]],
+               key: Union[str, bytes, int, None] = None, *, address: Optional[str] = None,
+               tokens: int = 1, app: Optional[Flask] = None) -> Result: ...
     def peek(self, target: Union[str, Callable[..., Any], Limit, Sequence[Limit]],
              key: Union[str, bytes, int, None] = None, *, address: Optional[str] = None,
              cost: int = 0, app: Optional[Flask] = None) -> Result: ...

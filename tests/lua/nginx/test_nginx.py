@@ -474,6 +474,32 @@ class ClientManagement(unittest.TestCase):
                          [200, 200, 429])
         self.assertEqual(client("by_addr", "reset", addr="127.0.0.1"), {"ok": True})
 
+    def test_a_client_refund_through_limit(self):
+        # Spent to 0, refunded by address over the cosockets, capped at 2.
+        self.assertEqual(client("by_addr", "reset", addr="127.0.0.1"), {"ok": True})
+        self.assertEqual([get(S.port, "/limit/by_addr").status for _ in range(3)],
+                         [200, 200, 429])
+        self.assertEqual(client("by_addr", "refund", addr="127.0.0.1"),
+                         {"allowed": True, "remaining": 1})
+        self.assertEqual([get(S.port, "/limit/by_addr").status for _ in range(2)], [200, 429])
+        self.assertEqual(client("by_addr", "refund", addr="127.0.0.1", tokens=5),
+                         {"allowed": True, "remaining": 2})
+        self.assertEqual([get(S.port, "/limit/by_addr").status for _ in range(3)],
+                         [200, 200, 429])
+        self.assertEqual(client("by_addr", "reset", addr="127.0.0.1"), {"ok": True})
+
+    def test_a_refund_over_the_cosockets(self):
+        key = fresh("refund")
+        got = [decision(call("plain", op="allow", k=key, cost=c)["value"]) for c in (20, 1)]
+        self.assertEqual([(d["allowed"], d["remaining"]) for d in got], [(True, 0), (False, 0)])
+        d = decision(call("plain", op="refund", k=key, cost=3)["value"])
+        self.assertEqual((d["allowed"], d["remaining"], d["source"]), (True, 3, "redis"))
+        # What Redis holds: 3 tokens (each worker's deny cache may still
+        # foretell the refusal it learnt, for deny_cache_max at most).
+        got = redis_commands(S.redis.port, ("GET", f"t-exact:{key}"))[0]
+        got = got.decode() if isinstance(got, bytes) else got
+        self.assertEqual(math.floor(float(got.split()[0])), 3)   # and what refilled since
+
     def test_only_failed_logins_are_charged_exactly(self):
         k = fresh("login")
         seen = []

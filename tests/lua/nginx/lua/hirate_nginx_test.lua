@@ -221,7 +221,12 @@ function M.client(name)
         ngx.say(json.encode({ ok = ok, err = err }))
         return
     end
-    local d, err = resty.peek(limits[name], client)
+    local d, err
+    if ngx.var.arg_op == "refund" then
+        d, err = resty.refund(limits[name], client, tonumber(ngx.var.arg_tokens))
+    else
+        d, err = resty.peek(limits[name], client)
+    end
     ngx.say(json.encode(d and { allowed = d.allowed, remaining = d.remaining } or { err = err }))
 end
 
@@ -301,7 +306,7 @@ function M.call(name)
     local lim = direct[name]
     local op, key = ngx.var.arg_op or "allow", ngx.var.arg_k or "k"
     answer(function()
-        if op == "allow" or op == "peek" then
+        if op == "allow" or op == "peek" or op == "refund" then
             ngx.update_time()
             local started = ngx.now()
             local d, err, code = lim[op](lim, key, tonumber(ngx.var.arg_cost))
@@ -480,8 +485,10 @@ function M.vectors()
                     local done, err, code = lim:reset(key)
                     r = done and { reset = true } or { err = err, code = code }
                 else
+                    local spend = step.op == "allow"
+                    if step.op == "refund" then spend = "refund" end
                     local okc, d, err, code = pcall(lim._decide_at, lim, key, step.cost or 1,
-                        step.op == "allow", step.t_us)
+                        spend, step.t_us)
                     if not okc then
                         r = { raised = tostring(d) }
                     elseif not d then
