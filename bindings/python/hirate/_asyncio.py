@@ -240,6 +240,7 @@ class _Conn(asyncio.Protocol):
 
     @property
     def depth(self):
+        """Calls on it: sent and not yet answered, or to go in the next write."""
         return len(self.sent) + len(self.out)
 
     # -- asyncio.Protocol
@@ -384,9 +385,12 @@ class _Conn(asyncio.Protocol):
         """call's reply is not there by its deadline: it may have run, so no
         retry; the calls sent with it on this connection are in doubt too,
         and the connection goes, so that a late reply is never read as
-        another call's answer. (A call not yet sent cannot be late: the
-        write is at the end of the loop iteration.)"""
-        if call in self.sent:
+        another call's answer. A call not yet sent (its op's rounds left it
+        almost no time) is taken back: it times out without being sent."""
+        if self.unsend(call):
+            call.settle(_Failure(_hirate.ETIMEDOUT, "no reply from Redis within %d ms"
+                                 % _ms(call.timeout)))
+        elif call in self.sent:
             self._fail_all(_Failure(_hirate.ETIMEDOUT, "no reply from Redis within %d ms"
                                     % _ms(call.timeout)))
 
@@ -484,7 +488,7 @@ class _Pool:
         more (none being opened)."""
         best, depth, idle = None, 0, None
         for conn in self.ready:
-            d = len(conn.sent) + len(conn.out)
+            d = conn.depth
             if conn.joinable and d < PIPELINE_DEPTH:
                 return conn
             if d == 0:
