@@ -8,6 +8,7 @@ the decisions to a Result, which knows the headers and the refusal body.
 
 import asyncio
 import hashlib
+import inspect
 import ipaddress
 import numbers
 import re
@@ -951,7 +952,7 @@ class Result:
 async def decide_async(calls):
     """decide_sync on AsyncLimiters (a call a group of limits, (limiter,
     key, cost[, spend])), in decide_order, with the peeks (and then the
-    other allows) in flight together. (hirate.asgi's _decide is the same.)"""
+    other allows) in flight together."""
     order = decide_order(calls)
     out = [None] * len(calls)
     peeked = await asyncio.gather(*(calls[i][0].peek(calls[i][1], calls[i][2])
@@ -984,3 +985,39 @@ async def charge_async(pending, decisions, response):
         if d.allowed:
             out[i] = d
     return out
+
+
+# ---------------------------------------------------------------------------
+# Settings and scopes, as every integration reads them
+
+
+def scope_part(text):
+    """A route, view or blueprint name as part of a scope: "%" and "|" are
+    escaped, so that every name maps to a scope of its own."""
+    return text.replace("%", "%25").replace("|", "%7C")
+
+
+def as_list(value, what):
+    """A setting's list: a list, or a str of comma-separated items."""
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    try:
+        return list(value)
+    except TypeError:
+        raise TypeError("%s must be a list, got %s" % (what, type(value).__name__)) from None
+
+
+def as_limits(value, where):
+    """A limit string ("100/hour; 10/second"), a Limit, or a list of them and
+    of (capacity, rate) pairs (JSON config gives lists), checked."""
+    if not isinstance(value, (str, Limit)):
+        value = as_list(value, where)
+    return check_limits(value, where)
+
+
+async def maybe_await(value):
+    """value, awaited when it is awaitable (a key or cost function may be a
+    coroutine under ASGI)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value

@@ -23,8 +23,6 @@ because Redis is down) with Retry-After; the middleware answers it with a
 problem+json body, the dependency raises RateLimitExceeded.
 """
 
-import asyncio
-import inspect
 import json
 
 from starlette.datastructures import Headers
@@ -38,8 +36,9 @@ from . import Stats as _Stats
 
 from ._http import LIMITER_OPTIONS, METHODS as _METHODS, SETTINGS, ClientIP, Limit, Result
 from ._http import charges, check_limits, check_scope, checks_of, client_buckets, declare
-from ._http import decide_order, from_environ, ident_for_ip, ident_for_key, identity, key_header
+from ._http import charge_async, decide_async, from_environ, ident_for_ip, ident_for_key, identity, key_header
 from ._http import new_limiter, plan, refund_async, _check_cost
+from ._http import maybe_await as _maybe_await, scope_part as _scope_part
 
 __all__ = ["RateLimiter", "RateLimitMiddleware", "RateLimitExceeded", "Limit", "Result",
            "ResponseStart", "key_header"]
@@ -57,18 +56,6 @@ class ResponseStart:
     def __init__(self, message):
         self.status_code = message["status"]
         self.headers = Headers(raw=list(message.get("headers", ())))
-
-
-async def _maybe_await(value):
-    if inspect.isawaitable(value):
-        return await value
-    return value
-
-
-def _scope_part(text):
-    # Route paths become scopes; "%" and "|" are escaped so that every path
-    # maps to its own scope.
-    return text.replace("%", "%25").replace("|", "%7C")
 
 
 class _Pattern:
@@ -348,19 +335,14 @@ class RateLimiter:
                           group.deduct_when is None))
         if not calls:
             return None
-        decisions = await _decide(calls)
+        decisions = await decide_async(calls)
         result = Result(checks_of(decided, decisions, len(applied)))
         pending = charges(decided, calls)
         if not pending or not result.allowed:
             return result, None
 
         async def charge(response):
-            out = list(decisions)
-            for i, group, (lim, key, cost) in pending:
-                if group.deduct_when(response):
-                    d = await lim.allow(key, cost)
-                    if d.allowed:
-                        out[i] = d
+            out = await charge_async(pending, decisions, response)
             return Result(checks_of(decided, out, len(applied)))
 
         return result, charge
@@ -517,32 +499,6 @@ def _route_scope(request):
     methods = getattr(route, "methods", None)
     text = "%s %s" % (",".join(sorted(methods)), path) if methods else path
     return check_scope("route:" + _scope_part(text), "route scope")
-
-
-async def _decide(calls):
-    """hirate._http.decide_sync on AsyncLimiters (a call a group of limits,
-    (limiter, key, cost, spend)), with the peeks (and then the other
-    allows) in flight together."""
-    order = decide_order(calls)
-    out = [None] * len(calls)
-    peeked = await asyncio.gather(*(calls[i][0].peek(calls[i][1], calls[i][2])
-                                    for i in order.peeks))
-    for i, d in zip(order.peeks, peeked):
-        out[i] = d
-    if order.last is None:
-        return out
-    lim, key, cost = calls[order.last][:3]
-    if not all(out[i].allowed for i in order.peeks):
-        out[order.last] = await lim.peek(key, cost)
-        return out
-    out[order.last] = await lim.allow(key, cost)
-    if not out[order.last].allowed:
-        return out
-    spent = await asyncio.gather(*(calls[i][0].allow(calls[i][1], calls[i][2])
-                                   for i in order.then))
-    for i, d in zip(order.then, spent):
-        out[i] = d
-    return out
 
 
 class RateLimitMiddleware:

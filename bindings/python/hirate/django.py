@@ -28,7 +28,6 @@ problem+json body.
 """
 
 import functools
-import inspect
 import json
 import threading
 
@@ -47,6 +46,8 @@ from ._http import charge_sync, charges, check_limits, check_scope, checks_of, c
 from ._http import declare
 from ._http import _check_cost, decide_async, decide_sync, ident_for_ip, ident_for_key
 from ._http import identity, key_header, new_limiter, plan
+from ._http import as_limits as _as_limits, as_list as _as_list, maybe_await as _maybe_await
+from ._http import scope_part as _scope_part
 
 __all__ = ["RateLimitMiddleware", "limit", "exempt", "Limit", "Result", "key_header",
            "get_result", "client_ip", "reset", "areset", "peek", "apeek", "stats", "close",
@@ -76,35 +77,6 @@ _REQ_PENDING = "_hirate_pending"
 _REQ_SEEN = "_hirate_seen"
 
 _LISTS = ("RateLimit", "RateLimit-Policy")
-
-
-async def _maybe_await(value):
-    if inspect.isawaitable(value):
-        return await value
-    return value
-
-
-def _scope_part(text):
-    # View paths and namespaces become scopes; "%" and "|" are escaped so
-    # that every name maps to its own scope.
-    return text.replace("%", "%25").replace("|", "%7C")
-
-
-def _as_list(value, what):
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    try:
-        return list(value)
-    except TypeError:
-        raise TypeError("%s must be a list, got %s" % (what, type(value).__name__)) from None
-
-
-def _as_limits(value, where):
-    # A limit string ("100/hour; 10/second"), a Limit, or a list of them and
-    # of (capacity, rate) pairs.
-    if not isinstance(value, (str, Limit)):
-        value = _as_list(value, where)
-    return check_limits(value, where)
 
 
 def _callable_setting(value, setting):

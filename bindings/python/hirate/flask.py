@@ -33,6 +33,7 @@ from ._http import LIMITER_OPTIONS, SETTINGS, ClientIP, Limit, Result, charge_sy
 from ._http import check_limits, check_scope, checks_of, client_buckets, decide_sync, declare
 from ._http import ident_for_ip, ident_for_key, identity, key_header, plan, refund_sync
 from ._http import new_limiter as _new_limiter
+from ._http import as_limits as _as_limits, as_list as _as_list, scope_part as _scope_part
 
 __all__ = ["RateLimiter", "Limit", "Result", "key_header", "current_result"]
 
@@ -81,31 +82,8 @@ class _app_context:
             self.ctx.pop()
 
 
-def _scope_part(text):
-    # Route and blueprint names become scopes; "%" and "|" are escaped so
-    # that every name maps to its own scope.
-    return text.replace("%", "%25").replace("|", "%7C")
-
-
-def _as_list(value, what):
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    try:
-        return list(value)
-    except TypeError:
-        raise TypeError("%s must be a list, got %s" % (what, type(value).__name__)) from None
-
-
 def _route_scope(lim, scope):
     return lim.scope if lim.scope is not None else check_scope(scope, "route scope")
-
-
-def _as_limits(value, where):
-    # A limit string ("100/hour; 10/second"), a Limit, or a list of them and
-    # of (capacity, rate) pairs (JSON config gives lists).
-    if not isinstance(value, (str, Limit)):
-        value = _as_list(value, where)
-    return check_limits(value, where)
 
 
 class _AppState:
