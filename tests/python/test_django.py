@@ -811,6 +811,32 @@ def test_stats_add_up_every_limiter_and_never_go_back(at):
     assert hd.stats().decisions["redis"] == s.decisions["redis"] + 1
 
 
+def test_health_checks_the_redis_the_limiters_use(policy, own_redis):
+    policy("local")
+    h = hd.health()   # before any request: a limiter of its own asks
+    assert (bool(h), h.error, [n.addr for n in h.nodes], h.nodes[0].role) == (
+        True, None, ["127.0.0.1:%d" % own_redis.port], "master")
+    assert get(Client(), "/limited")[0] == 200
+    h = asyncio.run(hd.ahealth())
+    assert (bool(h), [(n.addr, n.role, n.loaded) for n in h.nodes]) == (
+        True, [("127.0.0.1:%d" % own_redis.port, "master", True)])
+    own_redis.kill()
+    for h in (hd.health(), asyncio.run(hd.ahealth())):
+        assert (bool(h), h.error, [(n.ok, n.error) for n in h.nodes]) == (
+            False, "ECONNECT", [(False, "ECONNECT")])
+    # The first check made a limiter of its own; the later ones used those
+    # the requests made.
+    assert made() == [("AsyncLimiter", ((1, 1.0),)), ("Limiter", ((1, 1.0),)),
+                      ("Limiter", ((3, 0.1),))]
+
+
+def test_health_without_redis_is_ok_with_no_node():
+    with override_settings(HIRATE_URL=None):
+        for h in (hd.health(), asyncio.run(hd.ahealth())):
+            assert (bool(h), h.error, h.nodes) == (True, None, ())
+        assert made() == [("Limiter", ((1, 1.0),))]
+
+
 def test_the_module_exports_its_figures_to_prometheus(at):
     from prometheus_client import CollectorRegistry, generate_latest
 

@@ -50,8 +50,8 @@ from ._http import as_limits as _as_limits, as_list as _as_list, maybe_await as 
 from ._http import scope_part as _scope_part
 
 __all__ = ["RateLimitMiddleware", "limit", "exempt", "Limit", "Result", "key_header",
-           "get_result", "client_ip", "reset", "areset", "peek", "apeek", "stats", "close",
-           "aclose"]
+           "get_result", "client_ip", "reset", "areset", "peek", "apeek", "stats", "health",
+           "ahealth", "close", "aclose"]
 
 # Setting -> (settings.py name, default): hirate._http's SETTINGS, as
 # HIRATE_<NAME>, and Django's own.
@@ -198,6 +198,14 @@ class _State:
         with self.lock:
             return _Stats.sum([self.retired, *(lim.stats() for lim in self.limiters.values())])
 
+    def health_limiter(self, cls):
+        # Every limiter of the state has the same URL, so one check is every
+        # node's; before the first request, a limiter of its own asks.
+        cls = _Limiter if self.in_memory else cls
+        with self.lock:
+            lim = next((lim for (c, _), lim in self.limiters.items() if c is cls), None)
+        return lim or self.limiter(cls, ((1, 1.0),))
+
 
 _state = None
 _state_lock = threading.Lock()
@@ -251,6 +259,21 @@ def stats():
     with _state_lock:
         retired, state = _retired, _state
     return retired if state is None else retired + state.stats()
+
+
+def health():
+    """hirate.Health: Limiter.check() of the Redis the middleware's limiters
+    use (every node decisions go to: its role, whether the script is loaded,
+    the round trip), for a readiness probe; without Redis, ok with no node.
+    In an async view, await ahealth()."""
+    return _get_state().health_limiter(_Limiter).check()
+
+
+async def ahealth():
+    """hirate.Health, as health(), over the async limiters' connections."""
+    lim = _get_state().health_limiter(_AsyncLimiter)
+    h = lim.check()
+    return h if isinstance(lim, _Limiter) else await h
 
 
 def close():

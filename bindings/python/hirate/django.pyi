@@ -5,11 +5,12 @@ from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar, Union
 from ._http import Limit as Limit
 from ._http import Result as Result
 from ._http import key_header as key_header
+from ._health import Health
 from ._stats import Stats
 
 __all__ = ["RateLimitMiddleware", "limit", "exempt", "Limit", "Result", "key_header",
-           "get_result", "client_ip", "reset", "areset", "peek", "apeek", "stats", "close",
-           "aclose"]
+           "get_result", "client_ip", "reset", "areset", "peek", "apeek", "stats", "health",
+           "ahealth", "close", "aclose"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 # Django ships no type information of its own (django-stubs has it): its
@@ -40,6 +41,8 @@ def peek(target: _Target, key: Any = None, *, address: Optional[str] = None,
 async def apeek(target: _Target, key: Any = None, *, address: Optional[str] = None,
                 cost: int = 0) -> Result: ...
 def stats() -> Stats: ...
+def health() -> Health: ...
+async def ahealth() -> Health: ...
 def close() -> None: ...
 async def aclose() -> None: ...
 
