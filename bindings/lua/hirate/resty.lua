@@ -9,6 +9,12 @@ bytes travel through nginx cosockets, so a slow or stopped Redis never blocks
 the worker: a round trip is bounded by the limiter's timeouts and other
 requests go on meanwhile.
 
+  * A limiter of one Redis server pipelines (pipeline, default true): the
+    calls of the requests a worker serves at once share one connection of
+    the limiter's, written together and answered in order by one reader
+    (see "pipeline" below). pipeline = false, and a Redis Cluster or a
+    Sentinel service, take the per-request path: a pooled connection and a
+    round trip of each call's own.
   * Connections come from a keepalive pool per worker, named after the
     endpoint, the credentials and the TLS settings (so limiters with another
     user, database or transport never share one); `pool_size` (default 16)
@@ -97,7 +103,7 @@ local COSOCKET_PHASES = {
 
 -- Options this module takes; the rest go to the C limiter, which names any
 -- it does not know.
-local OWN_OPTIONS = { keepalive_timeout = true, backlog = true }
+local OWN_OPTIONS = { keepalive_timeout = true, backlog = true, pipeline = true }
 
 local Limiter = {}
 local limiter_mt = { __index = Limiter }
@@ -603,10 +609,263 @@ local function rounds(self, op)
     until op:next() ~= "send"
 end
 
+---------------------------------------------------------------------------
+-- pipeline = true: one shared connection per limiter and worker. The
+-- requests of concurrent calls are written together on it, in the order
+-- they came; one reader feeds the replies, in the same order, to their ops
+-- and wakes each caller (a semaphore of its own). A cosocket belongs to
+-- the request that made it, so the connection lives in a timer of its own
+-- (two light threads: the writer and the reader). Nothing is ever sent
+-- again on another connection: a call whose reply is in doubt fails.
+
+local semaphore
+local timer_at = ngx.timer and ngx.timer.at
+local exiting = ngx.worker and ngx.worker.exiting
+local spawn, wait_thread = ngx.thread and ngx.thread.spawn, ngx.thread and ngx.thread.wait
+
+-- Where a caller may wait on a semaphore (and so use the pipeline); the
+-- other cosocket phases take the per-request path.
+local PIPE_PHASES = { rewrite = true, server_rewrite = true, access = true, content = true,
+    timer = true }
+
+-- How long the reader waits for bytes while nothing is in flight, before it
+-- looks whether the worker is exiting (a reload) or the limiter closed.
+local IDLE_MS = 1000
+
+-- Fails every call still waiting on conn (their op's fail path: the policy
+-- and the breaker decide), wakes them, and closes the connection.
+local function pipe_fail(self, conn, code, why)
+    if conn.dead then
+        return
+    end
+    conn.dead = true
+    if self.pipe == conn then
+        self.pipe = nil
+    end
+    if why then
+        self.healthy = false
+        io_failed(self, why)
+    end
+    local q = conn.queue
+    for i = conn.head, conn.tail do
+        local slot = q[i]
+        q[i] = nil
+        if slot and not slot.done and not slot.abandoned then
+            slot.done = true
+            slot.op:fail(code, why or "the connection closed")
+            slot.sema:post(1)
+        end
+    end
+    conn.head, conn.tail = 1, 0
+    conn.outbox, conn.out_n = {}, 0
+    conn.wake:post(1) -- the writer ends
+    if conn.sock then
+        conn.sock:close()
+    end
+end
+
+-- Appends slot's request to conn: sent by the writer, answered in order.
+local function pipe_push(conn, slot, req)
+    local n = conn.out_n + 1
+    conn.outbox[n], conn.out_n = req, n
+    conn.tail = conn.tail + 1
+    conn.queue[conn.tail] = slot
+    if n == 1 then
+        conn.wake:post(1)
+    end
+end
+
+local function pipe_writer(self, conn)
+    local sock = conn.sock
+    while not conn.dead do
+        if conn.out_n == 0 then
+            conn.wake:wait(IDLE_MS / 1000)
+        else
+            local out = conn.outbox
+            local n = conn.out_n
+            conn.outbox, conn.out_n = {}, 0
+            local ok, err = sock:send(n == 1 and out[1] or concat(out, "", 1, n))
+            if not ok then
+                return pipe_fail(self, conn, io_code(err), "send: " .. err)
+            end
+        end
+    end
+end
+
+local function pipe_reader(self, conn)
+    local sock, q = conn.sock, conn.queue
+    local buf = ""
+    while not conn.dead do
+        local slot = q[conn.head]
+        local wait
+        if slot then
+            wait = left_ms(slot.deadline)
+            if not wait then
+                return pipe_fail(self, conn, "ETIMEDOUT", "receive: timeout")
+            end
+        elseif conn.closing or self.closed or exiting() then
+            return pipe_fail(self, conn, "EIO", nil) -- idle: nothing in doubt
+        else
+            wait = IDLE_MS
+        end
+        sock:settimeouts(self.connect_ms, self.timeout_ms, wait)
+        local data, err = sock:receiveany(RECV_MAX)
+        if not data then
+            if err ~= "timeout" or q[conn.head] then
+                if err == "timeout" then
+                    if not left_ms(q[conn.head].deadline) then
+                        return pipe_fail(self, conn, "ETIMEDOUT", "receive: timeout")
+                    end
+                else
+                    return pipe_fail(self, conn, io_code(err), "receive: " .. err)
+                end
+            end
+        else
+            if buf ~= "" then
+                data = buf .. data
+                buf = ""
+            end
+            while data ~= "" do
+                slot = q[conn.head]
+                if not slot then
+                    -- Bytes nobody asked for: the connection is not in a
+                    -- known state.
+                    return pipe_fail(self, conn, "EIO", "receive: bytes nobody asked for")
+                elseif slot.abandoned then
+                    -- Its caller's time ran out: the replies after it cannot
+                    -- be told apart.
+                    return pipe_fail(self, conn, "ETIMEDOUT", "receive: timeout")
+                end
+                local op = slot.op
+                local state, used = op:feed(data)
+                data = used < #data and sub(data, used + 1) or ""
+                if state == "done" then
+                    q[conn.head] = nil
+                    conn.head = conn.head + 1
+                    slot.done = true
+                    if op:drop() then
+                        conn.closing = true
+                        if self.pipe == conn then
+                            self.pipe = nil
+                        end
+                    end
+                    slot.sema:post(1)
+                elseif state == "send" then
+                    -- NOSCRIPT: the script did not run; the op's next request
+                    -- (EVAL) goes at the end of the line.
+                    q[conn.head] = nil
+                    conn.head = conn.head + 1
+                    pipe_push(conn, slot, op:request())
+                else
+                    buf, data = data, ""
+                end
+            end
+            if conn.head > conn.tail then
+                conn.head, conn.tail = 1, 0
+                if conn.closing then
+                    return pipe_fail(self, conn, "EIO", nil)
+                end
+            end
+        end
+    end
+end
+
+-- The connection's timer: the core's handshake (open), then the writer and
+-- the reader until the connection closes.
+local function pipe_main(premature, self, conn)
+    local sock, code, msg
+    if not premature then
+        sock, code, msg = open(self)
+    else
+        code, msg = "EIO", "the worker is exiting"
+    end
+    if not sock then
+        return pipe_fail(self, conn, code, msg)
+    end
+    conn.sock = sock
+    conn.connected = true
+    local w = spawn(pipe_writer, self, conn)
+    pipe_reader(self, conn)
+    if not conn.dead then
+        pipe_fail(self, conn, "EIO", nil)
+    end
+    wait_thread(w)
+end
+
+-- The connection calls join now: the open one, or a new one (nil when no
+-- timer can be started, an exiting worker say: then the per-request path).
+local function pipe_conn(self)
+    local conn = self.pipe
+    if conn and not conn.dead and not conn.closing and not conn.doubt then
+        return conn
+    end
+    conn = {
+        queue = {}, head = 1, tail = 0, outbox = {}, out_n = 0,
+        wake = semaphore.new(0),
+    }
+    local ok = timer_at(0, pipe_main, self, conn)
+    if not ok then
+        return nil
+    end
+    self.pipe = conn
+    return conn
+end
+
+-- Runs op on the shared connection; false when it cannot (then the caller
+-- takes the per-request path). The call's own deadline, `timeout` from its
+-- start (plus connect_timeout while the connection is being opened).
+local function pipelined(self, op)
+    if not PIPE_PHASES[get_phase()] then
+        return false
+    end
+    local req = op:request()
+    if not req then
+        return true -- decided without Redis
+    end
+    local conn = pipe_conn(self)
+    if not conn then
+        return false
+    end
+    update_time()
+    local now = ngx_now()
+    local slot = {
+        op = op, sema = semaphore.new(0),
+        deadline = now + self.timeout + (conn.connected and 0 or self.connect_timeout),
+    }
+    pipe_push(conn, slot, req)
+    while not slot.done do
+        local left = slot.deadline - ngx_now()
+        if left > 0 then
+            slot.sema:wait(left)
+        end
+        update_time()
+        if not slot.done and ngx_now() >= slot.deadline then
+            -- Its reply is in doubt, and so are those after it on conn: no
+            -- more calls join it, and its reader closes it.
+            slot.abandoned = true
+            conn.doubt = true
+            if self.pipe == conn then
+                self.pipe = nil
+            end
+            op:fail("ETIMEDOUT", "receive: timeout")
+            return true
+        end
+    end
+    return true
+end
+
 -- Runs op (from lim:_op_start or _op_start_reset) and returns what
 -- outcome(op) makes of it.
 local function run(self, op, outcome)
-    local ok, err = pcall(self.nodes and rounds or converse, self, op)
+    local ok, err
+    if self.pipeline then
+        ok, err = pcall(pipelined, self, op)
+        if ok and not err then
+            ok, err = pcall(converse, self, op)
+        end
+    else
+        ok, err = pcall(self.nodes and rounds or converse, self, op)
+    end
     if not ok then
         -- A Lua error mid-I/O (out of memory, say): the outcome is unknown.
         op:fail("EIO", "a Lua error during the I/O")
@@ -711,7 +970,9 @@ end
 
 --- hirate.new{...} inside OpenResty. The options are those of the C limiter
 --- plus keepalive_timeout (seconds an idle pooled connection is kept, default
---- 60; 0 keeps it for ever) and backlog (see above); log, when not given,
+--- 60; 0 keeps it for ever), backlog (see above) and pipeline (true or false;
+--- true, the default, for one Redis server; refused for a Redis Cluster or a
+--- Sentinel service); log, when not given,
 --- is nginx's error log. tls_ca_file and tls_ca_dir are refused: cosockets
 --- trust what nginx's lua_ssl_trusted_certificate names, for every socket of
 --- the worker. shared = true (the in-memory buckets shared by every worker)
@@ -731,6 +992,10 @@ function _M.new(opts)
             or backlog < 1 or backlog > 65535) then
         arg_error("new", 1, "backlog must be a whole number from 1 to 65535, got "
             .. describe(backlog))
+    end
+    local pipeline = opts.pipeline
+    if pipeline ~= nil and type(pipeline) ~= "boolean" then
+        arg_error("new", 1, "pipeline must be true or false, got " .. describe(pipeline))
     end
     local copy = {}
     for k, v in pairs(opts) do
@@ -817,6 +1082,16 @@ function _M.new(opts)
         self.sentinel = lim:_is_sentinel()
         self.nodes = {} -- by the core's node number (node_of)
         self.node_mt = { __index = self }
+        if pipeline == true then
+            lim:close()
+            arg_error("new", 1, "pipeline = true shares one connection to one Redis server, "
+                .. "and this URL names a " .. (self.sentinel and "Sentinel service" or "Redis Cluster")
+                .. ": leave pipeline out (each request takes a pooled connection of the node "
+                .. "the core names)")
+        end
+    elseif pipeline ~= false then
+        semaphore = semaphore or require "ngx.semaphore"
+        self.pipeline = true
     end
     return self
 end

@@ -1,0 +1,209 @@
+"""pipeline = true in real nginx (Debian's, lua-nginx-module, 2 workers)
+against a redis-server of its own: the calls of concurrent requests in a
+worker share one connection. Exact counts under concurrency, a Redis that
+stalls mid-pipeline (SIGSTOP), a Redis killed and restarted, and a reload
+under load.
+
+    HIRATE_LUAJIT_CPATH=<dir with hirate/core.so built for LuaJIT> \\
+        python3 tests/lua/nginx/test_pipeline.py [-v] [Test.name]
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import ROOT, Nginx, RedisServer, get, get_many, join  # noqa: E402
+
+LUA_DIR = os.environ.get("HIRATE_LUA_DIR", str(ROOT / "bindings" / "lua"))
+LUA_CPATH = os.environ["HIRATE_LUAJIT_CPATH"]
+TIMEOUT = 0.5
+
+CONF = r"""
+daemon off;
+master_process on;
+worker_processes 2;
+pid @DIR@/nginx.pid;
+error_log @DIR@/error.log info;
+worker_shutdown_timeout 5s;
+load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+env HIRATE_TEST_REDIS_PORT;
+@USER@
+events { worker_connections 1024; }
+http {
+    access_log off;
+    lua_socket_log_errors off;
+    client_body_temp_path @DIR@/tmp/body;
+    proxy_temp_path @DIR@/tmp/proxy;
+    fastcgi_temp_path @DIR@/tmp/fastcgi;
+    uwsgi_temp_path @DIR@/tmp/uwsgi;
+    scgi_temp_path @DIR@/tmp/scgi;
+    lua_package_path "@LUA_DIR@/?.lua;/usr/share/lua/5.1/?.lua;;";
+    lua_package_cpath "@LUA_CPATH@/?.so;;";
+    init_worker_by_lua_block {
+        local hirate = require "hirate"
+        local url = "redis://127.0.0.1:" .. os.getenv("HIRATE_TEST_REDIS_PORT")
+        pipe = hirate.new{ url = url, pipeline = true, capacity = 50, rate = 0.001,
+                           timeout = @TIMEOUT@, on_error = "open", prefix = "rl:pipe:" }
+    }
+    server {
+        listen 127.0.0.1:@PORT@ reuseport;
+        # hirate.new's error for ?url= with pipeline = true (or ?p=).
+        location = /refused {
+            content_by_lua_block {
+                local p = ngx.var.arg_p and ngx.var.arg_p or true
+                local ok, err = pcall(require("hirate").new, { url = ngx.unescape_uri(ngx.var.arg_url),
+                    pipeline = p, capacity = 1, rate = 1 })
+                ngx.print(ok and "made" or err)
+            }
+        }
+        location = /allow {
+            content_by_lua_block {
+                local d, err, code = pipe:allow(ngx.var.arg_k)
+                if not d then
+                    ngx.header["X-Error"] = code
+                else
+                    ngx.header["X-Allowed"] = tostring(d.allowed)
+                    ngx.header["X-Source"] = d.source
+                    ngx.header["X-Error"] = d.error
+                end
+                ngx.header["X-Worker"] = ngx.worker.pid()
+                ngx.say("decided")
+            }
+        }
+    }
+}
+"""
+
+
+class PipelineTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.redis = RedisServer()
+        cls.env = dict(os.environ, HIRATE_TEST_REDIS_PORT=str(cls.redis.port))
+
+        def build(prefix, ports):
+            conf = CONF
+            for k, v in {"@DIR@": prefix, "@PORT@": str(ports["doc"]), "@LUA_DIR@": LUA_DIR,
+                         "@LUA_CPATH@": LUA_CPATH, "@TIMEOUT@": str(TIMEOUT),
+                         "@USER@": "user root;" if os.geteuid() == 0 else ""}.items():
+                conf = conf.replace(k, v)
+            return conf
+
+        cls.nginx = Nginx(build, cls.env, port_names=("doc",))
+        cls.port = cls.nginx.ports["doc"]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.nginx.close(keep=os.environ.get("HIRATE_KEEP_NGINX") == "1")
+        cls.redis.close()
+
+    def setUp(self):
+        self.redis.command("FLUSHALL")
+
+    def burst(self, paths):
+        return join(*get_many(self.port, paths))
+
+    def test_cluster_and_sentinel_refused(self):
+        for url, what in (("redis%2Bcluster://127.0.0.1:1", "a Redis Cluster"),
+                          ("redis%2Bsentinel://127.0.0.1:1/mymaster", "a Sentinel service")):
+            r = get(self.port, f"/refused?url={url}")
+            self.assertEqual(r.body.decode(),
+                             "bad argument #1 to 'new' "
+                             "(pipeline = true shares one connection to one Redis server, "
+                             f"and this URL names {what}: leave pipeline out (each request "
+                             "takes a pooled connection of the node the core names))")
+        r = get(self.port, "/refused?url=redis://127.0.0.1:1&p=yes")
+        self.assertEqual(r.body.decode(), "bad argument #1 "
+                         "to 'new' (pipeline must be true or false, got string)")
+
+    def test_one_key_exactly_capacity(self):
+        rs = self.burst(["/allow?k=one"] * 120)
+        self.assertEqual(Counter(r.header("x-allowed") for r in rs),
+                         Counter({"true": 50, "false": 70}))
+        # Refusals after the first may come from the deny cache.
+        self.assertEqual({r.header("x-source") for r in rs if r.header("x-allowed") == "true"},
+                         {"redis"})
+        self.assertEqual(len({r.header("x-worker") for r in rs}), 2)
+
+    def test_many_keys_each_exactly_capacity(self):
+        paths = [f"/allow?k=key{i % 4}" for i in range(240)]
+        rs = self.burst(paths)
+        per_key = Counter((p, r.header("x-allowed")) for p, r in zip(paths, rs))
+        for i in range(4):
+            self.assertEqual(per_key[(f"/allow?k=key{i}", "true")], 50)
+            self.assertEqual(per_key[(f"/allow?k=key{i}", "false")], 10)
+
+    def test_stalled_redis_each_waiter_times_out_and_policy_answers(self):
+        self.burst(["/allow?k=warm"] * 8)   # both workers' connections are open
+        os.kill(self.redis.proc.pid, signal.SIGSTOP)
+        try:
+            rs = self.burst(["/allow?k=stall"] * 24)
+        finally:
+            os.kill(self.redis.proc.pid, signal.SIGCONT)
+        self.assertEqual(Counter((r.status, r.header("x-allowed"), r.header("x-source"))
+                                 for r in rs), Counter({(200, "true", "fail_open"): 24}))
+        self.assertEqual({r.header("x-error") for r in rs} - {"EOPEN"}, {"ETIMEDOUT"})
+        # Redis answers again: the next requests are decided by it.
+        self.assert_recovers("after-stall")
+
+    def assert_recovers(self, key):
+        for _ in range(200):
+            rs = self.burst([f"/allow?k={key}"] * 4)
+            if {r.header("x-source") for r in rs} == {"redis"}:
+                return
+            time.sleep(0.05)
+        self.fail(f"Redis never decided again: {rs}")
+
+    def test_killed_then_restarted_redis(self):
+        self.burst(["/allow?k=warm"] * 8)
+        self.redis.kill()
+        rs = self.burst(["/allow?k=dead"] * 16)
+        self.assertEqual({(r.status, r.header("x-source")) for r in rs}, {(200, "fail_open")})
+        self.assertTrue({r.header("x-error") for r in rs} <= {"EIO", "ECONNECT", "EOPEN"},
+                        {r.header("x-error") for r in rs})
+        self.redis.restart()
+        self.assert_recovers("after-restart")
+        rs = self.burst(["/allow?k=fresh"] * 60)
+        self.assertEqual(Counter(r.header("x-allowed") for r in rs),
+                         Counter({"true": 50, "false": 10}))
+
+    def test_reload_under_load(self):
+        stop = threading.Event()
+        results, errors = [], []
+
+        def load():
+            while not stop.is_set():
+                try:
+                    results.append(get(self.port, "/allow?k=reload", timeout=10))
+                except Exception as e:   # noqa: BLE001
+                    errors.append(e)
+
+        threads = [threading.Thread(target=load) for _ in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        subprocess.run(["nginx", "-p", self.nginx.dir, "-c", self.nginx.conf, "-s", "reload"],
+                       check=True, env=self.env, stderr=subprocess.DEVNULL)
+        time.sleep(2.0)
+        stop.set()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertGreater(len(results), 50)
+        self.assertEqual({(r.status, r.header("x-source")) for r in results}
+                         - {(200, "cache")}, {(200, "redis")})
+        allowed = Counter(r.header("x-allowed") for r in results)
+        self.assertEqual(allowed["true"], 50)
+        self.assertEqual(allowed["false"], len(results) - 50)
+
+
+if __name__ == "__main__":
+    unittest.main()
