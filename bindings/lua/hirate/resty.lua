@@ -617,6 +617,14 @@ end
 -- the request that made it, so the connection lives in a timer of its own
 -- (two light threads: the writer and the reader). Nothing is ever sent
 -- again on another connection: a call whose reply is in doubt fails.
+--
+-- conn.queue[conn.head .. conn.tail] are the calls on the connection, in
+-- the order their requests go out; the writer has written those up to
+-- conn.sent. A slot is a call: its op, its semaphore, its deadline, and
+-- sent (its request is written: a reply will come), done (its caller has
+-- its outcome), abandoned (its caller's time ran out first). A call
+-- abandoned before its request was written is taken off the line unsent:
+-- nothing about it is in doubt, and the connection goes on.
 
 local semaphore
 local timer_at = ngx.timer and ngx.timer.at
@@ -629,7 +637,8 @@ local PIPE_PHASES = { rewrite = true, server_rewrite = true, access = true, cont
     timer = true }
 
 -- How long the reader waits for bytes while nothing is in flight, before it
--- looks whether the worker is exiting (a reload) or the limiter closed.
+-- looks whether the worker is exiting (a reload), the limiter closed, or
+-- the connection has been idle for keepalive_timeout.
 local IDLE_MS = 1000
 
 -- Fails every call still waiting on conn (their op's fail path: the policy
@@ -656,78 +665,120 @@ local function pipe_fail(self, conn, code, why)
             slot.sema:post(1)
         end
     end
-    conn.head, conn.tail = 1, 0
-    conn.outbox, conn.out_n = {}, 0
+    conn.head, conn.tail, conn.sent = 1, 0, 0
     conn.wake:post(1) -- the writer ends
     if conn.sock then
         conn.sock:close()
     end
 end
 
--- Appends slot's request to conn: sent by the writer, answered in order.
+-- Appends slot, whose request is req, to conn: written by the writer,
+-- answered in order.
 local function pipe_push(conn, slot, req)
-    local n = conn.out_n + 1
-    conn.outbox[n], conn.out_n = req, n
-    conn.tail = conn.tail + 1
-    conn.queue[conn.tail] = slot
-    if n == 1 then
+    slot.req, slot.sent = req, false
+    local tail = conn.tail + 1
+    conn.queue[tail], conn.tail = slot, tail
+    if tail == conn.sent + 1 then -- the writer has nothing else to write
         conn.wake:post(1)
     end
 end
 
+-- Writes what was queued since its last write, in one send: every call but
+-- those abandoned meanwhile, which are marked never to be answered.
 local function pipe_writer(self, conn)
-    local sock = conn.sock
+    local sock, q = conn.sock, conn.queue
+    local out = {}
     while not conn.dead do
-        if conn.out_n == 0 then
+        local from, to = max(conn.sent + 1, conn.head), conn.tail
+        if from > to then
             conn.wake:wait(IDLE_MS / 1000)
         else
-            local out = conn.outbox
-            local n = conn.out_n
-            conn.outbox, conn.out_n = {}, 0
-            local ok, err = sock:send(n == 1 and out[1] or concat(out, "", 1, n))
-            if not ok then
-                return pipe_fail(self, conn, io_code(err), "send: " .. err)
+            local n = 0
+            for i = from, to do
+                local slot = q[i]
+                if slot.abandoned then
+                    slot.skip = true
+                else
+                    n = n + 1
+                    out[n] = slot.req
+                    slot.sent = true
+                end
+                slot.req = nil
+            end
+            conn.sent = to
+            if n > 0 then
+                local ok, err = sock:send(n == 1 and out[1] or concat(out, "", 1, n))
+                for i = 1, n do
+                    out[i] = nil
+                end
+                if not ok then
+                    return pipe_fail(self, conn, io_code(err), "send: " .. err)
+                end
             end
         end
     end
+end
+
+-- The call whose reply comes next: the queue's head, after taking off the
+-- calls that will get none (abandoned before they were written).
+local function pipe_head(conn)
+    local q = conn.queue
+    local slot = q[conn.head]
+    while slot and (slot.skip or (slot.abandoned and not slot.sent)) do
+        slot.skip = true
+        q[conn.head] = nil
+        conn.head = conn.head + 1
+        slot = q[conn.head]
+    end
+    if not slot and conn.head > conn.tail then
+        conn.head, conn.tail, conn.sent = 1, 0, 0
+    end
+    return slot
 end
 
 local function pipe_reader(self, conn)
     local sock, q = conn.sock, conn.queue
     local buf = ""
+    update_time()
+    local idle_since = ngx_now()
     while not conn.dead do
-        local slot = q[conn.head]
+        local slot = pipe_head(conn)
         local wait
         if slot then
             wait = left_ms(slot.deadline)
             if not wait then
-                return pipe_fail(self, conn, "ETIMEDOUT", "receive: timeout")
+                if slot.sent then
+                    return pipe_fail(self, conn, "ETIMEDOUT", "receive: timeout")
+                end
+                wait = 1 -- not written yet: its caller takes it back
             end
         elseif conn.closing or self.closed or exiting() then
             return pipe_fail(self, conn, "EIO", nil) -- idle: nothing in doubt
         else
             wait = IDLE_MS
+            if self.keepalive_ms > 0 then
+                local left = left_ms(idle_since + self.keepalive_ms / 1000)
+                if not left then
+                    return pipe_fail(self, conn, "EIO", nil) -- idle for keepalive_timeout
+                end
+                wait = left < wait and left or wait
+            end
         end
         sock:settimeouts(self.connect_ms, self.timeout_ms, wait)
         local data, err = sock:receiveany(RECV_MAX)
         if not data then
-            if err ~= "timeout" or q[conn.head] then
-                if err == "timeout" then
-                    if not left_ms(q[conn.head].deadline) then
-                        return pipe_fail(self, conn, "ETIMEDOUT", "receive: timeout")
-                    end
-                else
-                    return pipe_fail(self, conn, io_code(err), "receive: " .. err)
-                end
+            if err ~= "timeout" then
+                return pipe_fail(self, conn, io_code(err), "receive: " .. err)
             end
+            -- a timeout: the loop looks at the head's deadline again
         else
             if buf ~= "" then
                 data = buf .. data
                 buf = ""
             end
             while data ~= "" do
-                slot = q[conn.head]
-                if not slot then
+                slot = pipe_head(conn)
+                if not slot or not slot.sent then
                     -- Bytes nobody asked for: the connection is not in a
                     -- known state.
                     return pipe_fail(self, conn, "EIO", "receive: bytes nobody asked for")
@@ -760,19 +811,21 @@ local function pipe_reader(self, conn)
                     buf, data = data, ""
                 end
             end
-            if conn.head > conn.tail then
-                conn.head, conn.tail = 1, 0
+            if not pipe_head(conn) then
                 if conn.closing then
                     return pipe_fail(self, conn, "EIO", nil)
                 end
+                update_time()
+                idle_since = ngx_now()
             end
         end
     end
 end
 
 -- The connection's timer: the core's handshake (open), then the writer and
--- the reader until the connection closes.
-local function pipe_main(premature, self, conn)
+-- the reader until the connection closes. A Lua error in any of it (out of
+-- memory, say) fails the calls on the connection, as an I/O error would.
+local function pipe_run(premature, self, conn)
     local sock, code, msg
     if not premature then
         sock, code, msg = open(self)
@@ -784,12 +837,32 @@ local function pipe_main(premature, self, conn)
     end
     conn.sock = sock
     conn.connected = true
-    local w = spawn(pipe_writer, self, conn)
-    pipe_reader(self, conn)
+    local w = spawn(function()
+        local ok, err = pcall(pipe_writer, self, conn)
+        if not ok then
+            pipe_fail(self, conn, "EIO", "a Lua error during the I/O")
+            error(err, 0)
+        end
+    end)
+    local ok, err = pcall(pipe_reader, self, conn)
     if not conn.dead then
-        pipe_fail(self, conn, "EIO", nil)
+        pipe_fail(self, conn, "EIO", not ok and "a Lua error during the I/O" or nil)
     end
     wait_thread(w)
+    sock:close() -- when the writer was still sending as the reader closed it
+    if not ok then
+        error(err, 0)
+    end
+end
+
+local function pipe_main(premature, self, conn)
+    local ok, err = pcall(pipe_run, premature, self, conn)
+    if not conn.dead then
+        pipe_fail(self, conn, "EIO", "a Lua error during the I/O")
+    end
+    if not ok then
+        log(ERR, "hirate: the pipelined connection to ", self.where, ": ", err)
+    end
 end
 
 -- The connection calls join now: the open one, or a new one (nil when no
@@ -799,10 +872,7 @@ local function pipe_conn(self)
     if conn and not conn.dead and not conn.closing and not conn.doubt then
         return conn
     end
-    conn = {
-        queue = {}, head = 1, tail = 0, outbox = {}, out_n = 0,
-        wake = semaphore.new(0),
-    }
+    conn = { queue = {}, head = 1, tail = 0, sent = 0, wake = semaphore.new(0) }
     local ok = timer_at(0, pipe_main, self, conn)
     if not ok then
         return nil
@@ -827,10 +897,9 @@ local function pipelined(self, op)
         return false
     end
     update_time()
-    local now = ngx_now()
     local slot = {
         op = op, sema = semaphore.new(0),
-        deadline = now + self.timeout + (conn.connected and 0 or self.connect_timeout),
+        deadline = ngx_now() + self.timeout + (conn.connected and 0 or self.connect_timeout),
     }
     pipe_push(conn, slot, req)
     while not slot.done do
@@ -840,14 +909,16 @@ local function pipelined(self, op)
         end
         update_time()
         if not slot.done and ngx_now() >= slot.deadline then
-            -- Its reply is in doubt, and so are those after it on conn: no
-            -- more calls join it, and its reader closes it.
             slot.abandoned = true
-            conn.doubt = true
-            if self.pipe == conn then
-                self.pipe = nil
-            end
-            op:fail("ETIMEDOUT", "receive: timeout")
+            if slot.sent then
+                -- Its reply is in doubt, and so are those after it on conn:
+                -- no more calls join it, and its reader closes it.
+                conn.doubt = true
+                if self.pipe == conn then
+                    self.pipe = nil
+                end
+            end -- else never written: the writer leaves it out
+            op:fail("ETIMEDOUT", slot.sent and "receive: timeout" or "no time left for the call")
             return true
         end
     end
