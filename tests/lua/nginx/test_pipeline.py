@@ -1,8 +1,9 @@
 """pipeline = true in real nginx (Debian's, lua-nginx-module, 2 workers)
 against a redis-server of its own: the calls of concurrent requests in a
 worker share one connection. Exact counts under concurrency, a Redis that
-stalls mid-pipeline (SIGSTOP), a Redis killed and restarted, and a reload
-under load.
+stalls mid-pipeline (SIGSTOP) with no reply ever handed to another call,
+requests whose clients go away while they wait, a Redis killed and
+restarted, and a reload under load after which the old workers exit.
 
     HIRATE_LUAJIT_CPATH=<dir with hirate/core.so built for LuaJIT> \\
         python3 tests/lua/nginx/test_pipeline.py [-v] [Test.name]
@@ -10,6 +11,7 @@ under load.
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -31,7 +33,7 @@ master_process on;
 worker_processes 2;
 pid @DIR@/nginx.pid;
 error_log @DIR@/error.log info;
-worker_shutdown_timeout 5s;
+worker_shutdown_timeout 30s;
 load_module /usr/lib/nginx/modules/ndk_http_module.so;
 load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
 env HIRATE_TEST_REDIS_PORT;
@@ -39,6 +41,7 @@ env HIRATE_TEST_REDIS_PORT;
 events { worker_connections 1024; }
 http {
     access_log off;
+    lua_shared_dict seen 64k;
     lua_socket_log_errors off;
     client_body_temp_path @DIR@/tmp/body;
     proxy_temp_path @DIR@/tmp/proxy;
@@ -77,6 +80,28 @@ http {
                 ngx.header["X-Worker"] = ngx.worker.pid()
                 ngx.say("decided")
             }
+        }
+        location = /peek {
+            content_by_lua_block {
+                local d, err, code = pipe:peek(ngx.var.arg_k)
+                ngx.header["X-Source"] = d and d.source
+                ngx.header["X-Remaining"] = d and d.remaining
+                ngx.header["X-Error"] = d and d.error or code
+                ngx.say("peeked")
+            }
+        }
+        # A request that is ended when its client goes away (499), also
+        # while it waits for its reply; "seen" counts those that called.
+        location = /abort {
+            lua_check_client_abort on;
+            content_by_lua_block {
+                ngx.shared.seen:incr("calls", 1, 0)
+                local d = pipe:allow(ngx.var.arg_k)
+                ngx.say(d and tostring(d.allowed) or "nil")
+            }
+        }
+        location = /seen {
+            content_by_lua_block { ngx.print(ngx.shared.seen:get("calls") or 0) }
         }
     }
 }
@@ -151,8 +176,89 @@ class PipelineTest(unittest.TestCase):
         self.assertEqual(Counter((r.status, r.header("x-allowed"), r.header("x-source"))
                                  for r in rs), Counter({(200, "true", "fail_open"): 24}))
         self.assertEqual({r.header("x-error") for r in rs} - {"EOPEN"}, {"ETIMEDOUT"})
-        # Redis answers again: the next requests are decided by it.
+        # Redis answers again: the next requests are decided by it, exactly.
         self.assert_recovers("after-stall")
+        rs = self.burst(["/allow?k=exact-after-stall"] * 60)
+        self.assertEqual(Counter(r.header("x-allowed") for r in rs),
+                         Counter({"true": 50, "false": 10}))
+        self.assertEqual({r.header("x-source") for r in rs if r.header("x-allowed") == "true"},
+                         {"redis"})
+
+    def test_no_reply_goes_to_another_call(self):
+        # Eight buckets, each with a remaining of its own; peeks spend nothing,
+        # so every peek Redis answers must say its own key's figure, through
+        # stalls longer than the timeout (calls time out with replies still
+        # due) and shorter ones (replies late, still in time).
+        keys = [f"own{i}" for i in range(8)]
+        for i, k in enumerate(keys):
+            self.burst([f"/allow?k={k}"] * (i + 1))
+        expected = {k: str(49 - i) for i, k in enumerate(keys)}
+        self.assertEqual({k: get(self.port, f"/peek?k={k}").header("x-remaining") for k in keys},
+                         expected)
+        stop = threading.Event()
+        seen = []
+
+        def load(n):
+            i = n
+            while not stop.is_set():
+                k = keys[i % len(keys)]
+                i += 1
+                seen.append((k, get(self.port, f"/peek?k={k}")))
+
+        threads = [threading.Thread(target=load, args=(n,)) for n in range(12)]
+        for t in threads:
+            t.start()
+        try:
+            for pause in (0.3, 0.05, 0.8, 0.2, 0.8):
+                time.sleep(0.3)
+                os.kill(self.redis.proc.pid, signal.SIGSTOP)
+                time.sleep(pause)
+                os.kill(self.redis.proc.pid, signal.SIGCONT)
+            time.sleep(0.3)
+        finally:
+            os.kill(self.redis.proc.pid, signal.SIGCONT)
+            stop.set()
+            for t in threads:
+                t.join()
+        answered = [(k, r) for k, r in seen if r.header("x-source") == "redis"]
+        failed = [r for k, r in seen if r.header("x-source") != "redis"]
+        self.assertEqual([(k, r.header("x-remaining")) for k, r in answered
+                          if r.header("x-remaining") != expected[k]], [])
+        self.assertEqual({(r.header("x-source"), r.header("x-error")) for r in failed}
+                         - {("fail_open", "EOPEN")}, {("fail_open", "ETIMEDOUT")})
+        self.assertGreater(len(answered), 100)
+
+    def test_clients_gone_while_waiting(self):
+        self.burst(["/allow?k=warm"] * 8)
+        n = 10
+        self.assertEqual(get(self.port, "/seen").body, b"0")
+        os.kill(self.redis.proc.pid, signal.SIGSTOP)
+        socks = []
+        try:
+            for _ in range(n):
+                s = socket.create_connection(("127.0.0.1", self.port))
+                s.sendall(b"GET /abort?k=gone HTTP/1.1\r\nHost: t\r\n\r\n")
+                socks.append(s)
+            for _ in range(400):   # every request has called allow and waits
+                if get(self.port, "/seen").body == str(n).encode():
+                    break
+                time.sleep(0.01)
+            for s in socks:
+                s.close()
+            time.sleep(0.1)
+        finally:
+            os.kill(self.redis.proc.pid, signal.SIGCONT)
+        self.assertEqual(get(self.port, "/seen").body, str(n).encode())
+        self.assert_recovers("after-gone")
+        # Every call was written before its client went: Redis spent n tokens,
+        # and the connection carries on with every reply where it belongs.
+        self.assertEqual(get(self.port, "/peek?k=gone").header("x-remaining"), str(50 - n))
+        rs = self.burst(["/allow?k=gone"] * 60)
+        self.assertEqual(Counter(r.header("x-allowed") for r in rs),
+                         Counter({"true": 50 - n, "false": 10 + n}))
+        log = self.nginx.error_log()
+        for bad in ("[alert]", "[crit]", "[emerg]", "runtime error"):
+            self.assertNotIn(bad, log)
 
     def assert_recovers(self, key):
         for _ in range(200):
@@ -186,6 +292,8 @@ class PipelineTest(unittest.TestCase):
                 except Exception as e:   # noqa: BLE001
                     errors.append(e)
 
+        old = {r.header("x-worker") for r in self.burst(["/allow?k=before"] * 16)}
+        self.assertEqual(len(old), 2)
         threads = [threading.Thread(target=load) for _ in range(8)]
         for t in threads:
             t.start()
@@ -203,6 +311,14 @@ class PipelineTest(unittest.TestCase):
         allowed = Counter(r.header("x-allowed") for r in results)
         self.assertEqual(allowed["true"], 50)
         self.assertEqual(allowed["false"], len(results) - 50)
+        # The old workers exit: their pipelined connections close once idle
+        # (nginx would wait worker_shutdown_timeout, 30 s, for them).
+        for _ in range(200):
+            if not any(os.path.exists(f"/proc/{pid}") for pid in old):
+                break
+            time.sleep(0.05)
+        self.assertEqual([pid for pid in old if os.path.exists(f"/proc/{pid}")], [])
+        self.assertEqual({r.header("x-worker") for r in results[-8:]} & old, set())
 
 
 if __name__ == "__main__":
