@@ -659,6 +659,9 @@ class Api(unittest.TestCase):
              "bad argument #2 to 'allow' (cost must be an integer, got 1.5)"),
             (call("plain", op="badkey"),
              "bad argument #1 to 'peek' (key is 513 bytes; the most is 512)"),
+            (call("plain", op="badclient"),
+             "bad argument #2 to 'refund' (the client must be { key = <value> } or "
+             "{ address = <address> }, one of them)"),
         ]
         for got, message in cases:
             self.assertRegex(got["raised"], "^" + handler + re.escape(message) + "$")
