@@ -5,8 +5,11 @@
 #   2. real nginx (Debian's, with lua-nginx-module, 2 workers) running the
 #      nginx.conf of docs/lua.md and the tests' own server, against a
 #      redis-server of its own (test_nginx.py);
-#   2b. pipeline = true (2 workers): exact counts, a stalled Redis, a killed
-#      and restarted one, a reload under load (test_pipeline.py);
+#   2b. pipeline = true (2 workers): exact counts, a stalled Redis (no reply
+#      handed to another call), clients gone while their calls wait, an idle
+#      connection closed after keepalive_timeout, a killed and restarted
+#      Redis, a reload under load after which the old workers exit
+#      (test_pipeline.py);
 #   3. examples/openresty/nginx.conf (4 workers): hirate.metrics' sums at
 #      /metrics and the log lines of a real outage (test_metrics.py);
 #   4. docs/lua.md's nginx.conf of one in-memory table shared by 4 workers

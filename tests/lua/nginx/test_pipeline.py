@@ -10,6 +10,7 @@ restarted, and a reload under load after which the old workers exit.
 """
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -55,6 +56,8 @@ http {
         local url = "redis://127.0.0.1:" .. os.getenv("HIRATE_TEST_REDIS_PORT")
         pipe = hirate.new{ url = url, pipeline = true, capacity = 50, rate = 0.001,
                            timeout = @TIMEOUT@, on_error = "open", prefix = "rl:pipe:" }
+        idle = hirate.new{ url = url, capacity = 50, rate = 0.001, keepalive_timeout = 0.5,
+                           prefix = "rl:idle:" }
     }
     server {
         listen 127.0.0.1:@PORT@ reuseport;
@@ -78,6 +81,14 @@ http {
                     ngx.header["X-Error"] = d.error
                 end
                 ngx.header["X-Worker"] = ngx.worker.pid()
+                ngx.say("decided")
+            }
+        }
+        location = /idle {
+            content_by_lua_block {
+                local d, err, code = idle:allow(ngx.var.arg_k)
+                ngx.header["X-Allowed"] = d and tostring(d.allowed)
+                ngx.header["X-Source"] = d and d.source
                 ngx.say("decided")
             }
         }
@@ -157,6 +168,31 @@ class PipelineTest(unittest.TestCase):
         self.assertEqual({r.header("x-source") for r in rs if r.header("x-allowed") == "true"},
                          {"redis"})
         self.assertEqual(len({r.header("x-worker") for r in rs}), 2)
+
+    def clients(self):
+        info = self.redis.command("INFO", "clients")
+        if isinstance(info, bytes):
+            info = info.decode()
+        return int(re.search(r"connected_clients:(\d+)", info).group(1))
+
+    def test_an_idle_connection_closes_after_keepalive_timeout(self):
+        self.burst(["/allow?k=warm"] * 8)
+        before = self.clients()
+        rs = self.burst(["/idle?k=idle"] * 40)
+        self.assertEqual(Counter(r.header("x-allowed") for r in rs), Counter({"true": 40}))
+        self.assertGreater(self.clients(), before)
+        # Idle for keepalive_timeout (0.5 s): each worker's connection of
+        # that limiter closes, and the next calls open a new one.
+        for _ in range(400):
+            if self.clients() == before:
+                break
+            time.sleep(0.025)
+        self.assertEqual(self.clients(), before)
+        rs = self.burst(["/idle?k=idle"] * 20)
+        self.assertEqual(Counter(r.header("x-allowed") for r in rs),
+                         Counter({"true": 10, "false": 10}))
+        self.assertEqual({r.header("x-source") for r in rs if r.header("x-allowed") == "true"},
+                         {"redis"})
 
     def test_many_keys_each_exactly_capacity(self):
         paths = [f"/allow?k=key{i % 4}" for i in range(240)]
