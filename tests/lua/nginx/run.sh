@@ -5,6 +5,11 @@
 #   2. real nginx (Debian's, with lua-nginx-module, 2 workers) running the
 #      nginx.conf of docs/lua.md and the tests' own server, against a
 #      redis-server of its own (test_nginx.py);
+#   2b. pipeline = true (2 workers): exact counts, a stalled Redis (no reply
+#      handed to another call), clients gone while their calls wait, an idle
+#      connection closed after keepalive_timeout, a killed and restarted
+#      Redis, a reload under load after which the old workers exit
+#      (test_pipeline.py);
 #   3. examples/openresty/nginx.conf (4 workers): hirate.metrics' sums at
 #      /metrics and the log lines of a real outage (test_metrics.py);
 #   4. docs/lua.md's nginx.conf of one in-memory table shared by 4 workers
@@ -66,6 +71,10 @@ venv=$out/nginx/venv
 printf '\n== OpenResty: %s with lua-nginx-module, 2 workers\n' "$(nginx -v 2>&1 | sed 's/.*: //')"
 HIRATE_LUA_DIR=$jit_path HIRATE_LUAJIT_CPATH=$jit_cpath \
     "$venv/bin/python" "$root/tests/lua/nginx/test_nginx.py"
+
+printf '\n== OpenResty: one pipelined connection per worker (pipeline = true)\n'
+HIRATE_LUA_DIR=$jit_path HIRATE_LUAJIT_CPATH=$jit_cpath \
+    "$python" "$root/tests/lua/nginx/test_pipeline.py"
 
 printf '\n== OpenResty: metrics summed over 4 workers, log lines of an outage\n'
 HIRATE_LUA_DIR=$jit_path HIRATE_LUAJIT_CPATH=$jit_cpath \

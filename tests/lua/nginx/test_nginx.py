@@ -160,7 +160,45 @@ def seconds(us):
 
 
 class DocConfig(unittest.TestCase):
-    """The nginx.conf of docs/lua.md, as written: /api/ proxied, limited."""
+    """The nginx.conf of docs/lua.md, as written: /api/ proxied, limited,
+    refunded when the upstream fails."""
+
+    def script_calls(self):
+        stats = redis_commands(S.redis.port, ("INFO", "commandstats"))[0]
+        return sum(int(n) for n in re.findall(r"cmdstat_(?:fcall|evalsha|eval):calls=(\d+)",
+                                               stats))
+
+    def test_the_doc_config_gives_the_token_back_when_the_upstream_fails(self):
+        bucket = "rl:api:{ip:127.0.0.1}"   # the doc's prefix, the client's address
+        try:
+            # Both workers' first calls made (a worker's first script call
+            # may be its load of hirate's function).
+            join(*get_many(S.doc, ["/api/fail"] * 8))
+            before = self.script_calls()
+            while True:
+                time.sleep(0.2)
+                now, before = before, self.script_calls()
+                if now == before:
+                    break
+            redis_commands(S.redis.port, ("DEL", bucket))
+            # More than the capacity (10), one after another: each spends its
+            # token and has it back once the upstream's 503 is logged.
+            rs = [get(S.doc, "/api/fail") for _ in range(14)]
+            self.assertEqual([r.status for r in rs], [503] * 14)
+            self.assertEqual([r.body for r in rs], [b"backend /api/fail\n"] * 14)
+            # One script call for each spend and one for each refund (the
+            # refunds run in timers, after the responses).
+            for _ in range(500):
+                if self.script_calls() - before >= 28:
+                    break
+                time.sleep(0.01)
+            self.assertEqual(self.script_calls() - before, 28)
+            # An answer of the upstream's own is not refunded.
+            self.assertEqual(get(S.doc, "/api/ok").status, 200)
+            time.sleep(0.2)
+            self.assertEqual(self.script_calls() - before, 29)
+        finally:
+            redis_commands(S.redis.port, ("DEL", bucket))
 
     def test_the_doc_config_limits_api_and_the_headers_survive_proxy_pass(self):
         started = time.monotonic()
@@ -621,6 +659,9 @@ class Api(unittest.TestCase):
              "bad argument #2 to 'allow' (cost must be an integer, got 1.5)"),
             (call("plain", op="badkey"),
              "bad argument #1 to 'peek' (key is 513 bytes; the most is 512)"),
+            (call("plain", op="badclient"),
+             "bad argument #2 to 'refund' (the client must be { key = <value> } or "
+             "{ address = <address> }, one of them)"),
         ]
         for got, message in cases:
             self.assertRegex(got["raised"], "^" + handler + re.escape(message) + "$")

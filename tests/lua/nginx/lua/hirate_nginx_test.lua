@@ -385,6 +385,9 @@ function M.call(name)
         elseif op == "badkey" then
             local d = lim:peek(("x"):rep(513))
             return d
+        elseif op == "badclient" then -- raised in hirate/resty/limit.lua
+            local d = resty.refund(limits.bands, "nobody")
+            return d
         end
         error("unknown op " .. op)
     end)
