@@ -21,11 +21,12 @@ void hirate__op_run(hirate_limiter *l, hirate_op *op)
         }
         for (size_t i = 0; i < n; i++) {
             char err[HIRATE_ERRMSG_SIZE];
-            size_t len;
+            size_t len = 0;
             hirate_node *nd = node_of(l, hirate_op_leg_node(op, i));
-            const char *req = hirate_op_leg_request(op, i, &len);
             conns[i] = NULL;
             int rc = hirate_redis_lease(nd->redis, &conns[i], err, sizeof err);
+            /* Taken once the connection is ready: a check's round trip starts here. */
+            const char *req = rc == 0 ? hirate_op_leg_request(op, i, &len) : NULL;
             if (rc == 0 && (rc = hirate_redis_send(nd->redis, conns[i], req, len, deadline, err,
                                                    sizeof err)) < 0) {
                 hirate_redis_unlease(nd->redis, conns[i], 0);

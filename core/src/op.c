@@ -482,6 +482,12 @@ const char *hirate_op_leg_request(const hirate_op *op, size_t i, size_t *len)
 {
     leg *g = leg_kept(op, i);
     *len = g ? g->reqlen : 0;
+    /* A check's latency is its request's round trip alone: the caller takes
+     * the bytes when it sends them, after any connect and handshake. */
+    if (g && g->check && g->state == LEG_BUSY && !g->taken) {
+        g->started = hirate_monotonic_us();
+        g->taken = 1;
+    }
     return g ? g->req : NULL;
 }
 

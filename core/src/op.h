@@ -43,7 +43,10 @@ typedef struct leg {
     int drop;
     char *req;
     size_t reqlen;
-    int64_t started;        /* when its request was made (the round trip's start) */
+    int64_t started;        /* the round trip's start: when its request was
+                               made; a check's, when it was first taken to
+                               be sent (the connection ready) */
+    int taken;              /* (a check's request was taken) */
 } leg;
 
 struct hirate_op {
