@@ -237,7 +237,6 @@ static int may_wait(hirate_op *op, int *waited)
 
 /* Makes the next round's legs from the pending calls: 1 when there is one
  * to send, 0 when none is left (every call settled, perhaps by a breaker). */
-
 int hirate__op_round(hirate_op *op)
 {
     hirate_limiter *l = op->l;
@@ -812,8 +811,6 @@ int hirate_op_leg_feed(hirate_op *op, size_t i, const char *buf, size_t len, siz
     return HIRATE_IO_DONE;
 }
 
-/* A leg's end: its node's breaker learns what its calls met, and each call
- * that has its answer gives it to its item. */
 /* Call j of leg g, which could not connect (so nothing was sent), went to
  * g's node on a guess: no map named that node for its slot (a seed, before
  * the map is known). Then it may go to another node, a bounded number of
@@ -830,6 +827,8 @@ static int unrouted(hirate_op *op, const leg *g, size_t j)
     return 1;
 }
 
+/* A leg's end: its node's breaker learns what its calls met, and each call
+ * that has its answer gives it to its item. */
 static void leg_settle(hirate_op *op, leg *g)
 {
     if (op->kind == OP_RESET || !g->count)
