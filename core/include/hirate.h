@@ -554,8 +554,9 @@ typedef struct hirate_check_node {
     int loaded;             /* 1: hirate's library (or script) is loaded there;
                                0: not yet (the next decision loads it, so the
                                node is still healthy); -1: unknown */
-    int64_t latency_us;     /* the round trip, request to last reply; -1 when
-                               it did not answer */
+    int64_t latency_us;     /* the round trip of its request, from its send
+                               (the connection open, its handshake done) to
+                               its last reply; -1 when it did not answer */
     char message[HIRATE_ERRMSG_SIZE]; /* rc's message ("" when rc is 0); never
                                a password */
 } hirate_check_node;

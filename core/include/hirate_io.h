@@ -240,7 +240,8 @@ HIRATE_EXPORT int hirate_op_drop(const hirate_op *op);
  * node each goes to, its request, its replies, its failure, whether its
  * connection must be closed. leg_feed returns HIRATE_IO_MORE or
  * HIRATE_IO_DONE (that leg has all its replies). hirate_op_fail fails every
- * leg not yet done, and ends the op. */
+ * leg not yet done, and ends the op. Take a leg's request when it is sent,
+ * on a connection already open: a check's latency_us runs from then. */
 HIRATE_EXPORT size_t hirate_op_legs(const hirate_op *op);
 HIRATE_EXPORT int hirate_op_leg_node(const hirate_op *op, size_t leg);
 HIRATE_EXPORT const char *hirate_op_leg_request(const hirate_op *op, size_t leg, size_t *len);

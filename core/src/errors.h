@@ -1,4 +1,5 @@
-/* Error messages: formatting a detail into a buffer, and the limiter's copy. */
+/* Error messages: a detail formatted into the caller's buffer, and Redis' own
+ * words quoted into one (the thread's last message is decide.c's). */
 #ifndef HIRATE_ERRORS_H
 #define HIRATE_ERRORS_H
 

@@ -17,6 +17,7 @@
 #include "hirate_io.h"
 #include "proto.h"
 #include "redis_harness.h"
+#include "test_time.h"
 
 static rh_server S;
 
@@ -658,6 +659,35 @@ static void an_items_error_keeps_its_own_message(void)
     hirate_limiter_free(lim);
 }
 
+/* A check's latency_us is the round trip of its request: from when its bytes
+ * are taken to be sent (the connection open, its handshake done) to its last
+ * reply, not the time the caller took to open the connection before that. */
+static void a_checks_latency_is_its_requests_round_trip(void)
+{
+    hirate_limiter *lim = make(S.url, "op:", 3, HIRATE_ON_ERROR_CLOSED);
+    hirate_endpoint ep;
+    CHECK_EQ_I64(hirate_endpoint_get(lim, &ep), 0);
+    hirate_op *op;
+    CHECK_EQ_I64(hirate_op_start_check(lim, &op), 1);
+    sleep_ms(50);   /* a slow connect, between the op's start and its send */
+    int fd = connect_to(&ep);
+    CHECK(fd >= 0);
+    int64_t before = mono_us();
+    CHECK_EQ_I64(drive(op, fd), 1);
+    int64_t after = mono_us();
+    hirate_check_node node;
+    size_t n = 0;
+    CHECK_EQ_I64(hirate_op_check(op, &node, 1, &n), 0);
+    CHECK_EQ_I64(n, 1);
+    CHECK_EQ_I64(node.rc, 0);
+    CHECK_EQ_STR(node.role, "master");
+    CHECK(node.latency_us >= 0);
+    CHECK(node.latency_us <= after - before);   /* inside the send and the last reply */
+    hirate_op_free(op);
+    close(fd);
+    hirate_limiter_free(lim);
+}
+
 int main(void)
 {
     if (rh_start(&S) != 0) {
@@ -679,6 +709,7 @@ int main(void)
     the_endpoint_says_where_and_how();
     a_connection_opened_through_the_api_serves_calls();
     an_items_error_keeps_its_own_message();
+    a_checks_latency_is_its_requests_round_trip();
     rh_stop(&S);
     return check_summary("test_op");
 }
