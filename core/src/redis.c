@@ -131,6 +131,18 @@ typedef struct rider {
     sem_t wake;                 /* posted once for each change to LEAD or DONE */
 } rider;
 
+/* A rider's state is read without the lock once it is posted: the writes
+ * before a change (a leader's replies, ret) come before the change. */
+static inline void set_state(rider *w, int state)
+{
+    __atomic_store_n(&w->state, state, __ATOMIC_RELEASE);
+}
+
+static inline int get_state(rider *w)
+{
+    return __atomic_load_n(&w->state, __ATOMIC_ACQUIRE);
+}
+
 /* ---- one connection -------------------------------------------------------- */
 
 /* quiet: after fork(), not a byte sent and the parent's TLS state left alone. */
@@ -410,7 +422,7 @@ static inline __attribute__((always_inline)) void hand_on(hirate_redis *r, conn 
     rider *w = r->waiting ? NULL : r->qhead;
     if (w) {
         queue_remove(r, w);
-        w->state = LEAD;
+        set_state(w, LEAD);
         w->c = c;
         sem_post(&w->wake);
         return;
@@ -428,7 +440,7 @@ static void wake_all_to_open(hirate_redis *r)
 {
     for (rider *w = r->qhead, *next; w; w = next) {
         next = w->next;
-        w->state = LEAD;
+        set_state(w, LEAD);
         w->c = NULL;
         sem_post(&w->wake);
     }
@@ -453,7 +465,7 @@ static void collect(hirate_redis *r, rider *me)
         if (w->deadline - now < min || calls + w->n > RIDE_CALLS_MAX)
             continue;
         queue_remove(r, w);
-        w->state = RIDING;
+        set_state(w, RIDING);
         w->next = NULL;
         *tail = w;
         tail = &w->next;
@@ -492,7 +504,7 @@ static int wait_post(rider *w, int64_t deadline)
  * and (but for 1) returns under the lock. */
 static int ride(hirate_redis *r, rider *me, conn **out, char *err, size_t errlen)
 {
-    me->state = QUEUED;
+    set_state(me, QUEUED);
     me->next = NULL;
     if (r->qtail)
         r->qtail->next = me;
@@ -502,7 +514,7 @@ static int ride(hirate_redis *r, rider *me, conn **out, char *err, size_t errlen
     pthread_mutex_unlock(&r->lock);
     if (wait_post(me, me->deadline) != 0) {
         pthread_mutex_lock(&r->lock);
-        if (me->state == QUEUED) {   /* nothing was sent */
+        if (get_state(me) == QUEUED) {   /* nothing was sent */
             queue_remove(r, me);
             goto busy;
         }
@@ -513,7 +525,7 @@ static int ride(hirate_redis *r, rider *me, conn **out, char *err, size_t errlen
         wait_post(me, 0);
     }
     /* Posted: DONE (the leader's writes come before its post) or LEAD. */
-    if (me->state == DONE)
+    if (get_state(me) == DONE)
         return 1;
     pthread_mutex_lock(&r->lock);
     if (!me->c && hirate_monotonic_us() < me->deadline)
@@ -945,7 +957,7 @@ static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate
          * is woken with no lock held, so that it does not wake into one. */
         for (rider *w = me.riders, *next; w; w = next) {
             next = w->next;   /* w may be gone once it is posted */
-            w->state = DONE;
+            set_state(w, DONE);   /* its replies, ret and message before it */
             sem_post(&w->wake);
         }
         release(r, c, healthy);
