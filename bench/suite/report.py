@@ -989,6 +989,18 @@ class Doc:
                % (grp(p["cold_keys"]), p["capacity"], p["rate"],
                   plural(p["rounds"], "round").capitalize(), p["seconds"], p["warmup"]))
         self.w()
+        self.w("`make bench` runs it with the rest; alone, after `make bench` has built "
+               "`build-bench` and its contenders (`bench/suite/install.py`):")
+        self.w()
+        self.w("```sh norun")
+        self.w("build-bench/suite/venv/bin/python bench/suite/suite.py --build build-bench \\")
+        self.w("    --setup build-bench/suite/setup.json --out build-bench/concurrent.json \\")
+        self.w("    --phases concurrent --rounds %d --seconds %g --warmup %g"
+               % (p["rounds"], p["seconds"], p["warmup"]))
+        self.w("python3 bench/suite/report.py --results build-bench/concurrent.json --out - "
+               "--img - --section concurrent")
+        self.w("```")
+        self.w()
         for sc in r.get("concurrent_scenarios", []):
             self.w("#### %s" % sc["label"])
             self.w()
