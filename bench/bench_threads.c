@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <hiredis/hiredis.h>
 
@@ -99,6 +100,7 @@ static void *work(void *arg)
 
 typedef struct run {
     double rate, p50, p99;
+    double cpu_us;      /* CPU time per decision: this process' and redis-server's */
     double not_redis;   /* the share of decisions that did not come from Redis */
 } run;
 
@@ -106,6 +108,36 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* CPU seconds this process has used (every thread). */
+static double self_cpu(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + (double)u.ru_utime.tv_usec / 1e6 +
+           (double)u.ru_stime.tv_sec + (double)u.ru_stime.tv_usec / 1e6;
+}
+
+/* CPU seconds the server has used (INFO cpu), or 0 when it cannot tell. */
+static redisContext *info_conn;
+static double server_cpu(void)
+{
+    if (!info_conn)
+        return 0;
+    redisReply *rep = redisCommand(info_conn, "INFO cpu");
+    double sys = 0, user = 0;
+    if (rep && rep->type == REDIS_REPLY_STRING) {
+        const char *p = strstr(rep->str, "used_cpu_sys:");
+        if (p)
+            sys = atof(p + 13);
+        p = strstr(rep->str, "used_cpu_user:");
+        if (p)
+            user = atof(p + 14);
+    }
+    if (rep)
+        freeReplyObject(rep);
+    return sys + user;
 }
 
 static run run_once(const char *url, int threads, int pool, long keys, int many, double seconds)
@@ -136,6 +168,7 @@ static run run_once(const char *url, int threads, int pool, long keys, int many,
         }
     }
     pthread_barrier_wait(&sh.start);
+    double cpu0 = self_cpu() + server_cpu();
     int64_t t0 = bench_now_ns();
     struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
     while (nanosleep(&ts, &ts) != 0) {}
@@ -149,9 +182,11 @@ static run run_once(const char *url, int threads, int pool, long keys, int many,
         nlat += w[t].nlat;
     }
     double wall = (double)(bench_now_ns() - t0) / 1e9;
+    double cpu = self_cpu() + server_cpu() - cpu0;
     /* Only Redis' decisions count: one that a timeout left to the policy
      * would flatter the client. */
-    run r = {(double)(count - bad) / wall, 0, 0, count ? (double)bad / (double)count : 0};
+    run r = {(double)(count - bad) / wall, 0, 0, count ? cpu * 1e6 / (double)count : 0,
+             count ? (double)bad / (double)count : 0};
     if (nlat) {
         double *all = malloc(nlat * sizeof *all);
         size_t k = 0;
@@ -211,7 +246,9 @@ int main(int argc, char **argv)
                 if (rep)
                     freeReplyObject(rep);
             }
-            if (c)
+            if (c && !c->err)
+                info_conn = c;
+            else if (c)
                 redisFree(c);
         }
     }
@@ -219,32 +256,39 @@ int main(int argc, char **argv)
     printf("### Threads sharing one limiter: hirate_allow next to hirate_allow_many\n\n");
     printf("%ld keys, capacity 1e9 at 1e6/s (every call allowed), median of %d rounds of "
            "%.1f s each; allow_many decides %d keys a call.\n\n", keys, rounds, seconds, BATCH);
+    printf("CPU us/decision: this process' and redis-server's CPU time over the run, per "
+           "decision (on a shared machine a steadier measure than decisions/s).\n\n");
     printf("| threads | pool_size | hirate_allow (decisions/s) | p50 us | p99 us | "
-           "not from Redis | hirate_allow_many (decisions/s) | allow / allow_many |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+           "not from Redis | hirate_allow_many (decisions/s) | allow / allow_many | "
+           "CPU us/decision allow | CPU us/decision allow_many |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int ti = 0; ti < nt; ti++) {
         for (int pi = 0; pi < np; pi++) {
-            double a[MAX_ROUNDS], m[MAX_ROUNDS];
-            run ra[MAX_ROUNDS];
+            double a[MAX_ROUNDS], m[MAX_ROUNDS], ca[MAX_ROUNDS], cm[MAX_ROUNDS];
+            run ra[MAX_ROUNDS], rm;
             for (int r = 0; r < rounds; r++) {
                 bench_progress("threads %d, pool %d: round %d/%d", threads[ti], pools[pi], r + 1,
                                rounds);
                 if (r % 2 == 0) {
                     ra[r] = run_once(url, threads[ti], pools[pi], keys, 0, seconds);
-                    m[r] = run_once(url, threads[ti], pools[pi], keys, 1, seconds).rate;
+                    rm = run_once(url, threads[ti], pools[pi], keys, 1, seconds);
                 } else {
-                    m[r] = run_once(url, threads[ti], pools[pi], keys, 1, seconds).rate;
+                    rm = run_once(url, threads[ti], pools[pi], keys, 1, seconds);
                     ra[r] = run_once(url, threads[ti], pools[pi], keys, 0, seconds);
                 }
                 a[r] = ra[r].rate;
+                m[r] = rm.rate;
+                ca[r] = ra[r].cpu_us;
+                cm[r] = rm.cpu_us;
             }
             double am = bench_median(a, (size_t)rounds), mm = bench_median(m, (size_t)rounds);
             run mid = ra[0];
             for (int r = 0; r < rounds; r++)
                 if (ra[r].rate == am)
                     mid = ra[r];
-            printf("| %d | %d | %.0f | %.0f | %.0f | %.1f%% | %.0f | %.2f |\n", threads[ti],
-                   pools[pi], am, mid.p50, mid.p99, mid.not_redis * 100, mm, am / mm);
+            printf("| %d | %d | %.0f | %.0f | %.0f | %.1f%% | %.0f | %.2f | %.1f | %.1f |\n",
+                   threads[ti], pools[pi], am, mid.p50, mid.p99, mid.not_redis * 100, mm, am / mm,
+                   bench_median(ca, (size_t)rounds), bench_median(cm, (size_t)rounds));
             fflush(stdout);
             char tag[64];
             snprintf(tag, sizeof tag, "threads_allow_%dt_pool%d", threads[ti], pools[pi]);

@@ -954,12 +954,88 @@ class Doc:
             self.w(line)
         self.w()
 
+    # -- concurrent callers
+
+    CONCURRENT_WHAT = {
+        "c/hirate": "`hirate_allow`, threads sharing one limiter",
+        "c/hirate-batch": "`hirate_allow_many`, 16 per call, threads sharing one limiter",
+        "py/hirate": "`hirate.Limiter`, threads",
+        "py/hirate-async": "`hirate.AsyncLimiter`, asyncio tasks on one loop",
+        "node/rlf": "rate-limiter-flexible `RateLimiterRedis` on ioredis, promises",
+        "go/redis_rate": "go-redis/redis_rate v10, goroutines",
+        "py/redis-py": "redis-py, pure-Python parser, `register_script`, threads",
+        "py/redis-py-hiredis": "redis-py[hiredis], `register_script`, threads",
+    }
+
+    def concurrent(self):
+        r = self.res
+        res = r.get("concurrent")
+        if not res:
+            return
+        p = r["params"]
+        cs = {c["id"]: c for c in r.get("contenders", [])}
+        self.w("## Concurrent callers")
+        self.w()
+        self.w("Many callers sharing one client: threads sharing one `hirate_limiter` (C) or "
+               "`hirate.Limiter`, asyncio tasks sharing one `AsyncLimiter`, and the peers' "
+               "own idiom, on %s keys drawn uniformly, the workload of the comparison above "
+               "(capacity %d, rate %g/s). hirate's blocking client lets a call that finds no "
+               "connection idle ride the round trip in flight (one write carries the calls "
+               "of every thread that waits), and `AsyncLimiter` sends the calls of one loop "
+               "iteration in one write; ioredis pipelines the commands of concurrent promises "
+               "on one connection. `hirate_allow_many` (16 decisions a call) is the ceiling "
+               "hirate's own calls can reach. %s of %.2g s each after %.2g s of warm-up, "
+               "interleaved; medians, spread min–max."
+               % (grp(p["cold_keys"]), p["capacity"], p["rate"],
+                  plural(p["rounds"], "round").capitalize(), p["seconds"], p["warmup"]))
+        self.w()
+        self.w("`make bench` runs it with the rest; alone, after `make bench` has built "
+               "`build-bench` and its contenders (`bench/suite/install.py`):")
+        self.w()
+        self.w("```sh norun")
+        self.w("build-bench/suite/venv/bin/python bench/suite/suite.py --build build-bench \\")
+        self.w("    --setup build-bench/suite/setup.json --out build-bench/concurrent.json \\")
+        self.w("    --phases concurrent --rounds %d --seconds %g --warmup %g"
+               % (p["rounds"], p["seconds"], p["warmup"]))
+        self.w("python3 bench/suite/report.py --results build-bench/concurrent.json --out - "
+               "--img - --section concurrent")
+        self.w("```")
+        self.w()
+        for sc in r.get("concurrent_scenarios", []):
+            self.w("#### %s" % sc["label"])
+            self.w()
+            self.w("| | contender | decisions/s | spread | p50 µs | p99 µs | client CPU µs "
+                   "per decision | of `hirate_allow_many` |")
+            self.w("|---|---|---:|---:|---:|---:|---:|---:|")
+            ceiling = med(res.get("c/hirate-batch", {}).get(sc["id"]) or {}, "rate")
+            for cid in res:
+                s = res[cid].get(sc["id"])
+                c = cs.get(cid, {"lang": cid.split("/")[0], "hirate": cid.split("/")[1]
+                                 .startswith("hirate")})
+                what = self.CONCURRENT_WHAT.get(cid, c.get("label", cid))
+                if c.get("hirate"):
+                    what = "**%s**" % what
+                if not s or "rate" not in s:
+                    why = (s or {}).get("failures", ["not run"])[0]
+                    self.w("| %s | %s | failed (%s) | | | | | |" % (c["lang"], what, why))
+                    continue
+                rate = med(s, "rate")
+                errs = ""
+                if s.get("errors"):
+                    errs = " (%s errors: %s)" % (grp(s["errors"]), s.get("error"))
+                self.w("| %s | %s | %s%s | %s | %s | %s | %s | %s |" % (
+                    c["lang"], what, rate_s(rate), errs, spread(s, "rate", rate_s),
+                    us_s(med(s, "p50_us")), us_s(med(s, "p99_us")), us_s(med(s, "cpu_us")),
+                    "%.2f×" % (rate / ceiling) if ceiling else "–"))
+            self.w()
+
     def render(self):
         self.header()
         if any(self.res.get(k) for k in ("speed", "atomic", "outage", "memory")):
             self.method()
             self.speed_tables()
             self.beyond()
+        self.concurrent()
         self.tls()
         self.cluster()
         self.functions()
@@ -1896,11 +1972,19 @@ def main():
                     "cluster, functions, bands or failover): kept with that phase's results")
     ap.add_argument("--keep-charts", action="store_true",
                     help="draw no charts: keep those the results file names")
+    ap.add_argument("--section", choices=("concurrent",),
+                    help="print only this section of the page, from --results (a run of "
+                    "that phase alone), and write nothing")
     args = ap.parse_args()
     path = Path(args.results)
     res = json.loads(path.read_text()) if path.exists() else None
     if res is None:
         sys.exit("report.py: %s does not exist" % path)
+    if args.section:
+        doc = Doc(res)
+        getattr(doc, args.section)()
+        sys.stdout.write("\n".join(doc.lines).rstrip() + "\n")
+        return
     if args.c_dir:
         res["c_benchmarks"] = read_c(args.c_dir)
     if args.facts:

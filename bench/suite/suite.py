@@ -174,6 +174,9 @@ def contenders():
           phases=("outage",), note="the same as rate-limiter-flexible while Redis is up"),
         C("py/redis-py", "Python: redis-py script", "Python",
           "redis-py `register_script` of hirate's script, threads", "python", "redis-py"),
+        C("py/redis-py-hiredis", "Python: redis-py[hiredis] script", "Python",
+          "redis-py with its hiredis parser (`redis[hiredis]`), `register_script` of hirate's "
+          "script, threads", "python", "redis-py-hiredis"),
         C("py/redis-py-async", "Python: redis-py asyncio script", "Python",
           "redis-py asyncio `register_script`, tasks", "python", "redis-py-async"),
         C("py/limits-moving", "Python: limits moving window", "Python",
@@ -576,6 +579,30 @@ def phase_speed(cs, redis, p, results):
         return r
 
     results["speed"].update(interleaved(runnable, SCENARIOS, p, "peers", one))
+
+
+# The concurrent-callers phase: the clients that share one limiter (or client)
+# among many callers, at 8 and 50 of them, on 100,000 keys: how far their
+# calls share round trips.
+CONCURRENT_SCENARIOS = [
+    {"id": "cold-8", "keys": COLD_KEYS, "concurrency": 8, "label": "100,000 keys, 8 concurrent"},
+    {"id": "cold-50", "keys": COLD_KEYS, "concurrency": 50,
+     "label": "100,000 keys, 50 concurrent"},
+]
+CONCURRENT_IDS = ("c/hirate", "c/hirate-batch", "py/hirate", "py/hirate-async", "node/rlf",
+                  "go/redis_rate", "py/redis-py", "py/redis-py-hiredis")
+
+
+def phase_concurrent(cs, redis, p, results):
+    by_id = {c.id: c for c in cs}
+    runnable = [by_id[i] for i in CONCURRENT_IDS if i in by_id and not by_id[i].reason]
+    step("concurrent callers: %d rounds x %d scenarios x %d contenders, %.2g s each after "
+         "%.2g s of warm-up" % (p.rounds, len(CONCURRENT_SCENARIOS), len(runnable), p.seconds,
+                                p.warmup))
+    results["concurrent"] = interleaved(
+        runnable, CONCURRENT_SCENARIOS, p, "concurrent",
+        lambda c, sc, rnd: speed_run(c, redis, sc, rnd, p))
+    results["concurrent_scenarios"] = CONCURRENT_SCENARIOS
 
 
 def phase_atomic(cs, redis, p, results):
@@ -1805,8 +1832,8 @@ def main():
     ap.add_argument("--memory-keys", type=int)
     ap.add_argument("--only", help="contender ids to run, comma-separated (default: all)")
     ap.add_argument("--phases",
-                    default="speed,atomic,outage,memory,tls,cluster,functions,bands,failover,"
-                    "pieces")
+                    default="speed,concurrent,atomic,outage,memory,tls,cluster,functions,bands,"
+                    "failover,pieces")
     ap.add_argument("--merge", action="store_true",
                     help="write this run's results of the phases run alone (cluster, "
                     "functions, bands, failover) into --out, keeping the rest of it")
@@ -1849,7 +1876,7 @@ def main():
         "runtimes": {k: {"ok": v.get("ok"), "reason": v.get("reason")}
                      for k, v in setup.get("runtimes", {}).items()},
         "speed": {}, "atomic": {}, "outage": {}, "memory": {}, "tls": {}, "cluster": {},
-        "functions": {}, "bands": {}, "failover": {}, "pieces": {},
+        "functions": {}, "bands": {}, "failover": {}, "pieces": {}, "concurrent": {},
     }
     work = tempfile.mkdtemp(prefix="hirate-suite-")
     redis = None
@@ -1861,6 +1888,8 @@ def main():
                             "script_sha1": redis.sha}
         if "speed" in phases:
             phase_speed(cs, redis, p, results)
+        if "concurrent" in phases:
+            phase_concurrent(cs, redis, p, results)
         if "atomic" in phases:
             phase_atomic(cs, redis, p, results)
         if "outage" in phases:
@@ -1890,9 +1919,11 @@ def main():
         old = json.loads(Path(p.out).read_text()) if Path(p.out).exists() else dict(
             results, cluster={}, functions={}, bands={}, failover={}, scenarios=[],
             contenders=[], speed={}, pieces={})
-        for k in ("cluster", "functions", "bands", "failover"):
+        for k in ("cluster", "functions", "bands", "failover", "concurrent"):
             if k in phases:
                 old[k] = results[k]
+        if "concurrent" in phases:
+            old["concurrent_scenarios"] = CONCURRENT_SCENARIOS
         results = old
     tmp = Path(str(p.out) + ".tmp")
     tmp.write_text(json.dumps(results, indent=1) + "\n")

@@ -2,16 +2,18 @@
  * The Redis backend: connection pool, handshake, and round trips shared by
  * the threads that wait for them.
  *
- * A call takes an idle connection, or opens one while the pool has room, and
- * makes its own round trip: a lone caller does nothing else (one look at the
- * queue's head, under the pool lock it takes anyway). A call that finds all
- * pool_size connections busy does not wait for one of its own: it queues (a
- * `rider` on its own stack, with its own condition variable) and rides the
- * next round trip. When a connection comes free, the first queued call is
- * handed it and leads; before it unlocks, the leader takes the other queued
- * calls (up to RIDE_CALLS_MAX calls), then sends its calls and theirs in one
- * write, reads the replies in order into their own places (each caller's
- * arrays, and its message when one of its calls failed), and wakes each one.
+ * A call takes an idle connection, or opens one when none is open, and makes
+ * its own round trip: a lone caller does nothing else (one look at the
+ * queue's head, under the pool lock it takes anyway). A decision that finds
+ * no connection idle while one is open (RIDE_OPEN) does not open one of its
+ * own: it queues (a `rider` on its own stack, with its own semaphore) and
+ * rides the next round trip. When a connection comes free, the first queued
+ * call is handed it and leads; before it unlocks, the leader takes the other
+ * queued calls (up to RIDE_CALLS_MAX calls), then sends its calls and theirs
+ * in one write, reads the replies in order into their own places (each
+ * caller's arrays, and its message when one of its calls failed), and posts
+ * each one's semaphore with no lock held (a rider that woke into the pool
+ * lock would only sleep again on it).
  * So the replies of one write are matched to their callers by position, as
  * in one thread's batch, and proto.c's check of each reply's echoed key
  * still guards every one of them.
@@ -19,7 +21,7 @@
  * What stays as it was:
  *  - each call's own timeout from its start: the leader's round trip ends by
  *    the earliest deadline of the calls it carries; a queued call whose time
- *    runs out leaves the queue with "all connections stayed busy" (nothing
+ *    runs out leaves the queue with "no connection came free" (nothing
  *    was sent), and a call with less than RIDE_LEFT_MIN left is not taken;
  *  - no call sent twice unless it provably did not run: after NOSCRIPT (or
  *    "Function not found") with the code first, after a refusal of Redis
@@ -35,9 +37,17 @@
  *    the connections quietly and forgets the queue (its threads are not
  *    there), as it forgets the idle list;
  *  - the pool bound: no connection is opened for a rider.
+ *
+ * The cost: calls of many threads wait for the round trip in flight, then
+ * their own, where a connection each would have sent at once. On loopback,
+ * where the CPU is the bound, one connection's batches cost half the CPU per
+ * decision; across a network whose round trip dominates, each call waits up
+ * to two of them.
  */
+#define _GNU_SOURCE /* sem_clockwait: a rider's wait on the monotonic clock */
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +93,13 @@ struct hirate_redis {
 
 #define STAT_INC(r, field) __atomic_fetch_add(&(r)->stats.field, 1, __ATOMIC_RELAXED)
 
+/* A decision opens a connection only while fewer than this many are open
+ * (or being opened); past that, finding none idle, it rides the next round
+ * trip. Measured on loopback with 8 and 50 threads (bench_threads' CPU per
+ * decision and allow / allow_many): 1 costs the least, 2 and 4 more, and a
+ * connection for each thread (riding only when the pool is full) twice as
+ * much. Resets and leases still use the whole pool. */
+#define RIDE_OPEN 1
 /* A round trip carries at most this many calls of other threads... */
 #define RIDE_CALLS_MAX 256
 /* ... and only those with this much of their own time left (µs; an eighth
@@ -111,8 +128,20 @@ typedef struct rider {
     conn *c;
     struct rider *next;         /* in the queue, then among a leader's riders */
     struct rider *riders;       /* a leader's: the calls it carries */
-    pthread_cond_t wake;
+    sem_t wake;                 /* posted once for each change to LEAD or DONE */
 } rider;
+
+/* A rider's state is read without the lock once it is posted: the writes
+ * before a change (a leader's replies, ret) come before the change. */
+static inline void set_state(rider *w, int state)
+{
+    __atomic_store_n(&w->state, state, __ATOMIC_RELEASE);
+}
+
+static inline int get_state(rider *w)
+{
+    return __atomic_load_n(&w->state, __ATOMIC_ACQUIRE);
+}
 
 /* ---- one connection -------------------------------------------------------- */
 
@@ -393,9 +422,9 @@ static inline __attribute__((always_inline)) void hand_on(hirate_redis *r, conn 
     rider *w = r->waiting ? NULL : r->qhead;
     if (w) {
         queue_remove(r, w);
-        w->state = LEAD;
+        set_state(w, LEAD);
         w->c = c;
-        pthread_cond_signal(&w->wake);
+        sem_post(&w->wake);
         return;
     }
     c->next = r->idle;
@@ -411,9 +440,9 @@ static void wake_all_to_open(hirate_redis *r)
 {
     for (rider *w = r->qhead, *next; w; w = next) {
         next = w->next;
-        w->state = LEAD;
+        set_state(w, LEAD);
         w->c = NULL;
-        pthread_cond_signal(&w->wake);
+        sem_post(&w->wake);
     }
     r->qhead = r->qtail = NULL;
 }
@@ -436,7 +465,7 @@ static void collect(hirate_redis *r, rider *me)
         if (w->deadline - now < min || calls + w->n > RIDE_CALLS_MAX)
             continue;
         queue_remove(r, w);
-        w->state = RIDING;
+        set_state(w, RIDING);
         w->next = NULL;
         *tail = w;
         tail = &w->next;
@@ -450,48 +479,66 @@ static void timespec_at(struct timespec *ts, int64_t us)
     ts->tv_nsec = (long)(us % 1000000) * 1000L;
 }
 
-/* Waits in the queue until a leader has answered the call (1), gives it a
- * connection to lead with (0, *out), or its time is up (< 0). 2: try again
- * to take or open a connection. Under the lock. */
+/* Waits for a post of w->wake, by deadline (0: no limit): 0, or ETIMEDOUT. */
+static int wait_post(rider *w, int64_t deadline)
+{
+    for (;;) {
+        int rc;
+        if (!deadline) {
+            rc = sem_wait(&w->wake);
+        } else {
+            struct timespec until;
+            timespec_at(&until, deadline);
+            rc = sem_clockwait(&w->wake, CLOCK_MONOTONIC, &until);
+        }
+        if (rc == 0)
+            return 0;
+        if (errno == ETIMEDOUT)
+            return ETIMEDOUT;
+    }
+}
+
+/* Waits in the queue, without the lock, until a leader has answered the
+ * call (1, returned unlocked), gives it a connection to lead with (0, *out),
+ * or its time is up (< 0). 2: try again to take or open a connection. Called
+ * and (but for 1) returns under the lock. */
 static int ride(hirate_redis *r, rider *me, conn **out, char *err, size_t errlen)
 {
-    struct timespec until;
-    timespec_at(&until, me->deadline);
-    me->state = QUEUED;
+    set_state(me, QUEUED);
     me->next = NULL;
     if (r->qtail)
         r->qtail->next = me;
     else
         r->qhead = me;
     r->qtail = me;
-    for (;;) {
-        /* A rider waits without a limit once it is carried: the leader's
-         * round trip ends by the earliest deadline of the calls it carries. */
-        int timed_out = me->state == RIDING
-                        ? (pthread_cond_wait(&me->wake, &r->lock), 0)
-                        : pthread_cond_timedwait(&me->wake, &r->lock, &until) == ETIMEDOUT;
-        if (me->state == DONE)
-            return 1;
-        if (me->state == LEAD) {
-            if (!me->c && hirate_monotonic_us() < me->deadline)
-                return 2;   /* a connection was dropped: try to open one */
-            if (!me->c)
-                break;      /* no time left to open one */
-            if (hirate_monotonic_us() < me->deadline - left_min(r) / 2) {
-                *out = me->c;
-                return 0;
-            }
-            hand_on(r, me->c);   /* too late to send anything: pass it on */
-            break;
-        }
-        if (timed_out && me->state == QUEUED) {
+    pthread_mutex_unlock(&r->lock);
+    if (wait_post(me, me->deadline) != 0) {
+        pthread_mutex_lock(&r->lock);
+        if (get_state(me) == QUEUED) {   /* nothing was sent */
             queue_remove(r, me);
-            break;
+            goto busy;
         }
+        /* Taken by a leader, whose round trip ends by the earliest deadline
+         * of the calls it carries, or just given a connection: the post is
+         * coming. */
+        pthread_mutex_unlock(&r->lock);
+        wait_post(me, 0);
     }
+    /* Posted: DONE (the leader's writes come before its post) or LEAD. */
+    if (get_state(me) == DONE)
+        return 1;
+    pthread_mutex_lock(&r->lock);
+    if (!me->c && hirate_monotonic_us() < me->deadline)
+        return 2;   /* a connection was dropped: try to open one */
+    if (me->c && hirate_monotonic_us() < me->deadline - left_min(r) / 2) {
+        *out = me->c;
+        return 0;
+    }
+    if (me->c)
+        hand_on(r, me->c);   /* too late to send anything: pass it on */
+busy:
     return hirate__fail(err, errlen, HIRATE_ETIMEDOUT,
-                        "all %d Redis connections stayed busy for %d ms", r->pool_size,
-                        r->timeout_ms);
+                        "no Redis connection came free within %d ms", r->timeout_ms);
 }
 
 /* Takes an idle connection, opens a new one while the pool has room (when
@@ -522,7 +569,7 @@ static int acquire(hirate_redis *r, conn **out, rider *me, char *err, size_t err
             pthread_mutex_unlock(&r->lock);
             return 0;
         }
-        if (r->open < r->pool_size) {
+        if (r->open < (me ? RIDE_OPEN : r->pool_size)) {
             int i = 0;
             while (r->slots[i].taken)
                 i++;
@@ -551,9 +598,11 @@ static int acquire(hirate_redis *r, conn **out, rider *me, char *err, size_t err
         if (me) {
             if (!me->deadline) {
                 me->deadline = hirate_monotonic_us() + (int64_t)r->timeout_ms * 1000;
-                init_cond(&me->wake);
+                sem_init(&me->wake, 0, 0);
             }
             int rc = ride(r, me, out, err, errlen);
+            if (rc == 1)
+                return 1;   /* answered, and unlocked */
             if (rc == 2)
                 continue;
             if (rc == 0 && r->qhead)
@@ -904,13 +953,13 @@ static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate
         release(r, c, healthy);
     } else if (rc == 0) {
         rc = carry(r, c, &me, cfg, &healthy);
-        pthread_mutex_lock(&r->lock);
+        /* The riders left the queue: they are the leader's alone, and each
+         * is woken with no lock held, so that it does not wake into one. */
         for (rider *w = me.riders, *next; w; w = next) {
-            next = w->next;   /* w may be gone once it is DONE */
-            w->state = DONE;
-            pthread_cond_signal(&w->wake);
+            next = w->next;   /* w may be gone once it is posted */
+            set_state(w, DONE);   /* its replies, ret and message before it */
+            sem_post(&w->wake);
         }
-        pthread_mutex_unlock(&r->lock);
         release(r, c, healthy);
     } else if (rc == 1) {
         rc = me.ret;   /* a leader carried the calls and filled everything */
@@ -919,7 +968,7 @@ static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate
             rcs[i] = rc;   /* no connection: nothing was sent */
     }
     if (me.deadline)
-        pthread_cond_destroy(&me.wake);
+        sem_destroy(&me.wake);
     return rc;
 }
 

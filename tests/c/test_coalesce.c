@@ -17,6 +17,16 @@
  *   fork():        a child forked while threads call decides through Redis
  *                  on a connection of its own and exits; the parent's
  *                  threads go on, exact.
+ *   default pool:  with pool_size 16, the 64 threads' decisions ride the one
+ *                  connection in flight: exactly the capacity is admitted,
+ *                  one connection is opened;
+ *   kill, restart: Redis is killed and started again (empty) while every
+ *                  thread decides its own key; every call returns a decision,
+ *                  from Redis or the policy with an outage code; on each
+ *                  server a thread's Redis decisions count down one by one
+ *                  from the capacity (none ran twice, none ran unanswered but
+ *                  the ones in flight at the kill), and the new server's
+ *                  buckets hold exactly what its answers said.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -42,6 +52,8 @@ static atomic_int failures;
 
 #define FAIL(...) do { fprintf(stderr, __VA_ARGS__); atomic_fetch_add(&failures, 1); } while (0)
 
+static int pool_size = 2;
+
 static hirate_limiter *make(const char *prefix, int64_t capacity, int on_error, int timeout_ms)
 {
     hirate_options o;
@@ -51,7 +63,7 @@ static hirate_limiter *make(const char *prefix, int64_t capacity, int on_error, 
     o.capacity = capacity;
     o.rate = capacity > 1000000 ? 1e6 : NO_REFILL;
     o.prefix = prefix;
-    o.pool_size = 2;
+    o.pool_size = pool_size;
     o.timeout_ms = timeout_ms;
     o.on_error = on_error;
     o.deny_cache = 0;   /* every call a round trip, so that they can be counted */
@@ -166,9 +178,16 @@ static void one_key_run(const char *prefix, int flush)
         CHECK(c.evalsha + c.eval > THREADS * CALLS);
     }
     CHECK_EQ_I64(c.conns_dropped, 0);
-    CHECK(c.connects <= 2);
-    /* the pool's two and the harness' own connection */
-    CHECK(clients_max <= 3);
+    if (pool_size == 2) {
+        CHECK(c.connects <= 2);
+        /* the pool's two and the harness' own connection */
+        CHECK(clients_max <= 3);
+    } else {
+        /* Decisions open a connection only when none is open: the others
+         * ride its round trips. */
+        CHECK_EQ_I64(c.connects, 1);
+        CHECK(clients_max <= 2);
+    }
     hirate_limiter_free(l);
 }
 
@@ -298,6 +317,110 @@ static void redis_stopped(void)
     hirate_limiter_free(l);
 }
 
+/* ---- Redis killed and restarted: exact accounting on each server ------------------------ */
+
+/* Below 2^53 us to refill at NO_REFILL; a thread calls every 200 us or so,
+ * and stops short of the bottom (a refusal would end the count). */
+enum { KILL_CAPACITY = 9000, KILL_FLOOR = 100 };
+
+typedef struct killed {
+    hirate_limiter *l;
+    atomic_int *stop;
+    char key[32];
+    long redis_old, redis_new, policy;   /* decisions on each server, by the policy */
+    int64_t last;                        /* the last "remaining" Redis gave */
+    atomic_int epoch;                    /* 0: the first server, 1: the new one */
+} killed;
+
+static void *killed_worker(void *arg)
+{
+    killed *a = arg;
+    a->last = KILL_CAPACITY;
+    while (!atomic_load(a->stop)) {
+        hirate_decision d;
+        usleep(200);
+        if (a->last < KILL_FLOOR)
+            continue;
+        int rc = hirate_allow(a->l, a->key, strlen(a->key), 1, &d);
+        if (rc != 0) {
+            FAIL("kill %s: rc %d\n", a->key, rc);
+            continue;
+        }
+        if (d.source == HIRATE_SOURCE_FAIL_CLOSED) {
+            if (d.allowed || (d.error != HIRATE_ECONNECT && d.error != HIRATE_EIO &&
+                              d.error != HIRATE_ETIMEDOUT && d.error != HIRATE_ESERVER))
+                FAIL("kill %s: policy decision allowed %d error %s\n", a->key, d.allowed,
+                     hirate_err_name(d.error));
+            a->policy++;
+            continue;
+        }
+        if (d.source != HIRATE_SOURCE_REDIS || !d.allowed) {
+            FAIL("kill %s: source %d allowed %d\n", a->key, (int)d.source, d.allowed);
+            continue;
+        }
+        if (d.remaining == KILL_CAPACITY - 1 && a->last != KILL_CAPACITY &&
+            !atomic_load(&a->epoch)) {
+            atomic_store(&a->epoch, 1);   /* the first answer of the empty new server */
+        } else if (d.remaining != a->last - 1) {
+            /* Only the calls in flight at the kill may have run unanswered,
+             * and they ran on the old server, before the jump. */
+            FAIL("kill %s: remaining %lld after %lld (server %d)\n", a->key,
+                 (long long)d.remaining, (long long)a->last, a->epoch);
+        }
+        a->last = d.remaining;
+        if (atomic_load(&a->epoch))
+            a->redis_new++;
+        else
+            a->redis_old++;
+    }
+    return NULL;
+}
+
+static void kill_restart(void)
+{
+    hirate_limiter *l = make("co:kill:", KILL_CAPACITY, HIRATE_ON_ERROR_CLOSED, 2000);
+    atomic_int stop = 0;
+    static killed a[THREADS];
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        a[i] = (killed){.l = l, .stop = &stop, .epoch = 0};
+        snprintf(a[i].key, sizeof a[i].key, "thread-%d", i);
+        CHECK_EQ_I64(pthread_create(&t[i], NULL, killed_worker, &a[i]), 0);
+    }
+    usleep(150000);
+    rh_kill(&S);
+    usleep(200000);
+    CHECK_EQ_I64(rh_restart(&S), 0);
+    /* Until every thread has answers from the new server. */
+    int64_t until = mono_us() + 10000000;
+    for (int i = 0; i < THREADS; i++)
+        while (!atomic_load(&a[i].epoch) && mono_us() < until)
+            usleep(10000);
+    usleep(50000);
+    atomic_store(&stop, 1);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    long old = 0, fresh = 0, policy = 0;
+    for (int i = 0; i < THREADS; i++) {
+        old += a[i].redis_old;
+        fresh += a[i].redis_new;
+        policy += a[i].policy;
+        /* What the new server holds is what its answers said: each of its
+         * answers spent one token, and nothing else did. */
+        hirate_decision d;
+        CHECK_EQ_I64(hirate_peek(l, a[i].key, strlen(a[i].key), 1, &d), 0);
+        CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
+        CHECK_EQ_I64(d.remaining, KILL_CAPACITY - a[i].redis_new);
+        CHECK_EQ_I64(atomic_load(&a[i].epoch), 1);
+    }
+    printf("  kill, restart: %ld decisions by the old server, %ld by the policy, %ld by the new "
+           "server\n", old, policy, fresh);
+    CHECK(old > 0);
+    CHECK(policy > 0);
+    CHECK(fresh > 0);
+    hirate_limiter_free(l);
+}
+
 /* ---- fork() while threads call -------------------------------------------------------- */
 
 static void *fork_worker(void *arg)
@@ -376,6 +499,13 @@ int main(void)
     t0 = mono_us();
     redis_stopped();
     printf("  redis stopped: %lld ms\n", (long long)((mono_us() - t0) / 1000));
+    t0 = mono_us();
+    kill_restart();
+    printf("  kill, restart: %lld ms\n", (long long)((mono_us() - t0) / 1000));
+    t0 = mono_us();
+    pool_size = 16;
+    one_key_run("co:pool16:", 0);
+    printf("  default pool: %lld ms\n", (long long)((mono_us() - t0) / 1000));
     CHECK_EQ_I64(atomic_load(&failures), 0);
     rh_stop(&S);
     return check_summary("test_coalesce");

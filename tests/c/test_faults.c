@@ -180,15 +180,15 @@ typedef struct opener {
 static void *opener_main(void *arg)
 {
     opener *o = arg;
-    hirate_decision d;
     pthread_barrier_wait(o->barrier);
-    o->rc = hirate_allow(o->lim, o->key, strlen(o->key), 1, &d);
-    o->allowed = o->rc == 0 && d.allowed && d.source == HIRATE_SOURCE_REDIS;
+    o->rc = hirate_reset(o->lim, o->key, strlen(o->key));
+    o->allowed = o->rc == 0;
     return NULL;
 }
 
 /* Fills the pool with exactly n connections: while the server holds writes
- * (CLIENT PAUSE WRITE), n threads each wait on a connection of their own. */
+ * (CLIENT PAUSE WRITE), n threads each wait on a connection of their own for
+ * a reset (decisions would share one connection's round trips). */
 static int open_connections(hirate_limiter *lim, int n)
 {
     enum { MAX = 8 };

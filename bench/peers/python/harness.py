@@ -7,7 +7,12 @@ protocol of bench/peers/README.md (bench/suite/suite.py drives them):
 
     redis-py        redis-py's register_script of hirate's own script
                     (lua/token_bucket.lua), key "rl:" + key, threads sharing
-                    one client (its connection pool)
+                    one client (its connection pool), replies read by
+                    redis-py's pure-Python parser (asked for by name: redis-py
+                    takes hiredis' whenever the hiredis package is installed)
+    redis-py-hiredis  the same with redis-py's hiredis parser (the hiredis
+                    package, `redis[hiredis]`): what a user who cares about
+                    speed runs
     redis-py-pipeline  the same script, 16 decisions a call: a pipeline
                     (transaction=False) of 16 EVALSHA, the script loaded
                     first, as redis-benchmark -P 16 pipelines 16 calls
@@ -59,7 +64,7 @@ LAT_CAP = 1 << 18
 DRAWS = 1 << 16
 
 ASYNC = {"redis-py-async", "hirate-async"}
-IMPLS = ("redis-py", "redis-py-async", "redis-py-pipeline", "limits-moving", "limits-sliding",
+IMPLS = ("redis-py", "redis-py-hiredis", "redis-py-async", "redis-py-pipeline", "limits-moving", "limits-sliding",
          "limits-stack", "hirate", "hirate-async")
 # The implementations that take --limits (several limits on one key).
 WITH_LIMITS = ("limits-stack", "hirate", "hirate-async")
@@ -94,24 +99,35 @@ def make_decider(c, capacity, rate, sources=False):
     With sources, hirate's decisions are counted by source in SOURCES."""
     timeout = c.timeout_ms / 1000.0
     seeds = cluster_seeds(c.url)
-    if seeds and c.impl not in ("redis-py", "redis-py-pipeline", "hirate"):
-        die("--impl %s: no Redis Cluster here (redis-py, redis-py-pipeline, hirate)" % c.impl)
-    if c.impl in ("redis-py", "redis-py-async", "redis-py-pipeline"):
+    if seeds and c.impl not in ("redis-py", "redis-py-hiredis", "redis-py-pipeline", "hirate"):
+        die("--impl %s: no Redis Cluster here (redis-py, redis-py-hiredis, redis-py-pipeline, "
+            "hirate)" % c.impl)
+    if c.impl in ("redis-py", "redis-py-hiredis", "redis-py-async", "redis-py-pipeline"):
         import redis
         import redis.asyncio
 
         cls = redis.asyncio.Redis if c.impl == "redis-py-async" else redis.Redis
         tls = {"ssl_ca_certs": c.tls_ca_file} if c.tls_ca_file else {}
+        parser = {}
+        if c.impl == "redis-py":
+            from redis._parsers import _RESP2Parser
+            parser["parser_class"] = _RESP2Parser
+        elif c.impl == "redis-py-hiredis":
+            from redis._parsers import _HiredisParser
+            from redis.utils import HIREDIS_AVAILABLE
+            if not HIREDIS_AVAILABLE:
+                die("--impl redis-py-hiredis: the hiredis package is not installed")
+            parser["parser_class"] = _HiredisParser
         if seeds:
             from redis.cluster import ClusterNode, RedisCluster
             client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in seeds],
-                                  socket_timeout=timeout, socket_connect_timeout=0.25)
+                                  socket_timeout=timeout, socket_connect_timeout=0.25, **parser)
         else:
             client = cls.from_url(c.url, socket_timeout=timeout, socket_connect_timeout=0.25,
-                                  **tls)
+                                  **tls, **parser)
         script = client.register_script(script_source())
         args = [capacity, rate_arg(rate), 1, 1]
-        if c.impl == "redis-py":
+        if c.impl in ("redis-py", "redis-py-hiredis"):
             def decide(key):
                 return script(keys=["rl:" + key], args=args)[0] == 1
             return decide, client.close

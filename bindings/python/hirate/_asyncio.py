@@ -183,7 +183,7 @@ class _Call:
     the failure of the connection) whether or not its caller still waits;
     fut then tells the caller."""
 
-    __slots__ = ("op", "leg", "fut", "deadline", "timer", "timeout", "cancelled")
+    __slots__ = ("op", "leg", "fut", "deadline", "timeout", "cancelled")
 
     def __init__(self, op, leg, fut, deadline, timeout):
         self.op = op
@@ -191,7 +191,6 @@ class _Call:
         self.fut = fut
         self.deadline = deadline    # loop time: its reply is due by then
         self.timeout = timeout      # seconds, for the message
-        self.timer = None
         self.cancelled = False      # its caller gave up (the call still runs)
 
     def request(self):
@@ -200,8 +199,6 @@ class _Call:
 
     def settle(self, failure=None):
         """Its replies came (failure None), or the connection failed it."""
-        if self.timer is not None:
-            self.timer.cancel()
         if failure is not None:
             # A caller who gave up learns nothing from an outage, and the
             # breaker learns nothing from a caller who gave up.
@@ -237,6 +234,8 @@ class _Conn(asyncio.Protocol):
         self.out = []         # calls whose requests go in the next write
         self.retiring = False # the core said close it: no new call, closed once idle
         self.joinable = False # a write of this loop iteration is still open (out)
+        self.timer = None     # the loop's timer for the earliest deadline of its calls
+        self.timer_at = 0.0   # (or of a call answered since: see _check)
 
     @property
     def depth(self):
@@ -284,6 +283,9 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc):
         self.closed = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         # Kept for the next call when none is waiting: a TLS 1.3 server that
         # refuses the client certificate says so right after the handshake,
         # before the first request goes out.
@@ -326,7 +328,13 @@ class _Conn(asyncio.Protocol):
     def submit(self, call):
         """call's request goes in this connection's next write."""
         loop = self.pool.loop
-        call.timer = loop.call_at(call.deadline, self._expire, call)
+        # One timer for the connection, not one a call: it is set for the
+        # earliest deadline among its calls and, when it fires, looks at
+        # every call (_check). The deadlines of a single Redis' calls come
+        # in the order of their calls, so it is set once per timeout, not
+        # once per call.
+        if self.timer is None or call.deadline < self.timer_at:
+            self._arm(call.deadline)
         if not self.sent and not self.out and not self.joinable:
             # An idle connection: at once, as a lone caller's; the calls
             # made in the rest of this loop iteration join the next write.
@@ -381,18 +389,36 @@ class _Conn(asyncio.Protocol):
             if not sent:
                 self.abort()
 
-    def _expire(self, call):
-        """call's reply is not there by its deadline: it may have run, so no
-        retry; the calls sent with it on this connection are in doubt too,
-        and the connection goes, so that a late reply is never read as
-        another call's answer. A call not yet sent (its op's rounds left it
-        almost no time) is taken back: it times out without being sent."""
-        if self.unsend(call):
+    def _arm(self, when):
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = self.pool.loop.call_at(when, self._check)
+        self.timer_at = when
+
+    def _check(self):
+        """The timer: a call whose reply is not there by its deadline may
+        have run, so no retry; the calls sent with it on this connection are
+        in doubt too, and the connection goes, so that a late reply is never
+        read as another call's answer. A call not yet sent (its op's rounds
+        left it almost no time) is taken back: it times out without being
+        sent. Then the timer is set for the earliest deadline left."""
+        self.timer = None
+        if self.closed:
+            return
+        now = self.pool.loop.time()
+        for call in [c for c in self.out if c.deadline <= now]:
+            self.out.remove(call)
             call.settle(_Failure(_hirate.ETIMEDOUT, "no reply from Redis within %d ms"
                                  % _ms(call.timeout)))
-        elif call in self.sent:
+        late = next((c for c in self.sent if c.deadline <= now), None)
+        if late is not None:
             self._fail_all(_Failure(_hirate.ETIMEDOUT, "no reply from Redis within %d ms"
-                                    % _ms(call.timeout)))
+                                    % _ms(late.timeout)))
+            return
+        soonest = min([c.deadline for c in self.sent] + [c.deadline for c in self.out],
+                      default=None)
+        if soonest is not None:
+            self._arm(soonest)
 
     def unsend(self, call):
         """Takes call back if its request has not gone: True then."""
@@ -400,8 +426,6 @@ class _Conn(asyncio.Protocol):
             self.out.remove(call)
         except ValueError:
             return False
-        if call.timer is not None:
-            call.timer.cancel()
         return True
 
     def _elsewhere(self):
@@ -409,8 +433,6 @@ class _Conn(asyncio.Protocol):
         place them again."""
         out, self.out = self.out, []
         for call in out:
-            if call.timer is not None:
-                call.timer.cancel()
             if not call.fut.done():
                 call.fut.set_result(_AGAIN)
             else:   # its caller gave up before it was sent
@@ -432,6 +454,9 @@ class _Conn(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         try:
             self.transport.abort()
         except RuntimeError:
