@@ -31,7 +31,7 @@
  *    closes that connection only, and every call it carried gets the failure:
  *    it may have run. The queued calls then try to open connections (the
  *    link's backoff lets one through and fails the rest fast);
- *  - the deny cache and the breaker: limiter.c sees each caller's calls
+ *  - the deny cache and the breaker: decide.c sees each caller's calls
  *    answered as if its own round trip had answered them;
  *  - fork(): the pool lock is held across it; the child closes its copies of
  *    the connections quietly and forgets the queue (its threads are not
