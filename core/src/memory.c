@@ -31,9 +31,10 @@
  * entry another key will reuse; keys of many different sizes can leave more
  * of them: at most max_keys per size class of 16 bytes).
  *
- * The clock: CLOCK_MONOTONIC through the vDSO, read once per decision (the
- * answers depend on every microsecond: a coarse or cached clock would change
- * them, and an rdtsc of our own would drift from it). hirate_allow passes no
+ * The clock (core/src/clock.c): CLOCK_MONOTONIC through the vDSO, read once
+ * per decision (the answers depend on every microsecond: a coarse or cached
+ * clock would change them, and an rdtsc of our own would drift from it).
+ * hirate_allow passes no
  * time, and the clock is read here once the bucket is found and locked: the
  * vDSO's read is fenced (lfence; rdtsc), and read before the lookup it made
  * the lookup's cache misses wait for it, which cost twice the read itself
@@ -47,8 +48,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 
+#include "clock.h"
 #include "memory.h"
 
 #define SHARDS_MAX 64
@@ -702,11 +703,4 @@ void hirate_memory_unlock_all(hirate_memory *m)
         lock_entries(&m->shards[i], 0);
         pthread_mutex_unlock(&m->shards[i].lock);
     }
-}
-
-int64_t hirate_monotonic_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
