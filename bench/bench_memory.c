@@ -303,7 +303,8 @@ int main(int argc, char **argv)
     size_t nkeys = (size_t)bench_opt_num(argc, argv, "--keys", 10000);
     size_t store = (size_t)bench_opt_num(argc, argv, "--store-keys", 1000000);
     const char *summary = bench_opt(argc, argv, "--summary", NULL);
-    /* e.g. "--only allow_api_1t": one configuration, for profiling with perf. */
+    /* e.g. "--only allow_api_1t" (or _2t, _2t_disjoint): one configuration,
+     * for profiling with perf and for comparing builds side by side. */
     const char *only = bench_opt(argc, argv, "--only", NULL);
     if (runs < 1 || runs > MAX_RUNS || seconds <= 0 || nkeys < 2 || store < 1) {
         fprintf(stderr, "bench_memory: bad arguments\n");
@@ -332,11 +333,12 @@ int main(int argc, char **argv)
         for (int injected = 0; injected <= 1; injected++) {
             char tag[64];
             if (only) {
-                for (int t = 1; t <= 2; t++) {
-                    snprintf(tag, sizeof tag, "%s_%s_%dt", workloads[wi].tag,
-                             injected ? "inj" : "api", t);
+                for (int t = 1; t <= 3; t++) {   /* 3: two threads, disjoint keys */
+                    snprintf(tag, sizeof tag, "%s_%s_%s", workloads[wi].tag,
+                             injected ? "inj" : "api", t == 1 ? "1t" : t == 2 ? "2t" : "2t_disjoint");
                     if (strcmp(tag, only) == 0) {
-                        result r = measure(&workloads[wi], &keys, injected, t, 0, seconds, runs);
+                        result r = measure(&workloads[wi], &keys, injected, t == 1 ? 1 : 2, t == 3,
+                                           seconds, runs);
                         printf("| %s | %.2f M/s |\n", tag, r.median / 1e6);
                     }
                 }
