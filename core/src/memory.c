@@ -14,7 +14,11 @@
  * store), checks the entry still holds its key, decides, and lets go. Two
  * threads on different keys then write only their own entries, never a
  * shard's lock or queue, so the table scales with cores; one thread pays
- * one atomic instead of pthread_mutex_lock and _unlock.
+ * one atomic instead of pthread_mutex_lock and _unlock. For the same reason
+ * entries are cut from slabs of whole cache lines (a 48-byte entry and a key
+ * of up to 16 bytes fill one line): a decision writes its entry, and no
+ * other key's entry is on that line. Shards are line-aligned too, and the
+ * counters a decision adds to are striped by thread (metrics.h).
  *
  * What takes the shard's mutex: a key that is not stored (insert, eviction,
  * the table growing), a reset, and the counters. Those change chains while
