@@ -20,8 +20,9 @@
  *
  * Bytes per key: M keys of 16 bytes go into one table (hirate_memory through
  * core/src/memory.h, with room for 2*M so that nothing is evicted), and both
- * the table's own count (hirate_memory_bytes: malloc_usable_size of every
- * entry plus the slot arrays) and the growth of the resident set are divided
+ * the table's own count (hirate_memory_bytes: malloc_usable_size of the
+ * slabs the entries are cut from, plus the slot arrays) and the growth of
+ * the resident set are divided
  * by the number of keys held.
  */
 #define _GNU_SOURCE
@@ -280,7 +281,7 @@ static void bytes_per_key(size_t nkeys, const char *summary)
            bench_group(c1, sizeof c1, (double)nkeys), KEYLEN);
     printf("| measure | bytes per key | without the %d key bytes |\n", KEYLEN);
     printf("|---|---:|---:|\n");
-    printf("| `hirate_memory_bytes()` / keys held (malloc_usable_size of each entry + slot "
+    printf("| `hirate_memory_bytes()` / keys held (malloc_usable_size of the entries' slabs + slot "
            "arrays) | %.1f | %.1f |\n", per_key, per_key - KEYLEN);
     printf("| resident set growth (`/proc/self/statm`) / keys held | %.1f | %.1f |\n\n",
            rss_per_key, rss_per_key - KEYLEN);
