@@ -20,8 +20,9 @@
  *
  * Bytes per key: M keys of 16 bytes go into one table (hirate_memory through
  * core/src/memory.h, with room for 2*M so that nothing is evicted), and both
- * the table's own count (hirate_memory_bytes: malloc_usable_size of every
- * entry plus the slot arrays) and the growth of the resident set are divided
+ * the table's own count (hirate_memory_bytes: malloc_usable_size of the
+ * slabs the entries are cut from, plus the slot arrays) and the growth of
+ * the resident set are divided
  * by the number of keys held.
  */
 #define _GNU_SOURCE
@@ -280,7 +281,7 @@ static void bytes_per_key(size_t nkeys, const char *summary)
            bench_group(c1, sizeof c1, (double)nkeys), KEYLEN);
     printf("| measure | bytes per key | without the %d key bytes |\n", KEYLEN);
     printf("|---|---:|---:|\n");
-    printf("| `hirate_memory_bytes()` / keys held (malloc_usable_size of each entry + slot "
+    printf("| `hirate_memory_bytes()` / keys held (malloc_usable_size of the entries' slabs + slot "
            "arrays) | %.1f | %.1f |\n", per_key, per_key - KEYLEN);
     printf("| resident set growth (`/proc/self/statm`) / keys held | %.1f | %.1f |\n\n",
            rss_per_key, rss_per_key - KEYLEN);
@@ -303,7 +304,8 @@ int main(int argc, char **argv)
     size_t nkeys = (size_t)bench_opt_num(argc, argv, "--keys", 10000);
     size_t store = (size_t)bench_opt_num(argc, argv, "--store-keys", 1000000);
     const char *summary = bench_opt(argc, argv, "--summary", NULL);
-    /* e.g. "--only allow_api_1t": one configuration, for profiling with perf. */
+    /* e.g. "--only allow_api_1t" (or _2t, _2t_disjoint): one configuration,
+     * for profiling with perf and for comparing builds side by side. */
     const char *only = bench_opt(argc, argv, "--only", NULL);
     if (runs < 1 || runs > MAX_RUNS || seconds <= 0 || nkeys < 2 || store < 1) {
         fprintf(stderr, "bench_memory: bad arguments\n");
@@ -332,11 +334,12 @@ int main(int argc, char **argv)
         for (int injected = 0; injected <= 1; injected++) {
             char tag[64];
             if (only) {
-                for (int t = 1; t <= 2; t++) {
-                    snprintf(tag, sizeof tag, "%s_%s_%dt", workloads[wi].tag,
-                             injected ? "inj" : "api", t);
+                for (int t = 1; t <= 3; t++) {   /* 3: two threads, disjoint keys */
+                    snprintf(tag, sizeof tag, "%s_%s_%s", workloads[wi].tag,
+                             injected ? "inj" : "api", t == 1 ? "1t" : t == 2 ? "2t" : "2t_disjoint");
                     if (strcmp(tag, only) == 0) {
-                        result r = measure(&workloads[wi], &keys, injected, t, 0, seconds, runs);
+                        result r = measure(&workloads[wi], &keys, injected, t == 1 ? 1 : 2, t == 3,
+                                           seconds, runs);
                         printf("| %s | %.2f M/s |\n", tag, r.median / 1e6);
                     }
                 }

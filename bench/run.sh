@@ -16,7 +16,9 @@
 #                                       # bands phase), about 2 minutes
 #
 # 1. hirate alone, the C benchmarks of BUILD_DIR/bench: it starts its own
-#    redis-server on a free loopback port (and stops it), runs bench_memory,
+#    redis-server on a free loopback port (and stops it), runs bench_memory
+#    and bench/memory_peers.sh (the memory backend next to Rust's governor
+#    and Go's x/time/rate, built with cargo and go when they are installed),
 #    then against that server bench_redis, bench_denycache, bench_batch (next
 #    to redis-benchmark) and bench_calls under valgrind --tool=callgrind; then
 #    bench_calls again over TLS, against a redis-server of its own that
@@ -79,8 +81,9 @@
 # (redis-cli, redis-benchmark), valgrind, python3-venv, nginx,
 # libnginx-mod-http-lua, luajit2, lua5.4, wrk; and to build: cmake, gcc,
 # pkg-config, libhiredis-dev, liblua5.4-dev, libluajit2-5.1-dev. Go (1.26)
-# and Node.js (18 or later, with npm) come from outside Debian 12; without
-# them their contenders are reported missing.
+# and Node.js (18 or later, with npm) come from outside Debian 12, and so
+# does cargo (rustup; tools/deps.sh bench installs it); without them their
+# contenders are reported missing.
 set -euo pipefail
 
 usage() { echo "usage: [QUICK=1] $0 BUILD_DIR [cluster|functions|bands|failover]" >&2; exit 2; }
@@ -261,6 +264,9 @@ SUMMARY="$CDIR/summary.txt"
 step "memory backend: 12 configurations x $RUNS runs x ${SECONDS_EACH}s, then $STORE_KEYS keys"
 "$BIN/bench_memory" --seconds "$SECONDS_EACH" --runs "$RUNS" --store-keys "$STORE_KEYS" \
     --summary "$SUMMARY" >"$WORK/memory.md"
+step "memory backend next to governor and x/time/rate: $RUNS interleaved rounds x ${SECONDS_EACH}s (bench/memory_peers.sh)"
+MEMORY_PEERS_SUMMARY=$SUMMARY "$ROOT/bench/memory_peers.sh" "$BUILD" "$SECONDS_EACH" "$RUNS" \
+    >>"$WORK/memory.md"
 
 # ---- 2. Redis path ----------------------------------------------------------------------
 step "starting redis-server"

@@ -14,7 +14,11 @@
  * store), checks the entry still holds its key, decides, and lets go. Two
  * threads on different keys then write only their own entries, never a
  * shard's lock or queue, so the table scales with cores; one thread pays
- * one atomic instead of pthread_mutex_lock and _unlock.
+ * one atomic instead of pthread_mutex_lock and _unlock. For the same reason
+ * entries are cut from slabs of whole cache lines (a 48-byte entry and a key
+ * of up to 16 bytes fill one line): a decision writes its entry, and no
+ * other key's entry is on that line. Shards are line-aligned too, and the
+ * counters a decision adds to are striped by thread (metrics.h).
  *
  * What takes the shard's mutex: a key that is not stored (insert, eviction,
  * the table growing), a reset, and the counters. Those change chains while
@@ -31,9 +35,10 @@
  * entry another key will reuse; keys of many different sizes can leave more
  * of them: at most max_keys per size class of 16 bytes).
  *
- * The clock: CLOCK_MONOTONIC through the vDSO, read once per decision (the
- * answers depend on every microsecond: a coarse or cached clock would change
- * them, and an rdtsc of our own would drift from it). hirate_allow passes no
+ * The clock (core/src/clock.c): CLOCK_MONOTONIC through the vDSO, read once
+ * per decision (the answers depend on every microsecond: a coarse or cached
+ * clock would change them, and an rdtsc of our own would drift from it).
+ * hirate_allow passes no
  * time, and the clock is read here once the bucket is found and locked: the
  * vDSO's read is fenced (lfence; rdtsc), and read before the lookup it made
  * the lookup's cache misses wait for it, which cost twice the read itself
@@ -47,8 +52,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 
+#include "clock.h"
 #include "memory.h"
 
 #define SHARDS_MAX 64
@@ -73,15 +78,36 @@ typedef struct entry {
     double tokens;                /* the first band's bucket, under the entry's lock */
     int64_t ts;
     uint32_t hash;                /* atomic: read before taking the lock */
-    uint16_t keylen;              /* under the entry's lock (or the mutex) */
+    uint16_t keylen;              /* under the entry's lock (or the mutex); an
+                                     entry is reused only for a key of the same
+                                     room (ROOM(keylen)), so it also says that */
     uint8_t lock;                 /* the entry's lock */
-    uint8_t used;                 /* used since it last came up for eviction */
-    uint8_t live;                 /* 0 once evicted or reset (a spare) */
-    uint8_t room;                 /* key bytes it has room for, / KEY_STEP */
-    unsigned char key[];          /* then, after room * KEY_STEP bytes, the
+    uint8_t used : 1;             /* used since it last came up for eviction */
+    uint8_t live : 1;             /* 0 once evicted or reset (a spare); both
+                                     bits under the entry's lock */
+    unsigned char key[];          /* then, after ROOM(keylen) bytes, the
                                      buckets of bands 2 .. n and, in a stamped
                                      table, the time it was stored (unaligned) */
-} entry;
+} entry;   /* 48 bytes: with a key of up to 16 bytes, one cache line */
+
+_Static_assert(sizeof(void *) != 8 || sizeof(entry) == 48, "an entry and a 16-byte key in a line");
+
+/* The key bytes an entry of a key of n bytes has room for. */
+#define ROOM(n) (((size_t)(n) + KEY_STEP - 1) / KEY_STEP * KEY_STEP)
+
+/* Entries are cut from slabs of whole cache lines, so that a decision (which
+ * writes its entry: the lock, the bucket) never writes a line that holds
+ * another key's entry: two threads on different keys then share no line.
+ * malloc packed entries at 80 bytes, so neighbours shared lines, and two
+ * threads on disjoint keys made 1.2 times one thread's decisions. Slabs
+ * grow from SLAB_FIRST to SLAB_MAX bytes; entries are never freed one by
+ * one (spares are reused), so a slab goes when the table does. */
+#define LINE 64
+#define SLAB_FIRST 1024
+#define SLAB_MAX 65536
+typedef struct slab {
+    struct slab *prev;
+} slab;
 
 /* The slots of a shard; a larger one replaces it as the shard grows. */
 typedef struct table {
@@ -98,6 +124,9 @@ typedef struct shard {
     uint32_t count, cap;
     entry *newest, *oldest;
     entry *spare[SPARE_CLASSES];
+    slab *slabs;                  /* the newest slab; each links the one before */
+    size_t slab_size;             /* of the newest */
+    size_t slab_used;             /* its bytes given out */
     size_t bytes;                 /* entries (live and spare) and slot arrays,
                                      as malloc holds them */
 } __attribute__((aligned(64))) shard;   /* cache lines of its own: no false sharing */
@@ -214,7 +243,7 @@ static inline void load_bands(const hirate_memory *m, const entry *e, hirate_buc
     b[0].tokens = e->tokens;
     b[0].ts = e->ts;
     if (m->nbands > 1)
-        memcpy(b + 1, e->key + (size_t)e->room * KEY_STEP, (m->nbands - 1) * sizeof *b);
+        memcpy(b + 1, e->key + ROOM(e->keylen), (m->nbands - 1) * sizeof *b);
 }
 
 static inline void store_bands(const hirate_memory *m, entry *e, const hirate_bucket *b)
@@ -222,13 +251,13 @@ static inline void store_bands(const hirate_memory *m, entry *e, const hirate_bu
     e->tokens = b[0].tokens;
     e->ts = b[0].ts;
     if (m->nbands > 1)
-        memcpy(e->key + (size_t)e->room * KEY_STEP, b + 1, (m->nbands - 1) * sizeof *b);
+        memcpy(e->key + ROOM(e->keylen), b + 1, (m->nbands - 1) * sizeof *b);
 }
 
 /* A stamped table's entry: when it was stored. */
 static inline unsigned char *stamp_of(const hirate_memory *m, entry *e)
 {
-    return e->key + (size_t)e->room * KEY_STEP + (m->nbands - 1) * sizeof(hirate_bucket);
+    return e->key + ROOM(e->keylen) + (m->nbands - 1) * sizeof(hirate_bucket);
 }
 
 static inline void stamp(const hirate_memory *m, entry *e, int64_t now)
@@ -330,8 +359,8 @@ static void remove_entry(hirate_memory *m, shard *s, entry **pp)
     moves_end(s);
     unlink_recency(s, e);
     s->count--;
-    e->newer = s->spare[e->room - 1];
-    s->spare[e->room - 1] = e;
+    e->newer = s->spare[ROOM(e->keylen) / KEY_STEP - 1];
+    s->spare[ROOM(e->keylen) / KEY_STEP - 1] = e;
 }
 
 /* Makes room for one more bucket in a full shard, looking at the EVICT_SCAN
@@ -413,6 +442,29 @@ static void grow(shard *s)
     s->bytes += malloc_usable_size(t);
 }
 
+/* Under the mutex: size bytes (a multiple of LINE) on their own cache lines. */
+static void *slab_take(shard *s, size_t size)
+{
+    if (!s->slabs || s->slab_used + size > s->slab_size) {
+        size_t n = s->slabs ? s->slab_size * 2 : SLAB_FIRST;
+        if (n > SLAB_MAX)
+            n = SLAB_MAX;
+        while (n < LINE + size)
+            n *= 2;
+        slab *sl = aligned_alloc(LINE, n);
+        if (!sl)
+            return NULL;
+        sl->prev = s->slabs;
+        s->slabs = sl;
+        s->slab_size = n;
+        s->slab_used = LINE;   /* the link's line */
+        s->bytes += malloc_usable_size(sl);
+    }
+    void *p = (unsigned char *)s->slabs + s->slab_used;
+    s->slab_used += size;
+    return p;
+}
+
 static entry *insert(hirate_memory *m, shard *s, const hirate_bucket_cfg *cfg, uint32_t hash,
                      const void *key, size_t keylen, const hirate_bucket *state, int64_t now)
 {
@@ -420,21 +472,20 @@ static entry *insert(hirate_memory *m, shard *s, const hirate_bucket_cfg *cfg, u
         evict_one(m, s, cfg, now);
     else if (s->count > s->tab->mask)
         grow(s);
-    size_t room = (keylen + KEY_STEP - 1) / KEY_STEP;
+    size_t room = ROOM(keylen) / KEY_STEP;
     entry *e = s->spare[room - 1];
     if (e) {
         s->spare[room - 1] = e->newer;
         /* a reader may still hold it from before: it sees the new key */
         entry_lock(e);
     } else {
-        e = malloc(sizeof *e + room * KEY_STEP + (m->nbands - 1) * sizeof(hirate_bucket) +
-                   (m->stamped ? sizeof(int64_t) : 0));
+        size_t size = sizeof *e + room * KEY_STEP + (m->nbands - 1) * sizeof(hirate_bucket) +
+                      (m->stamped ? sizeof(int64_t) : 0);
+        e = slab_take(s, (size + LINE - 1) / LINE * LINE);
         if (!e)
             return NULL;
         e->lock = 1;
-        e->room = (uint8_t)room;
         e->next = NULL;
-        s->bytes += malloc_usable_size(e);
     }
     __atomic_store_n(&e->hash, hash, __ATOMIC_RELAXED);
     e->keylen = (uint16_t)keylen;
@@ -497,15 +548,9 @@ void hirate_memory_free(hirate_memory *m)
         return;
     for (unsigned i = 0; i < m->nshards; i++) {
         shard *s = &m->shards[i];
-        for (entry *e = s->oldest, *next; e; e = next) {
-            next = e->newer;
-            free(e);
-        }
-        for (int c = 0; c < SPARE_CLASSES; c++) {
-            for (entry *e = s->spare[c], *next; e; e = next) {
-                next = e->newer;
-                free(e);
-            }
+        for (slab *sl = s->slabs, *prev; sl; sl = prev) {   /* every entry */
+            prev = sl->prev;
+            free(sl);
         }
         for (table *t = s->tab, *prev; t; t = prev) {
             prev = t->prev;
@@ -702,11 +747,4 @@ void hirate_memory_unlock_all(hirate_memory *m)
         lock_entries(&m->shards[i], 0);
         pthread_mutex_unlock(&m->shards[i].lock);
     }
-}
-
-int64_t hirate_monotonic_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }

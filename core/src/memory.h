@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "bucket.h"
+#include "clock.h"   /* hirate_monotonic_us, for the callers of the table */
 
 typedef struct hirate_memory hirate_memory;
 
@@ -58,8 +59,5 @@ void hirate_memory_unlock_all(hirate_memory *m);
 
 /* The table's seeded hash of a key (the shared table's too). */
 uint64_t hirate_key_hash(const void *key, size_t keylen, uint64_t seed);
-
-/* CLOCK_MONOTONIC in microseconds. */
-int64_t hirate_monotonic_us(void);
 
 #endif

@@ -25,3 +25,8 @@ set_tests_properties(test_coalesce PROPERTIES LABELS tsan)
 # message; a batch's items each theirs (its own redis-server).
 hirate_add_test(test_errmsg test_errmsg.c)
 set_tests_properties(test_errmsg PROPERTIES LABELS tsan)
+
+# 64 threads on the memory backend, disjoint and shared keys, through the
+# real clock: exactly capacity x keys admitted.
+hirate_add_test(test_memory_threads test_memory_threads.c)
+set_tests_properties(test_memory_threads PROPERTIES LABELS tsan)
