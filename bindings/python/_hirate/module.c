@@ -111,18 +111,22 @@ PyObject *raise_codef(hstate *st, int code, const char *fmt, ...)
 /* ---------------------------------------------------------- the core's log */
 
 /* The core's log callback: each event becomes a record of the standard
- * logger "hirate" (HIRATE_LOG_WARNING as logging.WARNING, HIRATE_LOG_INFO as
- * logging.INFO). The core calls it from whichever thread learnt the event: a
- * call of Limiter running without the GIL, a thread Python never saw, or an
- * AsyncLimiter's feed with the GIL held; PyGILState_Ensure serves all three.
- * The core never calls it per call, so looking the logger up each time
- * costs nothing that matters and holds no object past an interpreter's
- * life. Nothing may escape into the core: an exception pending before is
- * kept, and one raised here is dropped (logging reports its handlers' own
- * failures through Handler.handleError already). */
+ * logger "hirate" of the interpreter that made the limiter (arg), with
+ * HIRATE_LOG_WARNING as logging.WARNING and HIRATE_LOG_INFO as logging.INFO.
+ * The core calls it from whichever thread learnt the event: a call of
+ * Limiter running without the GIL, or an AsyncLimiter's feed with the GIL
+ * held. Either way the thread's own thread state is of that interpreter,
+ * and PyGILState_Ensure takes it back (or finds it holding the GIL); a
+ * thread whose thread state is another interpreter's, or that has none, is
+ * given one of arg's for the call, so a record never goes to another
+ * interpreter's logging. The core never calls it per call, so looking the
+ * logger up each time costs nothing that matters and holds no object past
+ * an interpreter's life. Nothing may escape into the core: an exception
+ * pending before is kept, and one raised here is dropped (logging reports
+ * its handlers' own failures through Handler.handleError already). */
 void log_to_python(void *arg, int level, const char *msg)
 {
-    (void)arg;
+    PyInterpreterState *interp = arg;
 #if PY_VERSION_HEX >= 0x030D0000
     if (Py_IsFinalizing())
         return;
@@ -130,7 +134,15 @@ void log_to_python(void *arg, int level, const char *msg)
     if (_Py_IsFinalizing())
         return;
 #endif
-    PyGILState_STATE g = PyGILState_Ensure();
+    PyThreadState *own = PyGILState_GetThisThreadState(), *temp = NULL;
+    PyGILState_STATE g = PyGILState_UNLOCKED;
+    if (own && PyThreadState_GetInterpreter(own) == interp) {
+        g = PyGILState_Ensure();
+    } else {
+        if (!(temp = PyThreadState_New(interp)))
+            return;
+        PyEval_RestoreThread(temp);
+    }
 #if PY_VERSION_HEX >= 0x030C0000
     PyObject *pending = PyErr_GetRaisedException();
 #else
@@ -156,7 +168,12 @@ void log_to_python(void *arg, int level, const char *msg)
 #else
     PyErr_Restore(ptype, pvalue, ptb);
 #endif
-    PyGILState_Release(g);
+    if (temp) {
+        PyThreadState_Clear(temp);
+        PyThreadState_DeleteCurrent();
+    } else {
+        PyGILState_Release(g);
+    }
 }
 
 /* ----------------------------------------------------------------- module */
@@ -563,8 +580,22 @@ static void module_free(void *m)
     module_clear((PyObject *)m);
 }
 
+/* Every interpreter has a module of its own: its state, its types and
+ * exceptions, its limiters. What the process shares is safe under several
+ * GILs: the fork generation is atomic, the atfork handler is installed
+ * once (pthread_once), the log callback takes the limiter's own
+ * interpreter, and the core is thread-safe. The module still relies on a
+ * GIL to serialise the calls on one object (a Limiter's counts of running
+ * calls and of live Ops, an Op's state, the attributes made when first
+ * asked for), so it does not declare Py_MOD_GIL_NOT_USED. */
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, (void *)module_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    {Py_mod_gil, Py_MOD_GIL_USED},
+#endif
     {0, NULL},
 };
 

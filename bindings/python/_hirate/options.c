@@ -415,9 +415,9 @@ PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
             goto done;
         o.functions = v;
     }
-    /* Events for the "hirate" logger; the callback needs no argument. */
+    /* Events for the "hirate" logger of the interpreter making the limiter. */
     o.log = log_to_python;
-    o.log_arg = NULL;
+    o.log_arg = PyInterpreterState_Get();
     /* The file names as bytes, kept until the core has copied them. */
     static const char *const file_names[4] = {"tls_ca_file", "tls_ca_dir", "tls_cert_file",
                                               "tls_key_file"};
