@@ -379,16 +379,20 @@ PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     if (deny_cache_max && duration_option(st, deny_cache_max, "deny_cache_max", &o) < 0)
         goto done;
     if (max_keys) {
+        /* The core checks the range (a size_t, which -1 would not fit). */
         long long v;
-        int r = int_value(max_keys, "max_keys", &v);
+        char why[HIRATE_ERRMSG_SIZE];
+        int r = int_value(max_keys, "max_keys", &v), rc;
         if (r < 0)
             goto done;
-        if (r || v < 1 || (unsigned long long)v > SIZE_MAX) {
-            raise_codef(st, HIRATE_EOPTION, "max_keys must be from 1 to 4000000000, got %S",
-                        max_keys);
+        if (r) {
+            raise_codef(st, HIRATE_EOPTION, "max_keys is out of range, got %S", max_keys);
             goto done;
         }
-        o.max_keys = (size_t)v;
+        if ((rc = hirate_options_set_max_keys(&o, v, why, sizeof why)) < 0) {
+            raise_code(st, rc, why);
+            goto done;
+        }
     }
     if (server_name != Py_None &&
         !(o.tls_server_name = c_string(st, server_name, "tls_server_name", HIRATE_EOPTION)))
