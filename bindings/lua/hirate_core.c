@@ -850,12 +850,16 @@ static int opt_c_int(lua_State *L, const char *name, int dflt)
     return (int)v;
 }
 
-/* A whole-number option of the range [lo, hi], as the core states it. */
-static int64_t opt_int(lua_State *L, const char *name, int64_t dflt, int64_t lo, int64_t hi)
+/* max_keys, a whole number whose range the core checks and words. */
+static void opt_max_keys(lua_State *L, hirate_options *o)
 {
-    if (get_option(L, name) == LUA_TNIL)
-        return dflt;
-    return check_int_range(L, -1, 1, name, lo, hi);
+    char why[HIRATE_ERRMSG_SIZE];
+    int64_t v;
+    if (get_option(L, "max_keys") == LUA_TNIL)
+        return;
+    check_int(L, -1, 1, "max_keys", &v);
+    if (hirate_options_set_max_keys(o, (long long)v, why, sizeof why) < 0)
+        arg_errorf(L, 1, "%s", why);
 }
 
 /* A duration option (timeout, connect_timeout, deny_cache_max): a string
@@ -1125,7 +1129,7 @@ static int l_new(lua_State *L)
     /* How long one reply may foretell a refusal (so a reset made elsewhere
      * is seen within it): up to a day, as the core takes it. */
     opt_duration(L, "deny_cache_max", &o);
-    o.max_keys = (size_t)opt_int(L, "max_keys", (int64_t)o.max_keys, 1, 4000000000LL);
+    opt_max_keys(L, &o);
     o.pool_size = opt_c_int(L, "pool_size", o.pool_size);
     /* TLS: the core checks that they go with a rediss:// URL. */
     o.tls_ca_file = opt_string(L, "tls_ca_file", NULL);

@@ -290,6 +290,13 @@ HIRATE_EXPORT int hirate_options_set_duration(hirate_options *opts, const char *
 HIRATE_EXPORT int hirate_options_set_seconds(hirate_options *opts, const char *name,
                                              double seconds, char *err, size_t errlen);
 
+/* Sets max_keys to n, checked as hirate_limiter_new checks it (1 to
+ * 4,000,000,000), for a front end whose integers may be negative or wider
+ * than size_t: "max_keys must be from 1 to 4000000000, got -1". 0, or
+ * HIRATE_EOPTION with the message in err. */
+HIRATE_EXPORT int hirate_options_set_max_keys(hirate_options *opts, long long n, char *err,
+                                              size_t errlen);
+
 typedef struct hirate_limiter hirate_limiter;
 
 /* Validates the options and makes a limiter. It does not connect: the first

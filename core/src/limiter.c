@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "duration.h"
+#include "options.h"
 #include "errors.h"
 #include "limiter.h"
 #include "name.h"
@@ -241,8 +242,7 @@ static int check_options(const hirate_options *o, hirate_limiter *l, char *err, 
         (rc = hirate__duration_check(o, "connect_timeout", err, errlen)) < 0 ||
         (rc = hirate__duration_check(o, "timeout", err, errlen)) < 0 ||
         (rc = check_range("pool_size", o->pool_size, 1, 1024, err, errlen)) < 0 ||
-        (rc = check_range("max_keys", (long long)(o->max_keys > 4000000000u ? 4000000001u : o->max_keys),
-                          1, 4000000000LL, err, errlen)) < 0)
+        (rc = hirate__max_keys_check(o->max_keys, err, errlen)) < 0)
         return rc;
     if (o->on_error < HIRATE_ON_ERROR_LOCAL || o->on_error > HIRATE_ON_ERROR_CLOSED)
         return hirate__fail(err, errlen, HIRATE_EOPTION,

@@ -155,6 +155,39 @@ static void the_defaults_are_documented_ones(void)
     CHECK_EQ_I64(hirate_limiter_new(&lim, &o, NULL, 0), HIRATE_ERATE);
 }
 
+/* hirate_options_set_max_keys takes what a host's integer holds, negative
+ * or past size_t's range, and words it as hirate_limiter_new does. */
+static void max_keys_is_set_with_the_range_of_new(void)
+{
+    static const struct { long long n; int rc; const char *msg; size_t keys; } cases[] = {
+        {1, 0, "", 1},
+        {4000000000LL, 0, "", 4000000000u},
+        {0, HIRATE_EOPTION, "max_keys must be from 1 to 4000000000, got 0", 1000000},
+        {-1, HIRATE_EOPTION, "max_keys must be from 1 to 4000000000, got -1", 1000000},
+        {4000000001LL, HIRATE_EOPTION, "max_keys must be from 1 to 4000000000, got 4000000001",
+         1000000},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hirate_options o;
+        hirate_options_init(&o);
+        char err[HIRATE_ERRMSG_SIZE] = "";
+        CHECK_EQ_I64(hirate_options_set_max_keys(&o, cases[i].n, err, sizeof err), cases[i].rc);
+        CHECK_EQ_STR(err, cases[i].msg);
+        CHECK_EQ_I64(o.max_keys, cases[i].keys);
+    }
+    /* new says the same of the C field, past the range as one more than its top. */
+    hirate_options o;
+    hirate_options_init(&o);
+    o.capacity = 1;
+    o.rate = 1;
+    o.max_keys = SIZE_MAX;
+    hirate_limiter *lim;
+    char err[HIRATE_ERRMSG_SIZE] = "";
+    CHECK_EQ_I64(hirate_limiter_new(&lim, &o, err, sizeof err), HIRATE_EOPTION);
+    CHECK_EQ_STR(err, "max_keys must be from 1 to 4000000000, got 4000000001");
+    CHECK_EQ_I64(hirate_options_set_max_keys(NULL, 1, err, sizeof err), HIRATE_EINVAL);
+}
+
 static void null_arguments_to_new_are_einval(void)
 {
     hirate_options o;
@@ -573,6 +606,7 @@ int main(void)
     options_are_checked_one_by_one();
     the_defaults_are_documented_ones();
     options_carry_their_size();
+    max_keys_is_set_with_the_range_of_new();
     null_arguments_to_new_are_einval();
     a_short_message_buffer_is_cut_and_terminated();
     the_password_never_appears_in_a_message();

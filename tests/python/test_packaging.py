@@ -52,7 +52,8 @@ def test_the_sdist_has_what_the_build_reads(dist):
                  "core/include/hirate_io.h", "core/src/limiter.c", "core/src/transport.c", "core/src/script.c.in",
                  "core/cli/CMakeLists.txt", "lua/token_bucket.lua", "cmake/hirate.pc.in",
                  "cmake/hirateConfig.cmake.in", "bindings/python/CMakeLists.txt",
-                 "bindings/python/hirate/_hirate.c", "bindings/python/hirate/__init__.py",
+                 "bindings/python/_hirate/module.c", "bindings/python/_hirate/_hirate.h",
+                 "bindings/python/hirate/__init__.py",
                  "bindings/python/hirate/__init__.pyi", "bindings/python/hirate/_hirate.pyi",
                  "bindings/python/hirate/py.typed", "docs/python.md"]:
         assert need in names, need
