@@ -15,7 +15,8 @@
 #
 # Each Python is, in this order: $PYENV_ROOT/versions/X.Y.* (the newest
 # patch release there), pythonX.Y on PATH, or else one `uv python install`
-# fetches (uv from PyPI, into $out/tools).
+# fetches (uv from PyPI, into $out/tools; its Pythons, python-build-standalone,
+# come from GitHub). A version found nowhere fails the run.
 #
 #   tests/python/versions.sh [pytest arguments]
 #
@@ -57,7 +58,11 @@ ignores() {
 run_one() {
     v=$1
     shift
-    py=$(find_python "$v")
+    py=$(find_python "$v") || py=""
+    if [ -z "$py" ] || [ ! -x "$py" ]; then
+        echo "== Python $v: not found (pyenv, python$v, uv python install)" | tee "$out/$v.log"
+        return 1
+    fi
     echo "== Python $v: $py ($("$py" -c 'import sys; print(sys.version.split()[0])'))"
     # shellcheck disable=SC2086
     HIRATE_PY_BUILD=$out/$v PYTHON=$py CMAKE_BUILD_PARALLEL_LEVEL=1 \
