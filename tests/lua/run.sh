@@ -1,9 +1,10 @@
 #!/bin/sh
 # The Lua tests (make test-lua), run against what `luarocks make` installs:
 #
-#   1. copies the checkout (without .git and build directories) to $out/src,
-#      as a clean checkout, and runs `luarocks make` there for Lua 5.4 into
-#      $out/tree-5.4, for LuaJIT (luarocks' Lua 5.1 with LuaJIT's headers, as
+#   1. copies the checkout (without .git, bench/ and build directories) to
+#      $out/src, and runs `luarocks make` there for Lua 5.4, packs what it
+#      installed with `luarocks pack` and installs the packed rock into
+#      $out/tree-5.4 (the module in it needs no libhiredis: ldd shows it), for LuaJIT (luarocks' Lua 5.1 with LuaJIT's headers, as
 #      OpenResty loads it) into $out/tree-luajit, and for PUC Lua 5.3, 5.2 and
 #      5.1 into $out/tree-5.3, $out/tree-5.2 and $out/tree-5.1;
 #   2. runs tests/lua/alloc_fail.lua with Lua's allocator failing at each
@@ -42,7 +43,7 @@ step() { printf '\n== %s\n' "$*"; }
 step "copying the checkout to $out/src"
 rm -rf "$out/src"
 mkdir -p "$out/src"
-tar -C "$root" --exclude=./.git --exclude='./build*' --exclude=./bench/out -cf - . |
+tar -C "$root" --exclude=./.git --exclude='./build*' --exclude=./bench -cf - . |
     tar -C "$out/src" -xf -
 
 rockspec=$(cd "$out/src" && ls hirate-*.rockspec)
@@ -53,7 +54,23 @@ export HIRATE_LUA_TREE_54 HIRATE_LUA_TREE_JIT
 rm -rf "$HIRATE_LUA_TREE_54" "$HIRATE_LUA_TREE_JIT"
 
 step "luarocks make for Lua 5.4"
-(cd "$out/src" && luarocks --lua-version 5.4 make --tree "$HIRATE_LUA_TREE_54" "$rockspec")
+(cd "$out/src" && luarocks --lua-version 5.4 make --tree "$out/tree-make-5.4" "$rockspec")
+# The Lua 5.4 specs run against a packed rock: `luarocks pack` of what make
+# installed, installed into a fresh tree. It carries hiredis inside (the
+# module needs no libhiredis) and nothing of bench/.
+step "luarocks pack, and the packed rock installed into a fresh tree"
+rm -rf "$out/rock"
+mkdir -p "$out/rock"
+(cd "$out/rock" && luarocks --lua-version 5.4 pack --tree "$out/tree-make-5.4" hirate)
+rock=$(ls "$out"/rock/hirate-*.rock)
+unzip -l "$rock" | grep -qE " bench/" && { echo "$rock holds bench/"; exit 1; }
+luarocks --lua-version 5.4 install --tree "$HIRATE_LUA_TREE_54" --deps-mode=none "$rock"
+core=$HIRATE_LUA_TREE_54/lib/lua/5.4/hirate/core.so
+ldd "$core"
+if ldd "$core" | grep -q hiredis; then echo "$core needs libhiredis"; exit 1; fi
+if nm -D --defined-only "$core" | grep -v " luaopen_hirate_core$" | grep -q .; then
+    echo "$core exports more than luaopen_hirate_core"; exit 1
+fi
 # The --local install as README.md and docs/lua.md show it, line for line,
 # into a scratch HOME: after it, lua5.4 finds the module with no other setup.
 step "the --local install of README.md and docs/lua.md, as written"

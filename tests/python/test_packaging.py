@@ -1,5 +1,6 @@
 """Packaging: `python -m build` makes an sdist and, from that sdist, a wheel;
-the sdist carries everything the build reads, the wheel only the hirate
+the sdist carries everything the build reads and the tests, not bench/;
+the wheel only the hirate
 package (extension, .py files, stubs, py.typed), both named with the
 version of core/include/hirate.h; the wheel installs and works."""
 
@@ -61,6 +62,19 @@ def test_the_sdist_has_what_the_build_reads(dist):
                 or n.endswith((".so", ".pyc"))]
 
 
+def test_the_sdist_has_the_tests_and_not_the_benchmarks(dist):
+    sdist, _ = dist
+    with tarfile.open(sdist) as t:
+        names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+    for need in ["tests/python/conftest.py", "tests/python/test_limiter.py",
+                 "tests/python/requirements.txt", "tests/vectors/token_bucket.json",
+                 "tests/support/make_certs.sh"]:
+        assert need in names, need
+    # bench/ (the benchmarks, their Go, Node and nginx peers) is no part of
+    # the product; the wheel above was built from this sdist without it.
+    assert [n for n in names if n == "bench" or n.startswith("bench/")] == []
+
+
 def test_the_wheel_holds_only_the_package(dist):
     _, wheel = dist
     v = header_version()
@@ -95,3 +109,19 @@ def test_the_wheel_installs_and_decides(dist, tmp_path):
                        cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"{header_version()} [True, True, False]"
+
+
+def test_the_extension_carries_hiredis_and_exports_only_its_entry_point(dist, tmp_path):
+    _, wheel = dist
+    with zipfile.ZipFile(wheel) as z:
+        [so] = [n for n in z.namelist() if re.fullmatch(r"hirate/_hirate\..*\.so", n)]
+        path = z.extract(so, tmp_path)
+    syms = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True,
+                          check=True).stdout.split()
+    assert syms[1:] == ["T", "PyInit__hirate"] and len(syms) == 3, syms
+    dynamic = subprocess.run(["readelf", "-d", path], capture_output=True, text=True,
+                             check=True).stdout
+    needed = sorted(re.findall(r"\(NEEDED\).*\[(.*)\]", dynamic))
+    # hiredis is inside; OpenSSL and the C library are what it links.
+    assert [n for n in needed if "hiredis" in n] == [], needed
+    assert {n.split(".so")[0] for n in needed} >= {"libssl", "libcrypto", "libc"}, needed

@@ -421,3 +421,53 @@ def test_a_tls_limiter_made_before_fork_works_in_4_children(tls_redis, certs):
     assert lim.peek("k", 0).source == "redis"
     assert lim._stats()["connects"] == 1
     lim.close()
+
+
+# ----------------------------------------------- next to Python's own ssl
+
+SSL_FIRST = r'''
+import socket, ssl, sys
+url, port, cafile = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+ctx = ssl.create_default_context(cafile=cafile)
+
+def python_ping():
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64)
+
+print(python_ping())
+import hirate
+lim = hirate.Limiter(url, capacity=2, rate=0.001, prefix="sslfirst:", tls_ca_file=cafile,
+                     timeout=5, connect_timeout=5)
+print([(d.allowed, d.remaining, d.source) for d in (lim.allow("k") for _ in range(3))])
+lim.close()
+print(python_ping())
+import os
+print(sorted({line.rsplit("/", 1)[-1].strip() for line in open("/proc/self/maps")
+              if "/libssl" in line}))
+# A wheel repaired by auditwheel carries its own, renamed copy next to the package.
+bundled = os.path.join(os.path.dirname(os.path.dirname(hirate.__file__)), "hirate.libs")
+print(sorted(["libssl.so.3"] + [f for f in (os.listdir(bundled) if os.path.isdir(bundled) else [])
+                                if f.startswith("libssl")]))
+'''
+
+
+def test_python_ssl_first_then_a_tls_decision_through_the_core(tls_redis, certs):
+    """Python's ssl loaded and used first, then the core's TLS in the same
+    process: both verify the server, and the core decides over TLS (the deny
+cache answers the third call). Whichever
+    libssl the extension carries (the wheel's, renamed by auditwheel, or the
+    system's), its symbols and Python's do not clash."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", SSL_FIRST, tls_redis.url, str(tls_redis.port),
+                        str(certs / "ca.crt")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[:3] == ["b'+PONG\\r\\n'",
+                         "[(True, 1, 'redis'), (True, 0, 'redis'), (False, 0, 'cache')]",
+                         "b'+PONG\\r\\n'"]
+    # Python's libssl and the extension's are both mapped (one file when the
+    # extension links the system's).
+    assert lines[3] == lines[4]

@@ -17,16 +17,20 @@ cd "$dir"
 q() { "$@" >/dev/null 2>&1 || { echo "make_certs.sh: failed: $*" >&2; exit 1; }; }
 key() { q openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$1.key"; }
 csr() { q openssl req -new -key "$1.key" -out "$1.csr" -subj "/CN=$2"; }
+# Python 3.13's default context verifies strictly (VERIFY_X509_STRICT): a
+# CA's certificate must state its key usage, a leaf name its issuer's key.
 sign() {  # name days extfile-line
-    printf '%s\n' "$3" > "$1.ext"
+    printf '%s\n' "$3" "authorityKeyIdentifier=keyid,issuer" > "$1.ext"
     q openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$1.crt" \
         -days "$2" -extfile "$1.ext"
     rm -f "$1.csr" "$1.ext"
 }
 key ca
-q openssl req -x509 -new -key ca.key -out ca.crt -days 2 -subj "/CN=hirate test CA"
+q openssl req -x509 -new -key ca.key -out ca.crt -days 2 -subj "/CN=hirate test CA" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign"
 key other-ca
-q openssl req -x509 -new -key other-ca.key -out other-ca.crt -days 2 -subj "/CN=hirate other CA"
+q openssl req -x509 -new -key other-ca.key -out other-ca.crt -days 2 -subj "/CN=hirate other CA" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign"
 rm -f other-ca.key
 key server; csr server localhost
 sign server 2 "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1"
