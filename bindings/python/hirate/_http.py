@@ -459,7 +459,7 @@ class ClientIP:
     every language; this class checks the types of its options.
     """
 
-    __slots__ = ("_rules", "header", "hops", "ipv6_subnet", "uses_header", "resolve", "key")
+    __slots__ = ("_rules", "header", "hops", "ipv6_subnet", "uses_header")
 
     def __init__(self, trusted_proxies=(), proxy_hops=0, header="X-Forwarded-For",
                  ipv6_subnet=64):
@@ -477,13 +477,18 @@ class ClientIP:
         self._rules = rules
         self.header, self.hops = rules.header, rules.hops
         self.ipv6_subnet, self.uses_header = rules.ipv6_subnet, rules.uses_header
-        # resolve(peer, header_values=()): the client's address as a str,
-        # from the socket peer (a str, or None for a Unix socket) and the
-        # configured header's field values in the order they came; None
-        # when there is no peer and nothing to believe.
-        # key(address): the identity of an address for bucket keys: IPv6
-        # addresses by their /ipv6_subnet network.
-        self.resolve, self.key = rules.resolve, rules.key
+
+    def resolve(self, peer, header_values=()):
+        """The client's address as a string, from the socket peer (a str, or
+        None for a Unix socket) and the configured header's field values in
+        the order they came. None when there is no peer and nothing to
+        believe."""
+        return self._rules.resolve(peer, header_values)
+
+    def key(self, address):
+        """The identity of an address for bucket keys: IPv6 addresses by
+        their /ipv6_subnet network (a host of one /64 can use all of it)."""
+        return self._rules.key(address)
 
 
 # ---------------------------------------------------------------------------
