@@ -280,6 +280,7 @@ def _error(code: int, message: str) -> BaseException: ...
 
 CLIENT_TEXT_MAX: Final[int]
 
+@final
 class ClientRules:
     header: Final[str]
     uses_header: Final[bool]
