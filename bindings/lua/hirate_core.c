@@ -2459,6 +2459,200 @@ static void new_class(lua_State *L, const char *name, const luaL_Reg *meta,
     lua_pop(L, 1);
 }
 
+/* ------------------------------------------------------------------------
+ * Client identity (hirate.h, "Client identity"): the core's rules for the
+ * client of a request behind proxies, its key, identities and bucket keys.
+ * hirate/client_ip.lua and hirate/resty.lua call these and state none of
+ * the rules. */
+
+#define CLIENT_MT "hirate.client_ip"
+
+static hirate_client_ip *check_client(lua_State *L)
+{
+    hirate_client_ip **c = luaL_checkudata(L, 1, CLIENT_MT);
+    if (!*c)
+        luaL_argerror(L, 1, "freed client rules");
+    return *c;
+}
+
+/* client_ip({entries...}, proxy_hops, header|nil, ipv6_subnet) -> rules, or
+ * nil, message (the core's, naming the bad option). */
+static int l_client_ip(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    double hops = luaL_checknumber(L, 2);
+    const char *header = luaL_optstring(L, 3, NULL);
+    double subnet = luaL_checknumber(L, 4);
+    size_t n = hl_rawlen(L, 1);
+    hirate_client_ip **ud = lua_newuserdata(L, sizeof *ud);
+    *ud = NULL;
+    luaL_getmetatable(L, CLIENT_MT);
+    lua_setmetatable(L, -2);
+    const char **entries = lua_newuserdata(L, (n + 1) * sizeof *entries);
+    for (size_t i = 0; i < n; i++) {
+        lua_rawgeti(L, 1, (int)i + 1);
+        /* The table keeps its strings alive; another value shows as its
+         * type in the message. */
+        entries[i] = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1);
+        lua_pop(L, 1);
+    }
+    char err[HIRATE_ERRMSG_SIZE];
+    int rc = hirate_client_ip_new(ud, entries, n, hops, header, subnet, err, sizeof err);
+    lua_pop(L, 1);
+    if (rc < 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    return 1;
+}
+
+static int l_client_free(lua_State *L)
+{
+    hirate_client_ip **c = luaL_checkudata(L, 1, CLIENT_MT);
+    hirate_client_ip_free(*c);
+    *c = NULL;
+    return 0;
+}
+
+/* Pushes what resolve or key found: the text, the given value itself, or
+ * nil; then whether it is an address. */
+static int push_client(lua_State *L, int kind, const char *out, int given)
+{
+    if (kind == HIRATE_CLIENT_ADDRESS)
+        lua_pushstring(L, out);
+    else if (kind == HIRATE_CLIENT_AS_GIVEN)
+        lua_pushvalue(L, given);
+    else if (kind == HIRATE_CLIENT_NONE)
+        lua_pushnil(L);
+    else
+        return luaL_error(L, "hirate.client_ip: %s", hirate_strerror(kind));
+    lua_pushboolean(L, kind == HIRATE_CLIENT_ADDRESS);
+    return 2;
+}
+
+/* rules:resolve(peer|nil, value|{values...}|nil) -> the client or nil,
+ * whether it is an address */
+static int l_client_resolve(lua_State *L)
+{
+    hirate_client_ip *c = check_client(L);
+    size_t pn = 0;
+    const char *peer = luaL_optlstring(L, 2, NULL, &pn);
+    const char *one[1];
+    size_t one_len[1];
+    const char **v = one;
+    size_t *l = one_len, n = 0;
+    if (lua_type(L, 3) == LUA_TSTRING) {
+        one[0] = lua_tolstring(L, 3, &one_len[0]);
+        n = 1;
+    } else if (lua_type(L, 3) == LUA_TTABLE) {
+        n = hl_rawlen(L, 3);
+        v = lua_newuserdata(L, n * (sizeof *v + sizeof *l) + 1);
+        l = (size_t *)(void *)(v + n);
+        for (size_t i = 0; i < n; i++) {
+            lua_rawgeti(L, 3, (int)i + 1);
+            v[i] = luaL_checklstring(L, -1, &l[i]);
+            lua_pop(L, 1);
+        }
+    } else if (!lua_isnoneornil(L, 3)) {
+        return luaL_argerror(L, 3, "a header value, a list of them or nil");
+    }
+    char out[HIRATE_CLIENT_TEXT_MAX];
+    return push_client(L, hirate_client_ip_resolve(c, peer, pn, v, l, n, out, sizeof out), out, 2);
+}
+
+/* rules:key(address|nil) -> its key for buckets or nil, whether it is an
+ * address's */
+static int l_client_key(lua_State *L)
+{
+    hirate_client_ip *c = check_client(L);
+    size_t n = 0;
+    const char *a = luaL_optlstring(L, 2, NULL, &n);
+    char out[HIRATE_CLIENT_TEXT_MAX];
+    return push_client(L, hirate_client_ip_key(c, a, n, out, sizeof out), out, 2);
+}
+
+static int l_client_header(lua_State *L)
+{
+    lua_pushstring(L, hirate_client_ip_header(check_client(L)));
+    return 1;
+}
+
+static int l_client_uses_header(lua_State *L)
+{
+    lua_pushboolean(L, hirate_client_ip_uses_header(check_client(L)));
+    return 1;
+}
+
+/* Pushes the bytes the core writes, sized by a first call when they do not
+ * fit the stack buffer. */
+#define PUSH_CORE_BYTES(L, call_with)                                           \
+    do {                                                                        \
+        char small_[HIRATE_KEY_MAX + 1];                                        \
+        size_t len_;                                                            \
+        char *out_ = small_;                                                    \
+        size_t cap_ = sizeof small_;                                            \
+        if (call_with < 0)                                                      \
+            return luaL_error(L, "hirate: bad identity arguments");             \
+        if (len_ >= sizeof small_) {                                            \
+            cap_ = len_ + 1;                                                    \
+            out_ = lua_newuserdata(L, cap_);                                    \
+            (void)(call_with);                                                  \
+        }                                                                       \
+        lua_pushlstring(L, out_, len_);                                         \
+        return 1;                                                               \
+    } while (0)
+
+/* ident_for_ip(key|nil) -> "ip:<key>" ("ip:unknown" for nil) */
+static int l_ident_for_ip(lua_State *L)
+{
+    size_t n = 0;
+    const char *k = luaL_optlstring(L, 1, NULL, &n);
+    PUSH_CORE_BYTES(L, hirate_ident(HIRATE_IDENT_ADDRESS, k, n, out_, cap_, &len_));
+}
+
+/* ident_for_key(value) -> "k:<value>" */
+static int l_ident_for_key(lua_State *L)
+{
+    size_t n;
+    const char *k = luaL_checklstring(L, 1, &n);
+    PUSH_CORE_BYTES(L, hirate_ident(HIRATE_IDENT_KEY, k, n, out_, cap_, &len_));
+}
+
+/* bucket_key(ident, scope|nil, head|nil) -> the bucket's key ("{ident}"
+ * without a scope; a long identity hashed) */
+static int l_bucket_key(lua_State *L)
+{
+    size_t ni, ns = 0, nh = 0;
+    const char *ident = luaL_checklstring(L, 1, &ni);
+    const char *scope = luaL_optlstring(L, 2, NULL, &ns);
+    const char *head = luaL_optlstring(L, 3, scope ? "" : NULL, &nh);
+    PUSH_CORE_BYTES(L, hirate_bucket_key(ident, ni, scope, ns, head, nh, out_, cap_, &len_));
+}
+
+/* The class and the functions, into the module table at the top. */
+static void open_client(lua_State *L)
+{
+    static const luaL_Reg meta[] = {{"__gc", l_client_free}, {NULL, NULL}};
+    static const luaL_Reg methods[] = {
+        {"resolve", l_client_resolve},     {"key", l_client_key},
+        {"header", l_client_header},       {"uses_header", l_client_uses_header},
+        {NULL, NULL}};
+    static const luaL_Reg functions[] = {
+        {"client_ip", l_client_ip},         {"ident_for_ip", l_ident_for_ip},
+        {"ident_for_key", l_ident_for_key}, {"bucket_key", l_bucket_key},
+        {NULL, NULL}};
+    luaL_newmetatable(L, CLIENT_MT);
+    hl_setfuncs(L, meta, 0);
+    lua_newtable(L);
+    hl_setfuncs(L, methods, 0);
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+    hl_setfuncs(L, functions, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+
 HL_EXPORT int luaopen_hirate_core(lua_State *L);
 
 HL_EXPORT int luaopen_hirate_core(lua_State *L)
@@ -2534,6 +2728,7 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
     new_class(L, HS_MT, hs_meta, hs_methods);
     lua_newtable(L);
     hl_setfuncs(L, functions, 0);
+    open_client(L);
     lua_pushstring(L, HIRATE_VERSION_STRING);
     lua_setfield(L, -2, "_VERSION");
     lua_pushstring(L, "hirate.core");

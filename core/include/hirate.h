@@ -582,6 +582,93 @@ typedef struct hirate_check_node {
 HIRATE_EXPORT int hirate_check(hirate_limiter *lim, hirate_check_node *nodes, size_t max,
                                size_t *n);
 
+/* Client identity: which client an HTTP request comes from, and the bucket
+ * key of a client, the same in every language (docs/semantics.md, "Client
+ * addresses and keys").
+ *
+ * Without trusted proxies or proxy hops the client is the socket peer. The
+ * header proxies add (X-Forwarded-For, or Forwarded, RFC 7239) is believed
+ * only when the peer is a proxy of ours: with trusted proxies ("10.0.0.0/8",
+ * "::1", and "unix" for a peer on a Unix socket) it is walked from the
+ * right, skipping trusted addresses, and the first other address is the
+ * client; with proxy_hops = n the client is the n-th address from the right
+ * (the peer must also be trusted when proxies are listed too). A hop that is
+ * not an address ends the walk at the nearest address to its right; a
+ * request with fewer hops than proxy_hops has its peer as the client.
+ * IPv4-mapped IPv6 addresses are IPv4; addresses are written as RFC 5952
+ * says; an IPv6 client is keyed by its network of ipv6_subnet bits. */
+typedef struct hirate_client_ip hirate_client_ip;
+
+/* Longest address text these functions write, NUL included
+ * ("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255/128" fits). */
+#define HIRATE_CLIENT_TEXT_MAX 64
+
+/* What hirate_client_ip_resolve and hirate_client_ip_key found. */
+enum hirate_client_kind {
+    HIRATE_CLIENT_NONE = 0,    /* no client: no peer, and nothing to believe */
+    HIRATE_CLIENT_ADDRESS = 1, /* out holds the address (or network) text */
+    HIRATE_CLIENT_AS_GIVEN = 2 /* not an address: the text given, as it is */
+};
+
+/* Compiles the options: trusted[0 .. ntrusted) (addresses, networks or
+ * "unix"; spaces around them ignored), proxy_hops (a whole number from 0 to
+ * 64), header ("X-Forwarded-For" or "Forwarded", any case; NULL: the first)
+ * and ipv6_subnet (a prefix length from 1 to 128; 64 is usual). The numbers
+ * are doubles so that a message names what a caller gave ("got 1.5"). 0, or
+ * HIRATE_EOPTION with a message naming the bad option or entry, or
+ * HIRATE_ENOMEM; *out is NULL on failure. */
+HIRATE_EXPORT int hirate_client_ip_new(hirate_client_ip **out, const char *const *trusted,
+                                       size_t ntrusted, double proxy_hops, const char *header,
+                                       double ipv6_subnet, char *err, size_t errlen);
+HIRATE_EXPORT void hirate_client_ip_free(hirate_client_ip *c);
+/* The header the options read, "X-Forwarded-For" or "Forwarded". */
+HIRATE_EXPORT const char *hirate_client_ip_header(const hirate_client_ip *c);
+/* 1 when the header can change the answer (proxies or hops are set): a
+ * caller need not read it otherwise. */
+HIRATE_EXPORT int hirate_client_ip_uses_header(const hirate_client_ip *c);
+HIRATE_EXPORT int hirate_client_ip_proxy_hops(const hirate_client_ip *c);
+HIRATE_EXPORT int hirate_client_ip_ipv6_subnet(const hirate_client_ip *c);
+
+/* The client of a request from its socket peer (peer[0 .. peer_len), NULL
+ * or empty for a Unix socket) and the header's field values in the order
+ * they came (values[i][0 .. lens[i]), n of them; none: 0). Returns a
+ * hirate_client_kind: ADDRESS with the text in out (NUL-terminated; cap at
+ * least HIRATE_CLIENT_TEXT_MAX), AS_GIVEN for the peer itself (it is not an
+ * address: its text is the client), NONE; or HIRATE_ENOMEM, HIRATE_EINVAL. */
+HIRATE_EXPORT int hirate_client_ip_resolve(const hirate_client_ip *c, const char *peer,
+                                           size_t peer_len, const char *const *values,
+                                           const size_t *lens, size_t n, char *out,
+                                           size_t cap);
+
+/* The key of an address for buckets: an IPv6 address by its network
+ * ("2001:db8::/64"), another address in its canonical text (ADDRESS, in
+ * out as for resolve); AS_GIVEN for text that is not an address; NONE for
+ * NULL. */
+HIRATE_EXPORT int hirate_client_ip_key(const hirate_client_ip *c, const char *address,
+                                       size_t len, char *out, size_t cap);
+
+/* Identities: what a bucket key says whose it is. An address's is
+ * "ip:<its key>" ("ip:unknown" for none), a key function's value's is
+ * "k:<value>", so no value can name an address's bucket. */
+enum hirate_ident_kind { HIRATE_IDENT_ADDRESS = 0, HIRATE_IDENT_KEY = 1 };
+
+/* The identity of value[0 .. len) of kind (a hirate_ident_kind; for an
+ * ADDRESS, the key hirate_client_ip_key gave, or NULL) into out: *outlen
+ * is its length, written (and NUL-terminated) when out has room for both,
+ * so a caller can size a buffer and call again. 0 or HIRATE_EINVAL. */
+HIRATE_EXPORT int hirate_ident(int kind, const void *value, size_t len, char *out, size_t cap,
+                               size_t *outlen);
+
+/* The bucket key of an identity: "{<ident>}|<scope>|<head>", or "{<ident>}"
+ * when scope is NULL (head is then ignored). The identity in braces is a
+ * Redis Cluster hash tag, so every bucket of one client is on one node. An
+ * identity that would make the key longer than HIRATE_KEY_MAX becomes "#"
+ * and its SHA-256 in hex (64 digits), which no identity spells. *outlen
+ * and out as for hirate_ident. 0 or HIRATE_EINVAL. */
+HIRATE_EXPORT int hirate_bucket_key(const void *ident, size_t ident_len, const char *scope,
+                                    size_t scope_len, const char *head, size_t head_len,
+                                    char *out, size_t cap, size_t *outlen);
+
 /* The Redis script and its SHA1 (40 hex digits), e.g. to SCRIPT LOAD it. */
 HIRATE_EXPORT const char *hirate_script_source(size_t *len);
 HIRATE_EXPORT const char *hirate_script_sha1(void);

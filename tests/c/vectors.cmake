@@ -20,3 +20,7 @@ target_link_libraries(test_limits PRIVATE PkgConfig::CJSON)
 # that are durations.
 hirate_add_test(test_duration test_duration.c)
 target_link_libraries(test_duration PRIVATE m)
+
+# Client identity's shared cases (tests/vectors/client_ip.json) and SHA-256.
+hirate_add_test(test_client test_client.c)
+target_link_libraries(test_client PRIVATE PkgConfig::CJSON)

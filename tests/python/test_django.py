@@ -876,7 +876,7 @@ def test_the_deny_cache_setting(at):
     ("HIRATE_URL", "http://127.0.0.1:6379", hirate.ConfigError,
      "invalid Redis URL: it must start with redis://"),
     ("HIRATE_BODY", "xml", ValueError, "HIRATE_BODY must be 'json' or 'text', got 'xml'"),
-    ("HIRATE_TRUSTED_PROXIES", ["proxy"], ValueError, "trusted_proxies: 'proxy' is not an address"),
+    ("HIRATE_TRUSTED_PROXIES", ["proxy"], ValueError, 'trusted_proxies: "proxy" is not an address'),
     ("HIRATE_DEFAULT_LIMITS", "1000/dai", hirate.ConfigError,
      "HIRATE_DEFAULT_LIMITS: limit '1000/dai': unknown unit 'dai'"),
     ("HIRATE_DEFAULT_LIMITS", [10], TypeError, "a limit must be a hirate Limit, a limit string"),

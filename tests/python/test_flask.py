@@ -648,7 +648,7 @@ def test_bad_settings_fail_at_init_app():
         RateLimiter(Flask(__name__), url="http://127.0.0.1:6379")
     with pytest.raises(ValueError, match="body must be 'json' or 'text', got 'xml'"):
         RateLimiter(Flask(__name__), body="xml")
-    with pytest.raises(ValueError, match="trusted_proxies: 'proxy' is not an address"):
+    with pytest.raises(ValueError, match='trusted_proxies: "proxy" is not an address'):
         RateLimiter(Flask(__name__), trusted_proxies=["proxy"])
     with pytest.raises(TypeError, match="a limit must be a hirate Limit, a limit string"):
         RateLimiter(default_limits=[10])

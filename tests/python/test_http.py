@@ -161,13 +161,13 @@ def test_ipv6_clients_share_a_bucket_per_subnet():
 
 @pytest.mark.parametrize("kwargs,error,message", [
     (dict(trusted_proxies=["10.0.0.0/33"]), ValueError,
-     "trusted_proxies: '10.0.0.0/33' is not an address or network"),
+     'trusted_proxies: "10.0.0.0/33" is not an address or network'),
     (dict(trusted_proxies=["proxy.local"]), ValueError,
-     "trusted_proxies: 'proxy.local' is not an address or network"),
-    (dict(proxy_hops=-1), ValueError, "proxy_hops must be from 0 to 64, got -1"),
+     'trusted_proxies: "proxy.local" is not an address or network'),
+    (dict(proxy_hops=-1), ValueError, "proxy_hops must be a whole number from 0 to 64, got -1"),
     (dict(proxy_hops=True), TypeError, "proxy_hops must be an int, got bool"),
     (dict(header="X-Real-IP"), ValueError,
-     "header must be 'X-Forwarded-For' or 'Forwarded', got 'X-Real-IP'"),
+     "header must be 'X-Forwarded-For' or 'Forwarded', got \"X-Real-IP\""),
     (dict(ipv6_subnet=0), ValueError, "ipv6_subnet must be a prefix length from 1 to 128"),
 ])
 def test_bad_proxy_settings_are_named(kwargs, error, message):

@@ -13,6 +13,7 @@
  *   batch.c     the items of a batch (allow_many and the Op)
  *   op.c        the no-I/O binding of AsyncLimiter: Op, Handshake, endpoints
  *   stats.c     stats(), check() and their hirate.Stats and hirate.Health
+ *   client.c    ClientRules, identities and bucket keys (the core's rules)
  */
 #ifndef HIRATE_PY_HIRATE_H
 #define HIRATE_PY_HIRATE_H
@@ -317,5 +318,10 @@ PyObject *limiter_public_stats(PyObject *op, PyObject *unused);
 PyObject *limiter_check(PyObject *op, PyObject *unused);
 PyObject *mod_empty_stats(PyObject *m, PyObject *unused);
 PyObject *health_object(hstate *st, int rc, const hirate_check_node *nodes, size_t n);
+
+/* ---- client identity (client.c): ClientRules and the identity and
+ * bucket-key functions, added to the module by module_exec */
+
+int hirate_py_client_add(PyObject *module);
 
 #endif

@@ -505,7 +505,7 @@ static int module_exec(PyObject *m)
         add_type(m, &limiter_spec, &st->limiter_type, "Limiter") < 0 ||
         add_type(m, &op_spec, &st->op_type, "Op") < 0 ||
         add_type(m, &hs_spec, &st->handshake_type, "Handshake") < 0 ||
-        add_exceptions(m, st) < 0)
+        add_exceptions(m, st) < 0 || hirate_py_client_add(m) < 0)
         return -1;
 
     for (int i = 1; i < NCODES; i++) {

@@ -7,13 +7,12 @@ the decisions to a Result, which knows the headers and the refusal body.
 """
 
 import asyncio
-import hashlib
 import inspect
-import ipaddress
 import numbers
-import re
 
 from . import _hirate
+from ._hirate import bucket_key as _bucket, ident_for_ip as _ident_for_ip
+from ._hirate import ident_for_key as _ident_for_key
 
 __all__ = ["Limit", "Result", "ClientIP", "key_header", "refill_seconds"]
 
@@ -326,12 +325,10 @@ def _parse_limits(text):
 
 
 def _bucket_key(scope, ident, head):
-    tail = ("}|%s|%s" % (scope, head)).encode("utf-8", "surrogatepass")
-    if len(tail) + len(ident) + 1 > KEY_MAX:
-        # Hashed identities start with "#", plain ones with "ip:" or "k:",
-        # so a hash never equals a plain identity.
-        ident = b"#" + hashlib.sha256(ident).hexdigest().encode()
-    return b"{" + ident + tail
+    # The core's rule (hirate_bucket_key): "{ident}|scope|head", a long
+    # identity hashed to "#" and its SHA-256.
+    return _bucket(ident, ("%s" % (scope,)).encode("utf-8", "surrogatepass"),
+                   ("%s" % (head,)).encode("utf-8", "surrogatepass"))
 
 
 def check_limits(limits, where):
@@ -380,19 +377,19 @@ def check_limits(limits, where):
 
 def ident_for_key(value):
     """The identity bytes for what a key function returned (not None)."""
-    if isinstance(value, str):
-        return b"k:" + value.encode("utf-8", "surrogatepass")
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return b"k:" + bytes(value)
+    if isinstance(value, (str, bytes)):
+        return _ident_for_key(value)
+    if isinstance(value, (bytearray, memoryview)):
+        return _ident_for_key(bytes(value))
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return b"k:" + str(int(value)).encode()
+        return _ident_for_key(str(int(value)))
     raise TypeError("a key function must return str, bytes, int or None, got %s"
                     % type(value).__name__)
 
 
 def ident_for_ip(address):
     """The identity bytes for a client address (a str from ClientIP.key)."""
-    return b"ip:" + (address or "unknown").encode("utf-8", "surrogatepass")
+    return _ident_for_ip(address or None)
 
 
 class _HeaderKey:
@@ -434,85 +431,6 @@ def key_header(name):
 # The client's address
 
 
-def _parse_node(text):
-    """An ip_address from one hop of X-Forwarded-For or the for= of a
-    Forwarded element ("192.0.2.1", "192.0.2.1:80", "[2001:db8::1]:443",
-    "2001:db8::1", quoted or not), or None when it is not an address
-    ("unknown", an obfuscated "_name", garbage)."""
-    text = text.strip()
-    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
-        text = text[1:-1].replace('\\"', '"').replace("\\\\", "\\").strip()
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            return None
-        host, rest = text[1:end], text[end + 1:]
-        if rest and not _PORT_RE.match(rest):
-            return None
-    elif text.count(":") == 1:
-        host, port = text.split(":")
-        if not _PORT_RE.match(":" + port):
-            return None
-    else:
-        host = text
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        # A dual-stack socket reports IPv4 peers as ::ffff:a.b.c.d.
-        return ip.ipv4_mapped
-    return ip
-
-
-_PORT_RE = re.compile(r":(?:[0-9]{1,5}|_[A-Za-z0-9._-]+)\Z")
-
-
-def _forwarded_fors(values):
-    """The for= of each element of Forwarded fields (RFC 7239), left to right;
-    "" for an element without one. Commas and semicolons inside quoted
-    strings are part of the value."""
-    out = []
-    for value in values:
-        element_for = ""
-        i, n = 0, len(value)
-        param, buf, in_quotes = None, [], False
-        while i <= n:
-            c = value[i] if i < n else ","
-            if in_quotes:
-                buf.append(c)
-                if c == "\\" and i + 1 < n:
-                    buf.append(value[i + 1])
-                    i += 1
-                elif c == '"':
-                    in_quotes = False
-            elif c == '"':
-                in_quotes = True
-                buf.append(c)
-            elif c == "=" and param is None:
-                param, buf = "".join(buf).strip().lower(), []
-            elif c in ";,":
-                if param == "for":
-                    element_for = "".join(buf).strip() or element_for
-                param, buf = None, []
-                if c == ",":
-                    out.append(element_for)
-                    element_for = ""
-            else:
-                buf.append(c)
-            i += 1
-        if in_quotes:  # an unterminated quoted string: the last hop is garbage
-            out[-1] = ""
-    return out
-
-
-def _xff_hops(values):
-    out = []
-    for value in values:
-        out.extend(value.split(","))
-    return out
-
-
 class ClientIP:
     """Which address a request comes from.
 
@@ -536,101 +454,41 @@ class ClientIP:
     a value the client could have chosen. A request with fewer hops than
     proxy_hops did not come through the proxies: its peer is the client.
     IPv4-mapped IPv6 addresses are read as IPv4.
+
+    The rules are the core's (hirate.h, "Client identity"), the same in
+    every language; this class checks the types of its options.
     """
+
+    __slots__ = ("_rules", "header", "hops", "ipv6_subnet", "uses_header")
 
     def __init__(self, trusted_proxies=(), proxy_hops=0, header="X-Forwarded-For",
                  ipv6_subnet=64):
         if isinstance(trusted_proxies, str):
             trusted_proxies = [trusted_proxies]
-        self.networks = []
-        self.trust_unix = False
-        for entry in trusted_proxies:
-            if isinstance(entry, str) and entry.strip().lower() == "unix":
-                self.trust_unix = True
-                continue
-            try:
-                net = ipaddress.ip_network(entry.strip() if isinstance(entry, str) else entry,
-                                           strict=False)
-            except (TypeError, ValueError):
-                raise ValueError("trusted_proxies: %r is not an address or network "
-                                 "(e.g. '10.0.0.0/8', '::1', 'unix')" % (entry,)) from None
-            self.networks.append(net)
+        # ipaddress objects are given by their text.
+        entries = [e if isinstance(e, (str, bytes)) else str(e) for e in trusted_proxies]
         if isinstance(proxy_hops, bool) or not isinstance(proxy_hops, numbers.Integral):
             raise TypeError("proxy_hops must be an int, got %s" % type(proxy_hops).__name__)
-        if not 0 <= proxy_hops <= 64:
-            raise ValueError("proxy_hops must be from 0 to 64, got %d" % proxy_hops)
-        self.hops = int(proxy_hops)
-        if not isinstance(header, str) or header.lower() not in ("x-forwarded-for",
-                                                                  "forwarded"):
-            raise ValueError("header must be 'X-Forwarded-For' or 'Forwarded', got %r"
-                             % (header,))
-        self.header = "Forwarded" if header.lower() == "forwarded" else "X-Forwarded-For"
         if isinstance(ipv6_subnet, bool) or not isinstance(ipv6_subnet, numbers.Integral):
             raise TypeError("ipv6_subnet must be an int, got %s" % type(ipv6_subnet).__name__)
-        if not 1 <= ipv6_subnet <= 128:
-            raise ValueError("ipv6_subnet must be a prefix length from 1 to 128, got %d"
-                             % ipv6_subnet)
-        self.ipv6_subnet = int(ipv6_subnet)
-        self.uses_header = bool(self.networks or self.trust_unix or self.hops)
-
-    def _trusted(self, ip):
-        return ip is not None and any(ip in net for net in self.networks
-                                      if net.version == ip.version)
+        if not isinstance(header, str):
+            raise TypeError("header must be a str, got %s" % type(header).__name__)
+        rules = _hirate.ClientRules(entries, float(proxy_hops), header, float(ipv6_subnet))
+        self._rules = rules
+        self.header, self.hops = rules.header, rules.hops
+        self.ipv6_subnet, self.uses_header = rules.ipv6_subnet, rules.uses_header
 
     def resolve(self, peer, header_values=()):
         """The client's address as a string, from the socket peer (a str, or
         None for a Unix socket) and the configured header's field values in
         the order they came. None when there is no peer and nothing to
         believe."""
-        peer_ip = _parse_node(peer) if peer else None
-        peer_text = str(peer_ip) if peer_ip is not None else (peer or None)
-        if not self.uses_header or not header_values:
-            return peer_text
-        if peer:
-            peer_trusted = self._trusted(peer_ip)
-        else:
-            peer_trusted = self.trust_unix
-        if (self.networks or self.trust_unix) and not peer_trusted:
-            return peer_text
-        if self.header == "Forwarded":
-            hops = _forwarded_fors(header_values)
-        else:
-            hops = _xff_hops(header_values)
-        if self.hops:
-            if len(hops) < self.hops:
-                return peer_text
-            nearest = peer_text
-            for text in reversed(hops[len(hops) - self.hops + 1:]):
-                ip = _parse_node(text)
-                if ip is None:
-                    return nearest
-                nearest = str(ip)
-            ip = _parse_node(hops[len(hops) - self.hops])
-            return str(ip) if ip is not None else nearest
-        nearest = peer_text
-        for text in reversed(hops):
-            ip = _parse_node(text)
-            if ip is None:
-                return nearest
-            if not self._trusted(ip):
-                return str(ip)
-            nearest = str(ip)
-        return nearest
+        return self._rules.resolve(peer, header_values)
 
     def key(self, address):
         """The identity of an address for bucket keys: IPv6 addresses by
         their /ipv6_subnet network (a host of one /64 can use all of it)."""
-        if address is None:
-            return None
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return address
-        if ip.version == 6 and self.ipv6_subnet < 128:
-            net = ipaddress.IPv6Network((int(ip) >> (128 - self.ipv6_subnet)
-                                         << (128 - self.ipv6_subnet), self.ipv6_subnet))
-            return str(net)
-        return str(ip)
+        return self._rules.key(address)
 
 
 # ---------------------------------------------------------------------------

@@ -122,6 +122,7 @@ class ClientIP:
     hops: int
     header: str
     ipv6_subnet: int
+    uses_header: bool
     def __init__(
         self,
         trusted_proxies: Union[str, Iterable[Any]] = (),

@@ -23,7 +23,7 @@ local format, sub, find, match, lower, gsub = string.format, string.sub, string.
     string.match, string.lower, string.gsub
 local floor = math.floor
 
-local KEY_MAX, EXACT_MAX = core.KEY_MAX, core.EXACT_MAX
+local EXACT_MAX = core.EXACT_MAX
 
 local _M = {}
 
@@ -218,14 +218,14 @@ local function address_ident(c)
     if ip.uses_header then
         value = forwarded_value(ip)
     elseif peer ~= "" and not find(peer, ":", 1, true) then
-        return "ip:" .. peer
+        return core.ident_for_ip(peer)
     end
     local memo_key = value and peer .. "\n" .. value or peer
     local ident = c.memo[memo_key]
     if ident then
         return ident
     end
-    ident = "ip:" .. (client_ip.key(ip, client_ip.resolve(ip, peer, value)) or "unknown")
+    ident = core.ident_for_ip(client_ip.key(ip, client_ip.resolve(ip, peer, value)))
     if c.memo_n >= MEMO_MAX then
         c.memo, c.memo_n = {}, 0
     end
@@ -239,23 +239,12 @@ function _M.client_address(opts)
     return client_address(compiled[opts] or compile(opts))
 end
 
-local function hex(s)
-    return (gsub(s, ".", function(ch)
-        return format("%02x", string.byte(ch))
-    end))
-end
+-- The bucket key of an identity: the core's ("{<identity>}", a Redis
+-- Cluster hash tag, so that every limiter's bucket for one client is on one
+-- node; a long identity hashed with SHA-256), as in Python.
+local bucket_key = core.bucket_key
 
--- The bucket key of an identity: in braces, a Redis Cluster hash tag, so
--- that every limiter's bucket for one client is on one node; one longer
--- than a key may be becomes "#<SHA-1>", which neither form can spell.
-local function bucket_key(ident)
-    if #ident + 2 > KEY_MAX then
-        ident = "#" .. hex(ngx.sha1_bin(ident))
-    end
-    return "{" .. ident .. "}"
-end
-
--- The bucket key of a request, as the Python package builds identities:
+-- The bucket key of a request, from the core's identities:
 -- "ip:<address>" (IPv6 by its network) or "k:<value>", so that no header
 -- value can name an address's bucket (bucket_key). nil: the request is
 -- exempt.
@@ -269,7 +258,7 @@ local function key_of(c)
         if v == nil or v == "" then
             ident = address_ident(c) -- no such header or variable
         else
-            ident = "k:" .. v
+            ident = core.ident_for_key(v)
         end
     else
         local v = c.key_fn()
@@ -282,7 +271,7 @@ local function key_of(c)
             raise("hirate.resty.limit: a key function must return a string, a whole number "
                 .. "or nil, got " .. type(v))
         end
-        ident = "k:" .. v
+        ident = core.ident_for_key(v)
     end
     return bucket_key(ident)
 end
@@ -301,9 +290,9 @@ local function client_key(c, client, fname)
         elseif type(v) ~= "string" then
             arg_error(fname, 2, "key must be a string or a whole number, got " .. type(v))
         end
-        return bucket_key("k:" .. v)
+        return bucket_key(core.ident_for_key(v))
     end
-    return bucket_key("ip:" .. (client_ip.key(c.ip, client.address) or "unknown"))
+    return bucket_key(core.ident_for_ip(client_ip.key(c.ip, client.address)))
 end
 
 --- reset(opts, client): forgets one client's bucket of a limit{} (it is
