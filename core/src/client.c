@@ -721,12 +721,7 @@ int hirate_bucket_key(const void *ident, size_t ident_len, const char *scope, si
         }
         id = (span){hashed, sizeof hashed};
     }
-    span parts[6] = {{"{", 1}, id, {"}", 1}, {"|", 1}, {scope, scope_len}, {"|", 1}};
-    span last = {head ? head : "", head ? head_len : 0};
-    if (!scope)
-        return join(parts, 3, out, cap, outlen);
-    span all[7];
-    memcpy(all, parts, sizeof parts);
-    all[6] = last;
-    return join(all, 7, out, cap, outlen);
+    span parts[7] = {{"{", 1}, id, {"}", 1}, {"|", 1}, {scope, scope_len}, {"|", 1},
+                     {head ? head : "", head ? head_len : 0}};
+    return join(parts, scope ? 7 : 3, out, cap, outlen);
 }
