@@ -25,6 +25,7 @@ int hirate_bucket_cfg_init(hirate_bucket_cfg *cfg, int64_t capacity, double rate
     cfg->capacity = capacity;
     cfg->capacity_d = (double)capacity;
     cfg->rate = rate;
+    cfg->token_us = 1000000.0 / rate;
     return 0;
 }
 
@@ -37,14 +38,24 @@ int hirate_bucket_check_cost(int64_t cost, char *err, size_t errlen)
     return 0;
 }
 
-/* What a call at now + r computes from the stored state, before the min. */
-static double level_at(const hirate_bucket_cfg *cfg, const hirate_bucket *b, int64_t now,
-                       double r)
+/* What a call at now + r computes from the stored state, before the min.
+ * Nothing elapsed (a bucket just spent, a clock that went back) refills
+ * nothing: tokens + 0.0, the very double the division of 0 gives, without
+ * the division. */
+static inline double level_at(const hirate_bucket_cfg *cfg, const hirate_bucket *b,
+                              int64_t now, double r)
 {
     double elapsed = (double)(now - b->ts) + r;
-    if (elapsed < 0)
-        elapsed = 0;   /* a clock that went back refills nothing */
+    if (elapsed <= 0)
+        return b->tokens + 0.0;
     return b->tokens + elapsed * cfg->rate / 1000000.0;
+}
+
+/* floor() for a level: a cast truncates, which is floor for what is not
+ * negative (a level is at most 2^53), without the call to libm. */
+static inline int64_t whole(double level)
+{
+    return level >= 0 ? (int64_t)level : (int64_t)floor(level);
 }
 
 /* Inlined into hirate_bucket_decide, which calls it once or twice a
@@ -55,9 +66,13 @@ until(const hirate_bucket_cfg *cfg, const hirate_bucket *b, int64_t now, double 
     double level = level_at(cfg, b, now, 0);
     if (level >= target)
         return 0;
-    /* ceil() is within a unit or two of the answer; the bounded loops settle
-     * it in the very arithmetic a later call uses. */
-    double r = ceil((target - level) * 1000000.0 / cfg->rate);
+    /* The answer is the least r >= 1 at which level_at reaches target
+     * (level_at never falls as r grows: each of its operations is monotonic
+     * in round-to-nearest). A first guess within a unit or two of it, from
+     * a multiplication rather than a division, and the bounded loops settle
+     * it in the very arithmetic a later call uses: from any guess within their
+     * 64 steps of it, they stop at that least r. */
+    double r = ceil((target - level) * cfg->token_us);
     if (b->ts > now)
         r += (double)(b->ts - now);
     for (int i = 0; i < 64 && !(level_at(cfg, b, now, r) >= target); i++)
@@ -98,7 +113,7 @@ int hirate_bucket_refund(const hirate_bucket_cfg *cfg, hirate_bucket *b, int64_t
     d->source = HIRATE_SOURCE_LOCAL;
     d->error = 0;
     d->limit = cfg->capacity;
-    d->remaining = (int64_t)floor(level);
+    d->remaining = whole(level);
     d->reset_after_us = until(cfg, b, now, cfg->capacity_d);
     d->time_us = now;
     return changed;
@@ -132,7 +147,7 @@ int hirate_bucket_decide(const hirate_bucket_cfg *cfg, hirate_bucket *b, int64_t
     d->source = HIRATE_SOURCE_LOCAL;
     d->error = 0;
     d->limit = cfg->capacity;
-    d->remaining = (int64_t)floor(level);
+    d->remaining = whole(level);
     d->reset_after_us = until(cfg, b, now, cfg->capacity_d);
     d->time_us = now;
     return changed;

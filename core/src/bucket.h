@@ -20,6 +20,7 @@ typedef struct hirate_bucket_cfg {
     int64_t capacity;
     double capacity_d;
     double rate;     /* tokens per second */
+    double token_us; /* 1e6 / rate: only for a first guess (bucket.c) */
 } hirate_bucket_cfg;
 
 /* Checks capacity and rate; fills cfg. Returns 0 or a HIRATE_E* code with a

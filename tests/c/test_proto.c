@@ -394,7 +394,7 @@ static void the_largest_bulk_is_accepted(void)
 /* ---- encoding ------------------------------------------------------------------ */
 
 /* The bands of every reply below: capacity 10 (rate 0.1). */
-static const hirate_bucket_cfg cfg10 = {10, 10.0, 0.1};
+static const hirate_bucket_cfg cfg10 = {10, 10.0, 0.1, 1e7};
 
 /* The call the tests encode: capacity 10 and rate 0.1 for "rl:" + key. */
 static char limits[64];
