@@ -17,9 +17,9 @@
  *   fork():        a child forked while threads call decides through Redis
  *                  on a connection of its own and exits; the parent's
  *                  threads go on, exact.
- *   default pool:  with pool_size 16, the 64 threads' decisions ride the one
- *                  connection in flight: exactly the capacity is admitted,
- *                  one connection is opened;
+ *   default pool:  with pool_size 16, the 64 threads' decisions ride the
+ *                  four connections in flight: exactly the capacity is
+ *                  admitted, at most four connections are opened;
  *   kill, restart: Redis is killed and started again (empty) while every
  *                  thread decides its own key; every call returns a decision,
  *                  from Redis or the policy with an outage code; on each
@@ -158,12 +158,14 @@ static void one_key_run(const char *prefix, int flush)
     }
     for (int i = 0; i < THREADS; i++)
         pthread_join(t[i], NULL);
-    /* The server read the calls in far fewer reads than there were calls:
-     * they came in shared round trips. */
+    /* The server read the calls in fewer reads than there were calls: they
+     * came in shared round trips (at least two a read on average, with as
+     * many round trips in flight as the pool allows riders: under TSan,
+     * whose threads are slow to queue, 2.9 calls a read were measured). */
     long long reads = rh_info_int(&S, "total_reads_processed") - reads0;
     printf("  %d calls in %lld reads by the server\n", THREADS * CALLS, reads);
     if (!flush)
-        CHECK(reads < THREADS * CALLS / 3);
+        CHECK(reads < THREADS * CALLS / 2);
     CHECK_EQ_I64(atomic_load(&allowed), CAPACITY);
     for (int i = 0; i < CAPACITY; i++)
         CHECK_EQ_I64(atomic_load(&seen[i]), 1);
@@ -183,10 +185,10 @@ static void one_key_run(const char *prefix, int flush)
         /* the pool's two and the harness' own connection */
         CHECK(clients_max <= 3);
     } else {
-        /* Decisions open a connection only when none is open: the others
-         * ride its round trips. */
-        CHECK_EQ_I64(c.connects, 1);
-        CHECK(clients_max <= 2);
+        /* Decisions open a connection only while fewer than four are
+         * open: the others ride their round trips. */
+        CHECK(c.connects >= 1 && c.connects <= 4);
+        CHECK(clients_max <= 5);
     }
     hirate_limiter_free(l);
 }
@@ -459,7 +461,12 @@ static void fork_in_the_middle(void)
                 int rc = hirate_allow(l, "child", 5, 1, &d);
                 bad |= rc != 0 || d.source != HIRATE_SOURCE_REDIS || !d.allowed;
             }
+#ifndef __SANITIZE_THREAD__
+            /* Not under TSan: it knows nothing of the parent's threads being
+             * gone from the child, so their last reads of the limiter (made
+             * after their last lock) look concurrent with this free. */
             hirate_limiter_free(l);
+#endif
             _exit(bad ? 1 : 0);
         }
         CHECK(pid > 0);
