@@ -74,7 +74,8 @@ static void meaning(parsed *p, const hirate_reply *rep, int64_t cost, int after_
 {
     static const char prefix[] = "rl:";
     static const char args[] = "$2\r\n10\r\n$1\r\n1\r\n";
-    static const hirate_bucket_cfg cfg[2] = {{CAPACITY, CAPACITY, 1.0}, {CAPACITY, CAPACITY, 1.0}};
+    static const hirate_bucket_cfg cfg[2] = {{CAPACITY, CAPACITY, 1.0, 1e6},
+                                             {CAPACITY, CAPACITY, 1.0, 1e6}};
     hirate_call c = {prefix, 3, "k", 1, args, sizeof args - 1, 1, cost, 1, -1};
     const char *why = NULL;
     hirate_decision d2, per[2], whole;
