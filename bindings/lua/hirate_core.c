@@ -1116,10 +1116,10 @@ static int l_new(lua_State *L)
     if (t != LUA_TNIL)
         o.rate = check_rate(L, -1, "rate");
     o.prefix = opt_string(L, "prefix", o.prefix);
-    const char *policy = opt_string(L, "on_error", "local");
-    if ((o.on_error = hirate_on_error_from_name(policy)) < 0)
-        arg_errorf(L, 1, "on_error must be \"local\", \"open\" or \"closed\", got \"%.20s\"",
-                   policy);
+    const char *policy = opt_string(L, "on_error", NULL);
+    char why[HIRATE_ERRMSG_SIZE];
+    if (policy && hirate_options_set_on_error(&o, policy, why, sizeof why) < 0)
+        arg_errorf(L, 1, "%s", why);
     o.instances = opt_c_int(L, "instances", o.instances);
     opt_duration(L, "timeout", &o);
     opt_duration(L, "connect_timeout", &o);
@@ -1183,7 +1183,6 @@ static int l_new(lua_State *L)
     }
     hl_setuservalue(L, -2);
 
-    char why[HIRATE_ERRMSG_SIZE];
     hirate_limiter *lim;
     owned *own = owned_new(L, OWN_LIMITER);
     int rc = hirate_limiter_new(&lim, &o, why, sizeof why);
@@ -2736,6 +2735,8 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
     /* The core's limits, so that Lua code (hirate/resty.lua) states none. */
     hl_pushint64(L, HIRATE_KEY_MAX);
     lua_setfield(L, -2, "KEY_MAX");
+    lua_pushinteger(L, HIRATE_IPV6_SUBNET_DEFAULT);
+    lua_setfield(L, -2, "IPV6_SUBNET_DEFAULT");
     hl_pushint64(L, HIRATE_HEADERS_RATELIMIT);
     lua_setfield(L, -2, "HEADERS_RATELIMIT");
     hl_pushint64(L, HIRATE_HEADERS_LEGACY);

@@ -608,9 +608,8 @@ static int take_option(int opt, const char *v, cli_config *c, cli_args *a)
     case OPT_COST: return parse_int("--cost", v, INT64_MIN, INT64_MAX, &c->cost);
     case OPT_PREFIX: c->opts.prefix = v; return 0;
     case OPT_ON_ERROR:
-        c->opts.on_error = hirate_on_error_from_name(v);
-        if (c->opts.on_error < 0) {
-            cli_error("--on-error: \"%s\" is not a policy (local, open or closed)", v);
+        if (hirate_options_set_on_error(&c->opts, v, why, sizeof why) < 0) {
+            cli_error("--on-error: %s", why);
             return -1;
         }
         return 0;

@@ -297,6 +297,13 @@ HIRATE_EXPORT int hirate_options_set_seconds(hirate_options *opts, const char *n
 HIRATE_EXPORT int hirate_options_set_max_keys(hirate_options *opts, long long n, char *err,
                                               size_t errlen);
 
+/* Sets on_error from its name ("local", "open" or "closed"), as Python, Lua
+ * and the tool take it: 0, or HIRATE_EOPTION with the message
+ * 'on_error must be "local", "open" or "closed", got "sometimes"' in err
+ * (HIRATE_EINVAL without opts or name). */
+HIRATE_EXPORT int hirate_options_set_on_error(hirate_options *opts, const char *name, char *err,
+                                              size_t errlen);
+
 typedef struct hirate_limiter hirate_limiter;
 
 /* Validates the options and makes a limiter. It does not connect: the first
@@ -603,6 +610,10 @@ typedef struct hirate_client_ip hirate_client_ip;
  * ("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255/128" fits). */
 #define HIRATE_CLIENT_TEXT_MAX 64
 
+/* The ipv6_subnet of a front end whose user gave none: a /64 is what one
+ * host (or one home, one customer) gets, so it is one client. */
+#define HIRATE_IPV6_SUBNET_DEFAULT 64
+
 /* What hirate_client_ip_resolve and hirate_client_ip_key found. */
 enum hirate_client_kind {
     HIRATE_CLIENT_NONE = 0,    /* no client: no peer, and nothing to believe */
@@ -613,7 +624,8 @@ enum hirate_client_kind {
 /* Compiles the options: trusted[0 .. ntrusted) (addresses, networks or
  * "unix"; spaces around them ignored), proxy_hops (a whole number from 0 to
  * 64), header ("X-Forwarded-For" or "Forwarded", any case; NULL: the first)
- * and ipv6_subnet (a prefix length from 1 to 128; 64 is usual). The numbers
+ * and ipv6_subnet (a prefix length from 1 to 128; HIRATE_IPV6_SUBNET_DEFAULT
+ * when the user gave none). The numbers
  * are doubles so that a message names what a caller gave ("got 1.5"). 0, or
  * HIRATE_EOPTION with a message naming the bad option or entry, or
  * HIRATE_ENOMEM; *out is NULL on failure. */

@@ -414,29 +414,6 @@ static int trusted(const hirate_client_ip *c, const uint8_t b[16])
 
 /* ------------------------------------------------------------- options */
 
-/* The entry as a message shows it: in double quotes, '"' and '\' escaped,
- * other bytes that are not printable ASCII as \xHH, at most 64 of them. */
-static void quoted(char *out, size_t cap, span s)
-{
-    size_t n = 0;
-    out[n++] = '"';
-    for (size_t i = 0; i < s.n && n + 8 < cap; i++) {
-        unsigned char c = (unsigned char)s.p[i];
-        if (i == 64) {
-            n += (size_t)snprintf(out + n, cap - n, "...");
-            break;
-        }
-        if (c == '"' || c == '\\')
-            n += (size_t)snprintf(out + n, cap - n, "\\%c", c);
-        else if (c < 0x20 || c > 0x7e)
-            n += (size_t)snprintf(out + n, cap - n, "\\x%02x", c);
-        else
-            out[n++] = (char)c;
-    }
-    out[n++] = '"';
-    out[n] = '\0';
-}
-
 static void number_text(char *out, size_t cap, double v)
 {
     if (v == floor(v) && fabs(v) < 9.2e18)
@@ -500,7 +477,7 @@ int hirate_client_ip_new(hirate_client_ip **out, const char *const *trusted_list
         } else if (parse_net(spec, &c->nets[c->nnets])) {
             c->nnets++;
         } else {
-            quoted(shown, sizeof shown / 2, (span){entry, strlen(entry)});
+            hirate__quote(shown, sizeof shown / 2, entry, strlen(entry));
             hirate_client_ip_free(c);
             return hirate__fail(err, errlen, HIRATE_EOPTION,
                                 "trusted_proxies: %s is not an address or network "
@@ -519,7 +496,7 @@ int hirate_client_ip_new(hirate_client_ip **out, const char *const *trusted_list
     if (header && same_word(name, "forwarded")) {
         c->forwarded = 1;
     } else if (header && !same_word(name, "x-forwarded-for")) {
-        quoted(shown, sizeof shown / 2, name);
+        hirate__quote(shown, sizeof shown / 2, name.p, name.n);
         hirate_client_ip_free(c);
         return hirate__fail(err, errlen, HIRATE_EOPTION,
                             "forwarded_header must be 'X-Forwarded-For' or 'Forwarded', got %s",

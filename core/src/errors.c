@@ -79,3 +79,24 @@ int hirate__fail_quoting(char *buf, size_t len, int code, const char *prefix, co
     buf[at] = '\0';
     return code;
 }
+
+void hirate__quote(char *out, size_t cap, const char *text, size_t len)
+{
+    size_t n = 0;
+    out[n++] = '"';
+    for (size_t i = 0; i < len && n + 8 < cap; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (i == 64) {
+            n += (size_t)snprintf(out + n, cap - n, "...");
+            break;
+        }
+        if (c == '"' || c == '\\')
+            n += (size_t)snprintf(out + n, cap - n, "\\%c", c);
+        else if (c < 0x20 || c > 0x7e)
+            n += (size_t)snprintf(out + n, cap - n, "\\x%02x", c);
+        else
+            out[n++] = (char)c;
+    }
+    out[n++] = '"';
+    out[n] = '\0';
+}

@@ -21,4 +21,9 @@ int hirate__fail(char *buf, size_t len, int code, const char *fmt, ...) HIRATE_P
 int hirate__fail_quoting(char *buf, size_t len, int code, const char *prefix, const char *text,
                          size_t textlen);
 
+/* Text as a message shows it (an option's value, a list's entry): in double
+ * quotes, '"' and '\' escaped, other bytes that are not printable ASCII as
+ * \xHH, at most 64 of them, then "..."; cut to fit cap (at least 16). */
+void hirate__quote(char *out, size_t cap, const char *text, size_t n);
+
 #endif

@@ -3,9 +3,11 @@
  * put the value in: max_keys, a size_t that a host's integer (negative, or
  * wider) may not fit. The range is here, once: hirate_limiter_new checks the
  * C field against it, and hirate_options_set_max_keys checks a host's
- * integer against it, with the same words.
+ * integer against it, with the same words. And on_error by its name, with
+ * one message for every front end.
  */
 #include <stddef.h>
+#include <string.h>
 
 #include "errors.h"
 #include "options.h"
@@ -34,5 +36,21 @@ int hirate_options_set_max_keys(hirate_options *o, long long n, char *err, size_
     if (rc < 0)
         return rc;
     o->max_keys = (size_t)n;
+    return 0;
+}
+
+int hirate_options_set_on_error(hirate_options *o, const char *name, char *err, size_t errlen)
+{
+    if (!o || !name)
+        return hirate__fail(err, errlen, HIRATE_EINVAL,
+                            "hirate_options_set_on_error needs options and a name");
+    int v = hirate_on_error_from_name(name);
+    if (v < 0) {
+        char shown[96];
+        hirate__quote(shown, sizeof shown, name, strlen(name));
+        return hirate__fail(err, errlen, HIRATE_EOPTION,
+                            "on_error must be \"local\", \"open\" or \"closed\", got %s", shown);
+    }
+    o->on_error = v;
     return 0;
 }

@@ -155,6 +155,42 @@ static void the_defaults_are_documented_ones(void)
     CHECK_EQ_I64(hirate_limiter_new(&lim, &o, NULL, 0), HIRATE_ERATE);
 }
 
+/* hirate_options_set_on_error: the names, and one message for any other,
+ * the name shown escaped (the words of Python, Lua and the tool). */
+static void on_error_is_set_by_name(void)
+{
+    static const struct { const char *name; int rc, policy; const char *msg; } cases[] = {
+        {"local", 0, HIRATE_ON_ERROR_LOCAL, ""},
+        {"open", 0, HIRATE_ON_ERROR_OPEN, ""},
+        {"closed", 0, HIRATE_ON_ERROR_CLOSED, ""},
+        {"sometimes", HIRATE_EOPTION, HIRATE_ON_ERROR_OPEN,
+         "on_error must be \"local\", \"open\" or \"closed\", got \"sometimes\""},
+        {"Open", HIRATE_EOPTION, HIRATE_ON_ERROR_OPEN,
+         "on_error must be \"local\", \"open\" or \"closed\", got \"Open\""},
+        {"a\"b\r\n", HIRATE_EOPTION, HIRATE_ON_ERROR_OPEN,
+         "on_error must be \"local\", \"open\" or \"closed\", got \"a\\\"b\\x0d\\x0a\""},
+        {"", HIRATE_EOPTION, HIRATE_ON_ERROR_OPEN,
+         "on_error must be \"local\", \"open\" or \"closed\", got \"\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hirate_options o;
+        hirate_options_init(&o);
+        o.on_error = HIRATE_ON_ERROR_OPEN;
+        char err[HIRATE_ERRMSG_SIZE] = "x";
+        CHECK_EQ_I64(hirate_options_set_on_error(&o, cases[i].name, err, sizeof err),
+                     cases[i].rc);
+        if (cases[i].rc < 0)
+            CHECK_EQ_STR(err, cases[i].msg);
+        CHECK_EQ_I64(o.on_error, cases[i].policy);   /* a refused name changes nothing */
+    }
+    hirate_options o;
+    hirate_options_init(&o);
+    char err[HIRATE_ERRMSG_SIZE];
+    CHECK_EQ_I64(hirate_options_set_on_error(NULL, "local", err, sizeof err), HIRATE_EINVAL);
+    CHECK_EQ_I64(hirate_options_set_on_error(&o, NULL, err, sizeof err), HIRATE_EINVAL);
+    CHECK_EQ_I64(o.on_error, HIRATE_ON_ERROR_LOCAL);
+}
+
 /* hirate_options_set_max_keys takes what a host's integer holds, negative
  * or past size_t's range, and words it as hirate_limiter_new does. */
 static void max_keys_is_set_with_the_range_of_new(void)
@@ -607,6 +643,7 @@ int main(void)
     the_defaults_are_documented_ones();
     options_carry_their_size();
     max_keys_is_set_with_the_range_of_new();
+    on_error_is_set_by_name();
     null_arguments_to_new_are_einval();
     a_short_message_buffer_is_cut_and_terminated();
     the_password_never_appears_in_a_message();

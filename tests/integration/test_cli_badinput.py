@@ -144,7 +144,7 @@ REFUSED = [
      "key is 131071 bytes; the most is 512"),
     # other options
     ("a policy that is not one", dict(options=("--on-error", "sometimes")),
-     '--on-error: "sometimes" is not a policy (local, open or closed)'),
+     '--on-error: on_error must be "local", "open" or "closed", got "sometimes"'),
     ("a prefix of 65 bytes", dict(options=("--prefix", "p" * 65)),
      "prefix is 65 bytes; the most is 64"),
     ("a URL with port 0", dict(options=("--url", "redis://127.0.0.1:0")),

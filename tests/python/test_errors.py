@@ -117,7 +117,7 @@ INF, NAN = math.inf, math.nan
      "tls_ca_file must not contain a NUL character"),
     (dict(url="redis://127.0.0.1\x00x"), "EURL", "url must not contain a NUL character"),
     (dict(on_error="sometimes"), "EOPTION",
-     "on_error must be 'local', 'open' or 'closed', got 'sometimes'"),
+     'on_error must be "local", "open" or "closed", got "sometimes"'),
     (dict(prefix="p" * 65), "EOPTION", "prefix is 65 bytes; the most is 64"),
     (dict(prefix="a\x00b"), "EOPTION", "prefix must not contain a NUL character"),
     (dict(timeout=0), "EOPTION", "timeout must be from 0.001 to 60 seconds, got 0"),

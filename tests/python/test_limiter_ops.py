@@ -335,3 +335,30 @@ def test_stats():
     assert s == dict(connects=0, evalsha=0, eval=0, conns_dropped=0, cache_hits=0, policy=0,
                      breaker_opens=0, memory_keys=2, local_keys=0, cache_keys=0, fcall=0,
                      function_loads=0, sentinel_queries=0, master_changes=0)
+
+
+def test_every_python_front_end_shows_the_core_defaults():
+    """The defaults come from hirate_options_init (and the core's IPv6 subnet):
+    the signatures and settings of the Python classes show them, and a
+    Limiter made without them has them."""
+    import inspect
+    from hirate import _http, asgi
+
+    assert dict(_hirate.DEFAULTS) == dict(
+        prefix="rl:", on_error="local", instances=1, connect_timeout=0.25, timeout=0.1,
+        deny_cache=True, deny_cache_max=1.0, max_keys=1_000_000, pool_size=16,
+        tls_verify=True, functions=True, ipv6_subnet=64)
+    with pytest.raises(TypeError):
+        _hirate.DEFAULTS["prefix"] = "x"   # read-only
+    lim = hirate.Limiter(capacity=1, rate=1)
+    assert (lim.prefix, lim.on_error) == ("rl:", "local")
+    for cls in (hirate.AsyncLimiter, asgi.RateLimiter):
+        params = inspect.signature(cls).parameters
+        for name, value in _hirate.DEFAULTS.items():
+            if name in params:
+                assert params[name].default == value, (cls, name)
+    assert inspect.signature(_http.ClientIP).parameters["ipv6_subnet"].default == 64
+    assert _http.ClientIP().ipv6_subnet == 64
+    for name, value in _hirate.DEFAULTS.items():
+        if name in _http.SETTINGS:
+            assert _http.SETTINGS[name][1] == value, name

@@ -57,7 +57,7 @@ function _M.compile(opts)
     if subnet ~= nil and type(subnet) ~= "number" then
         error("ipv6_subnet must be a number, got " .. type(subnet), 2)
     end
-    local rules, err = core.client_ip(list or {}, hops or 0, header, subnet or 64)
+    local rules, err = core.client_ip(list or {}, hops or 0, header, subnet or core.IPV6_SUBNET_DEFAULT)
     if not rules then
         error(err, 2)
     end

@@ -497,6 +497,33 @@ static int add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **slot, const c
     return 0;
 }
 
+/* DEFAULTS: what a Limiter is made with when an argument is not given, as
+ * hirate_options_init sets it (seconds for durations), and the client
+ * address rules' ipv6_subnet: the signatures and settings of hirate's Python
+ * classes show these, and restate none of them. */
+static int add_defaults(PyObject *m)
+{
+    hirate_options o;
+    hirate_options_init(&o);
+    PyObject *d = Py_BuildValue(
+        "{s:s,s:s,s:i,s:d,s:d,s:O,s:d,s:n,s:i,s:O,s:O,s:i}", "prefix", o.prefix, "on_error",
+        hirate_on_error_name(o.on_error), "instances", o.instances, "connect_timeout",
+        o.connect_timeout_ms / 1000.0, "timeout", o.timeout_ms / 1000.0, "deny_cache",
+        o.deny_cache ? Py_True : Py_False, "deny_cache_max", o.deny_cache_max_ms / 1000.0,
+        "max_keys", (Py_ssize_t)o.max_keys, "pool_size", o.pool_size, "tls_verify",
+        o.tls_verify ? Py_True : Py_False, "functions", o.functions ? Py_True : Py_False,
+        "ipv6_subnet", HIRATE_IPV6_SUBNET_DEFAULT);
+    if (!d)
+        return -1;
+    PyObject *ro = PyDictProxy_New(d);
+    Py_DECREF(d);
+    if (!ro || PyModule_AddObject(m, "DEFAULTS", ro) < 0) {
+        Py_XDECREF(ro);
+        return -1;
+    }
+    return 0;
+}
+
 static int module_exec(PyObject *m)
 {
     hstate *st = state_of_module(m);
@@ -534,6 +561,8 @@ static int module_exec(PyObject *m)
         PyModule_AddIntConstant(m, "PREFIX_MAX", HIRATE_PREFIX_MAX) < 0 ||
         PyModule_AddObject(m, "EXACT_MAX", PyLong_FromLongLong(HIRATE_EXACT_MAX)) < 0 ||
         PyModule_AddStringConstant(m, "__version__", hirate_version()) < 0)
+        return -1;
+    if (add_defaults(m) < 0)
         return -1;
     limiter_atfork_init();
     return 0;

@@ -359,9 +359,10 @@ PyObject *limiter_tp_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         const char *name = c_string(st, on_error, "on_error", HIRATE_EOPTION);
         if (!name)
             goto done;
-        if ((o.on_error = hirate_on_error_from_name(name)) < 0) {
-            raise_codef(st, HIRATE_EOPTION,
-                        "on_error must be 'local', 'open' or 'closed', got %R", on_error);
+        char why[HIRATE_ERRMSG_SIZE];
+        int rc = hirate_options_set_on_error(&o, name, why, sizeof why);
+        if (rc < 0) {
+            raise_code(st, rc, why);
             goto done;
         }
     }

@@ -34,6 +34,9 @@ from . import _hirate
 
 __all__ = ["AsyncLimiter"]
 
+# The core's defaults, shown in the signature (hirate.Limiter's are the same).
+_D = _hirate.DEFAULTS
+
 
 if sys.version_info >= (3, 11):
     async def _within(seconds, coro):
@@ -873,11 +876,13 @@ class AsyncLimiter:
     """
 
     def __init__(self, url=None, *, capacity=_NOT_GIVEN, rate=_NOT_GIVEN, limits=None,
-                 prefix="rl:", on_error="local", instances=1, connect_timeout=0.25,
-                 timeout=0.1, deny_cache=True, max_keys=1_000_000, pool_size=16,
-                 tls_ca_file=None, tls_ca_dir=None, tls_cert_file=None, tls_key_file=None,
-                 tls_server_name=None, tls_verify=True, sentinel_username=None,
-                 sentinel_password=None, functions=True, deny_cache_max=1.0):
+                 prefix=_D["prefix"], on_error=_D["on_error"], instances=_D["instances"],
+                 connect_timeout=_D["connect_timeout"], timeout=_D["timeout"],
+                 deny_cache=_D["deny_cache"], max_keys=_D["max_keys"],
+                 pool_size=_D["pool_size"], tls_ca_file=None, tls_ca_dir=None,
+                 tls_cert_file=None, tls_key_file=None, tls_server_name=None,
+                 tls_verify=_D["tls_verify"], sentinel_username=None, sentinel_password=None,
+                 functions=_D["functions"], deny_cache_max=_D["deny_cache_max"]):
         # The C limiter checks every argument (and never connects itself
         # here: the hooks leave the I/O to this class). Of capacity, rate and
         # limits, those given go on, as hirate.Limiter takes them.

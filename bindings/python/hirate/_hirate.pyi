@@ -2,8 +2,8 @@
 
 import builtins
 import os
-from typing import (Final, Iterable, List, Literal, Optional, Sequence, Tuple, TypedDict, Union,
-                    final)
+from typing import (Final, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, TypedDict,
+                    Union, final)
 from typing_extensions import disjoint_base
 
 from . import Band
@@ -25,6 +25,9 @@ OP_REFUND: Final[int]
 IO_REPLY_MAX: Final[int]
 ERRMSG_SIZE: Final[int]
 KEY_MAX: Final[int]
+# What a Limiter is made with for an argument not given (seconds for
+# durations), and the client address rules' ipv6_subnet.
+DEFAULTS: Final[Mapping[str, Union[str, int, float, bool]]]
 HEADERS_RATELIMIT: Final[int]
 HEADERS_LEGACY: Final[int]
 PREFIX_MAX: Final[int]

@@ -14,6 +14,9 @@ from . import _hirate
 from ._hirate import bucket_key as _bucket, ident_for_ip as _ident_for_ip
 from ._hirate import ident_for_key as _ident_for_key
 
+# The core's defaults: the settings below show them, and restate none.
+_D = _hirate.DEFAULTS
+
 __all__ = ["Limit", "Result", "ClientIP", "key_header", "refill_seconds"]
 
 METHODS = frozenset(["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE",
@@ -41,24 +44,24 @@ _SCOPE_SEP = "|"
 SETTINGS = {
     "url": ("URL", None),
     "default_limits": ("DEFAULT_LIMITS", ()),
-    "on_error": ("ON_ERROR", "local"),
+    "on_error": ("ON_ERROR", _D["on_error"]),
     "headers": ("HEADERS", True),
     "legacy_headers": ("LEGACY_HEADERS", False),
     "trusted_proxies": ("TRUSTED_PROXIES", ()),
     "proxy_hops": ("PROXY_HOPS", 0),
     "forwarded_header": ("FORWARDED_HEADER", "X-Forwarded-For"),
-    "ipv6_subnet": ("IPV6_SUBNET", 64),
-    "prefix": ("PREFIX", "rl:"),
-    "instances": ("INSTANCES", 1),
-    "connect_timeout": ("CONNECT_TIMEOUT", 0.25),
-    "timeout": ("TIMEOUT", 0.1),
+    "ipv6_subnet": ("IPV6_SUBNET", _D["ipv6_subnet"]),
+    "prefix": ("PREFIX", _D["prefix"]),
+    "instances": ("INSTANCES", _D["instances"]),
+    "connect_timeout": ("CONNECT_TIMEOUT", _D["connect_timeout"]),
+    "timeout": ("TIMEOUT", _D["timeout"]),
     "sentinel_username": ("SENTINEL_USERNAME", None),
     "sentinel_password": ("SENTINEL_PASSWORD", None),
-    "functions": ("FUNCTIONS", True),
-    "deny_cache": ("DENY_CACHE", True),
-    "deny_cache_max": ("DENY_CACHE_MAX", 1.0),
-    "max_keys": ("MAX_KEYS", 1_000_000),
-    "pool_size": ("POOL_SIZE", 16),
+    "functions": ("FUNCTIONS", _D["functions"]),
+    "deny_cache": ("DENY_CACHE", _D["deny_cache"]),
+    "deny_cache_max": ("DENY_CACHE_MAX", _D["deny_cache_max"]),
+    "max_keys": ("MAX_KEYS", _D["max_keys"]),
+    "pool_size": ("POOL_SIZE", _D["pool_size"]),
     "body": ("BODY", "json"),
     "enabled": ("ENABLED", True),
 }
@@ -462,7 +465,7 @@ class ClientIP:
     __slots__ = ("_rules", "header", "hops", "ipv6_subnet", "uses_header")
 
     def __init__(self, trusted_proxies=(), proxy_hops=0, header="X-Forwarded-For",
-                 ipv6_subnet=64):
+                 ipv6_subnet=_D["ipv6_subnet"]):
         if isinstance(trusted_proxies, str):
             trusted_proxies = [trusted_proxies]
         # ipaddress objects are given by their text.

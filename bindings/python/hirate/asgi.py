@@ -33,12 +33,15 @@ from starlette.responses import Response
 from . import AsyncLimiter as _AsyncLimiter
 from . import Limiter as _Limiter
 from . import Stats as _Stats
+from . import _hirate
 
 from ._http import LIMITER_OPTIONS, METHODS as _METHODS, SETTINGS, ClientIP, Limit, Result
 from ._http import charges, check_limits, check_scope, checks_of, client_buckets, declare
 from ._http import charge_async, decide_async, from_environ, ident_for_ip, ident_for_key, identity, key_header
 from ._http import new_limiter, plan, refund_async, _check_cost
 from ._http import maybe_await as _maybe_await, scope_part as _scope_part
+
+_D = _hirate.DEFAULTS   # the core's defaults, shown in the signature
 
 __all__ = ["RateLimiter", "RateLimitMiddleware", "RateLimitExceeded", "Limit", "Result",
            "ResponseStart", "key_header"]
@@ -163,12 +166,14 @@ class RateLimiter:
     """
 
     def __init__(self, *, url=None, default_limits=(), routes=None, exempt=(), key=None,
-                 on_error="local", headers=True, legacy_headers=False, trusted_proxies=(),
-                 proxy_hops=0, forwarded_header="X-Forwarded-For", ipv6_subnet=64,
-                 prefix="rl:", instances=1, connect_timeout=0.25, timeout=0.1, body="json",
-                 on_refused=None, enabled=True, sentinel_username=None,
-                 sentinel_password=None, functions=True, deny_cache=True, deny_cache_max=1.0,
-                 max_keys=1_000_000, pool_size=16):
+                 on_error=_D["on_error"], headers=True, legacy_headers=False,
+                 trusted_proxies=(), proxy_hops=0, forwarded_header="X-Forwarded-For",
+                 ipv6_subnet=_D["ipv6_subnet"], prefix=_D["prefix"],
+                 instances=_D["instances"], connect_timeout=_D["connect_timeout"],
+                 timeout=_D["timeout"], body="json", on_refused=None, enabled=True,
+                 sentinel_username=None, sentinel_password=None, functions=_D["functions"],
+                 deny_cache=_D["deny_cache"], deny_cache_max=_D["deny_cache_max"],
+                 max_keys=_D["max_keys"], pool_size=_D["pool_size"]):
         url = url or None
         self.default_limits = _as_limits(default_limits, "default_limits")
         patterns = []
