@@ -56,7 +56,8 @@ class Server:
                    FLASK_HIRATE_TIMEOUT="5", FLASK_HIRATE_CONNECT_TIMEOUT="5",
                    HIRATE_TIMEOUT="5", HIRATE_CONNECT_TIMEOUT="5")
         self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"),
-                                     "hirate-server-%d.log" % self.port), "w+")
+                                     "hirate-server-%d.log" % self.port), "a+")
+        self.log.truncate(0)   # a log of an earlier run on this port
         self.proc = subprocess.Popen(
             [sys.executable, "-m"] + [a.replace("PORT", str(self.port)) for a in argv],
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self.log,
@@ -79,6 +80,9 @@ class Server:
         raise AssertionError("the server did not start:\n" + self.output())
 
     def output(self):
+        # The server's processes share this file's offset, which the seek
+        # moves: the file is opened for appending (O_APPEND), so that they
+        # write at its end whatever the offset is.
         self.log.seek(0)
         return self.log.read()
 
