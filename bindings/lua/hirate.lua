@@ -34,6 +34,10 @@ local hirate = {
     -- Whole seconds an empty bucket of capacity takes to fill at rate,
     -- rounded up: the "w" of a RateLimit-Policy header, the core's.
     refill_seconds = core.refill_seconds,
+    -- nil, or the message of the error a call raises for a key or a cost:
+    -- the core's rules and words, for code that checks before it calls.
+    key_error = core.key_error,
+    cost_error = core.cost_error,
     -- The core's limits: a key's bytes, a prefix's bytes, and the largest
     -- capacity or cost (2^53-1, exact in every Lua).
     KEY_MAX = core.KEY_MAX,

@@ -370,47 +370,97 @@ static int64_t check_int_range(lua_State *L, int idx, int arg, const char *what,
 }
 
 /* ---- keys and costs: checked here, before the core sees them, so that a bad
- * item of a batch raises before any item of it was spent ---------------------------- */
+ * item of a batch raises before any item of it was spent; the rules and their
+ * words are the core's (hirate_check_key, hirate_check_cost) ---------------------- */
+
+/* The message of the key at idx that a decision would refuse (what names it:
+ * "key", "item 2: key") in msg, else NULL; its bytes in *key, *len. */
+static const char *key_problem(lua_State *L, int idx, const char *what, const char **key,
+                               size_t *len, char *msg, size_t n)
+{
+    *key = lua_type(L, idx) == LUA_TSTRING ? lua_tolstring(L, idx, len) : NULL;
+    if (!*key) {
+        snprintf(msg, n, "%s must be a string, got %s", what, luaL_typename(L, idx));
+        return msg;
+    }
+    return hirate_check_key(*len, what, msg, n) < 0 ? msg : NULL;
+}
+
+/* The message of the cost at idx (a number) that a decision would refuse in
+ * msg, else NULL with the cost in *cost. */
+static const char *cost_problem(lua_State *L, int idx, const char *what, int64_t *cost,
+                                char *msg, size_t n)
+{
+    char buf[64];
+    if (lua_type(L, idx) != LUA_TNUMBER) {
+        snprintf(msg, n, "%s must be an integer, got %s", what, luaL_typename(L, idx));
+        return msg;
+    }
+    if (beyond_int64(L, idx)) {   /* out of range, not a fraction */
+        hirate_range_errmsg(HIRATE_ECOST, what, describe(L, idx, buf, sizeof buf), msg, n);
+        return msg;
+    }
+    if (!hl_toint64(L, idx, cost)) {
+        snprintf(msg, n, "%s must be an integer, got %s", what, describe(L, idx, buf, sizeof buf));
+        return msg;
+    }
+    return hirate_check_cost(*cost, what, msg, n) < 0 ? msg : NULL;
+}
 
 static const char *check_key(lua_State *L, int idx, int arg, int item, size_t *len)
 {
     const char *key = lua_type(L, idx) == LUA_TSTRING ? lua_tolstring(L, idx, len) : NULL;
-    if (key && *len > 0 && *len <= HIRATE_KEY_MAX)
+    if (key && hirate_check_key(*len, NULL, NULL, 0) == 0)
         return key;   /* the usual case: no message, so no label to format */
-    char what[32] = "key";
+    char what[32] = "key", msg[HIRATE_ERRMSG_SIZE];
     if (item)
         snprintf(what, sizeof what, "item %d: key", item);
-    if (!key)
-        arg_errorf(L, arg, "%s must be a string, got %s", what, luaL_typename(L, idx));
-    if (*len == 0)
-        arg_errorf(L, arg, "%s is empty", what);
-    if (*len > HIRATE_KEY_MAX)
-        arg_errorf(L, arg, "%s is %lu bytes; the most is %d", what, (unsigned long)*len,
-                   HIRATE_KEY_MAX);
-    return key;
+    key_problem(L, idx, what, &key, len, msg, sizeof msg);
+    arg_errorf(L, arg, "%s", msg);
+    return NULL;
 }
 
 /* A cost: nil means 1. */
 static int64_t check_cost(lua_State *L, int idx, int arg, int item)
 {
-    char what[32] = "cost", buf[64];
     int64_t cost;
     if (lua_isnoneornil(L, idx))
         return 1;
-    if (lua_type(L, idx) == LUA_TNUMBER && hl_toint64(L, idx, &cost) && cost >= 0 &&
-        cost <= HIRATE_EXACT_MAX)
+    if (lua_type(L, idx) == LUA_TNUMBER && hl_toint64(L, idx, &cost) &&
+        hirate_check_cost(cost, NULL, NULL, 0) == 0)
         return cost;  /* the usual case: no message, so no label to format */
+    char what[32] = "cost", msg[HIRATE_ERRMSG_SIZE];
     if (item)
         snprintf(what, sizeof what, "item %d: cost", item);
-    if (beyond_int64(L, idx))
-        arg_errorf(L, arg, "%s must be a whole number from 0 to 2^53-1, got %s", what,
-                   describe(L, idx, buf, sizeof buf));
-    check_int(L, idx, arg, what, &cost);
-    /* The core's words for HIRATE_ECOST, for a cost it would refuse. */
-    if (cost < 0 || cost > HIRATE_EXACT_MAX)
-        arg_errorf(L, arg, "%s must be a whole number from 0 to 2^53-1, got %lld", what,
-                   (long long)cost);
-    return cost;
+    cost_problem(L, idx, what, &cost, msg, sizeof msg);
+    return arg_errorf(L, arg, "%s", msg);
+}
+
+/* key_error(key [, what]) -> nil or the message of a key a decision would
+ * refuse; cost_error(cost [, what]) the same for a cost (nil is 1): for the
+ * front ends in Lua (hirate.resty), which raise it in their own name. */
+static int l_key_error(lua_State *L)
+{
+    const char *key, *what = luaL_optstring(L, 2, "key");
+    size_t len;
+    char msg[HIRATE_ERRMSG_SIZE];
+    if (key_problem(L, 1, what, &key, &len, msg, sizeof msg))
+        lua_pushstring(L, msg);
+    else
+        lua_pushnil(L);
+    return 1;
+}
+
+static int l_cost_error(lua_State *L)
+{
+    const char *what = luaL_optstring(L, 2, "cost");
+    int64_t cost;
+    char msg[HIRATE_ERRMSG_SIZE];
+    if (!lua_isnoneornil(L, 1) && cost_problem(L, 1, what, &cost, msg, sizeof msg))
+        lua_pushstring(L, msg);
+    else
+        lua_pushnil(L);
+    return 1;
 }
 
 /* A boolean at idx; arg is the argument to blame. */
@@ -892,9 +942,12 @@ static int64_t check_capacity(lua_State *L, int idx, const char *what)
 {
     char buf[64];
     int64_t v;
-    if (beyond_int64(L, idx))
-        arg_errorf(L, 1, "%s must be a whole number from 1 to 2^53-1, got %s", what,
-                   describe(L, idx, buf, sizeof buf));
+    if (beyond_int64(L, idx)) {
+        char why[HIRATE_ERRMSG_SIZE];
+        hirate_range_errmsg(HIRATE_ECAPACITY, what, describe(L, idx, buf, sizeof buf), why,
+                            sizeof why);
+        arg_errorf(L, 1, "%s", why);
+    }
     check_int(L, idx, 1, what, &v);
     return v;
 }
@@ -2717,6 +2770,8 @@ HL_EXPORT int luaopen_hirate_core(lua_State *L)
         {"version", l_version},
         {"parse_limits", l_parse_limits},
         {"refill_seconds", l_refill_seconds},
+        {"key_error", l_key_error},
+        {"cost_error", l_cost_error},
         {"response", l_response},
         {"_live", l_live},
         {NULL, NULL}};

@@ -114,6 +114,24 @@ HIRATE_EXPORT const char *hirate_strerror(int code);
  * hirate tool's error=). */
 HIRATE_EXPORT const char *hirate_err_name(int code);
 
+/* The message of a capacity (HIRATE_ECAPACITY) or a cost (HIRATE_ECOST)
+ * out of range, as every front end says it, for a value shown as its
+ * language shows it, those an int64_t cannot hold among them ("1.5",
+ * "2**70"): "<what> must be a whole number from 1 to 2^53-1, got <shown>"
+ * (from 0 for a cost), what naming the value ("item 2: cost"; NULL:
+ * "capacity" or "cost"). Returns code; HIRATE_EINVAL for another code or
+ * no shown. */
+HIRATE_EXPORT int hirate_range_errmsg(int code, const char *what, const char *shown, char *err,
+                                      size_t errlen);
+/* Whether a decision takes cost (a whole number from 0 to HIRATE_EXACT_MAX):
+ * 0, or HIRATE_ECOST with hirate_range_errmsg's message in err (what as
+ * there). */
+HIRATE_EXPORT int hirate_check_cost(int64_t cost, const char *what, char *err, size_t errlen);
+/* Whether a decision takes a key of keylen bytes (1 to HIRATE_KEY_MAX): 0,
+ * or HIRATE_EKEY with the message every front end shows in err ("key is
+ * empty", "item 2: key is 600 bytes; the most is 512"; what NULL: "key"). */
+HIRATE_EXPORT int hirate_check_key(size_t keylen, const char *what, char *err, size_t errlen);
+
 /* Who made a decision. */
 typedef enum hirate_source {
     HIRATE_SOURCE_REDIS = 1,   /* the script in Redis */
@@ -633,7 +651,8 @@ HIRATE_EXPORT int hirate_client_ip_new(hirate_client_ip **out, const char *const
                                        size_t ntrusted, double proxy_hops, const char *header,
                                        double ipv6_subnet, char *err, size_t errlen);
 HIRATE_EXPORT void hirate_client_ip_free(hirate_client_ip *c);
-/* The header the options read, "X-Forwarded-For" or "Forwarded". */
+/* The header the options read, "X-Forwarded-For" or "Forwarded"; for c
+ * NULL, the one they read when none is given ("X-Forwarded-For"). */
 HIRATE_EXPORT const char *hirate_client_ip_header(const hirate_client_ip *c);
 /* 1 when the header can change the answer (proxies or hops are set): a
  * caller need not read it otherwise. */

@@ -1,16 +1,22 @@
 /* The token-bucket arithmetic. Keep it in step with lua/token_bucket.lua. */
 #include <math.h>
+#include <stdio.h>
 
 #include "bucket.h"
 #include "errors.h"
+
+static int out_of_range(int code, const char *what, int64_t v, char *err, size_t errlen)
+{
+    char shown[24];
+    snprintf(shown, sizeof shown, "%lld", (long long)v);
+    return hirate_range_errmsg(code, what, shown, err, errlen);
+}
 
 int hirate_bucket_cfg_init(hirate_bucket_cfg *cfg, int64_t capacity, double rate,
                            char *err, size_t errlen)
 {
     if (capacity < 1 || capacity > HIRATE_EXACT_MAX)
-        return hirate__fail(err, errlen, HIRATE_ECAPACITY,
-                            "capacity must be a whole number from 1 to 2^53-1, got %lld",
-                            (long long)capacity);
+        return out_of_range(HIRATE_ECAPACITY, NULL, capacity, err, errlen);
     if (!(rate > 0) || !isfinite(rate))
         return hirate__fail(err, errlen, HIRATE_ERATE,
                             "rate must be a finite number of tokens per second above 0, got %g",
@@ -29,12 +35,10 @@ int hirate_bucket_cfg_init(hirate_bucket_cfg *cfg, int64_t capacity, double rate
     return 0;
 }
 
-int hirate_bucket_check_cost(int64_t cost, char *err, size_t errlen)
+int hirate_check_cost(int64_t cost, const char *what, char *err, size_t errlen)
 {
     if (cost < 0 || cost > HIRATE_EXACT_MAX)
-        return hirate__fail(err, errlen, HIRATE_ECOST,
-                            "cost must be a whole number from 0 to 2^53-1, got %lld",
-                            (long long)cost);
+        return out_of_range(HIRATE_ECOST, what, cost, err, errlen);
     return 0;
 }
 

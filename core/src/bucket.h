@@ -28,8 +28,7 @@ typedef struct hirate_bucket_cfg {
 int hirate_bucket_cfg_init(hirate_bucket_cfg *cfg, int64_t capacity, double rate,
                            char *err, size_t errlen);
 
-/* Checks a cost. Returns 0 or HIRATE_ECOST with a message in err. */
-int hirate_bucket_check_cost(int64_t cost, char *err, size_t errlen);
+/* A cost is checked by hirate_check_cost (hirate.h). */
 
 /* What spend asks of a decision: look (a peek), spend the cost when it
  * passes, or give the cost back (a refund). HIRATE_OP_* of hirate_io.h. */

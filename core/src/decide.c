@@ -41,13 +41,23 @@ int hirate__remember(hirate_limiter *l, int rc, const char *msg)
     return rc;
 }
 
+int hirate_check_key(size_t keylen, const char *what, char *err, size_t errlen)
+{
+    if (!what)
+        what = "key";
+    if (keylen == 0)
+        return hirate__fail(err, errlen, HIRATE_EKEY, "%s is empty", what);
+    if (keylen > HIRATE_KEY_MAX)
+        return hirate__fail(err, errlen, HIRATE_EKEY, "%s is %zu bytes; the most is %d", what,
+                            keylen, HIRATE_KEY_MAX);
+    return 0;
+}
+
 static int check_key(const void *key, size_t keylen, char *err, size_t errlen)
 {
-    if (keylen == 0)
-        return hirate__fail(err, errlen, HIRATE_EKEY, "key is empty");
-    if (keylen > HIRATE_KEY_MAX)
-        return hirate__fail(err, errlen, HIRATE_EKEY, "key is %zu bytes; the most is %d",
-                            keylen, HIRATE_KEY_MAX);
+    int rc = hirate_check_key(keylen, NULL, err, errlen);
+    if (rc < 0)
+        return rc;
     if (!key)
         return hirate__fail(err, errlen, HIRATE_EINVAL, "key is NULL");
     return 0;
@@ -182,7 +192,7 @@ static int input_error(const void *key, size_t keylen, int64_t cost, int spend, 
         return hirate__fail(err, errlen, HIRATE_ECOST,
                             "refund cost must be a whole number of tokens from 0 to 2^53-1, got %lld",
                             (long long)cost);
-    return hirate_bucket_check_cost(cost, err, errlen);
+    return hirate_check_cost(cost, NULL, err, errlen);
 }
 
 __attribute__((noinline, cold)) static int bad_input(hirate_limiter *l, const void *key,

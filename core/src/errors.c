@@ -27,6 +27,16 @@ const char *hirate_err_name(int code)
     }
 }
 
+int hirate_range_errmsg(int code, const char *what, const char *shown, char *err, size_t errlen)
+{
+    if ((code != HIRATE_ECAPACITY && code != HIRATE_ECOST) || !shown)
+        return hirate__fail(err, errlen, HIRATE_EINVAL,
+                            "hirate_range_errmsg takes ECAPACITY or ECOST, and a value");
+    int capacity = code == HIRATE_ECAPACITY;
+    return hirate__fail(err, errlen, code, "%s must be a whole number from %d to 2^53-1, got %s",
+                        what ? what : capacity ? "capacity" : "cost", capacity, shown);
+}
+
 const char *hirate_source_name(int source)
 {
     switch (source) {

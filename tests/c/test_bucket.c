@@ -112,7 +112,7 @@ static void costs_are_checked(void)
 {
     for (size_t i = 0; i < sizeof cost_cases / sizeof cost_cases[0]; i++) {
         char err[HIRATE_ERRMSG_SIZE] = "";
-        CHECK_EQ_I64(hirate_bucket_check_cost(cost_cases[i].cost, err, sizeof err),
+        CHECK_EQ_I64(hirate_check_cost(cost_cases[i].cost, NULL, err, sizeof err),
                      cost_cases[i].rc);
         if (cost_cases[i].rc)
             CHECK(strstr(err, "cost") != NULL);

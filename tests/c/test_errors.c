@@ -2,9 +2,11 @@
  * The error list: one X-macro in hirate.h gives the codes, their names and
  * their messages, so each is checked against the list itself; a few literal
  * cases guard against the list and the functions agreeing on a wrong thing.
- * Also the source names and the version string.
+ * Also the source names, the version string, and the range messages every
+ * front end shows for a capacity or cost.
  */
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -128,6 +130,47 @@ static void the_version_is_the_header_s(void)
                  HIRATE_VERSION_MAJOR * 10000 + HIRATE_VERSION_MINOR * 100 + HIRATE_VERSION_PATCH);
 }
 
+/* The words of a capacity or cost out of range, for values C holds and
+ * values only a front end's language does ("1.5", "2**70"). */
+static void range_messages_are_the_core_s(void)
+{
+    char err[HIRATE_ERRMSG_SIZE];
+    CHECK_EQ_I64(hirate_range_errmsg(HIRATE_ECOST, NULL, "-1", err, sizeof err), HIRATE_ECOST);
+    CHECK_EQ_STR(err, "cost must be a whole number from 0 to 2^53-1, got -1");
+    CHECK_EQ_I64(hirate_range_errmsg(HIRATE_ECOST, "item 2: cost", "2**70", err, sizeof err),
+                 HIRATE_ECOST);
+    CHECK_EQ_STR(err, "item 2: cost must be a whole number from 0 to 2^53-1, got 2**70");
+    CHECK_EQ_I64(hirate_range_errmsg(HIRATE_ECAPACITY, NULL, "1.5", err, sizeof err),
+                 HIRATE_ECAPACITY);
+    CHECK_EQ_STR(err, "capacity must be a whole number from 1 to 2^53-1, got 1.5");
+    CHECK_EQ_I64(hirate_range_errmsg(HIRATE_ECAPACITY, "bands[1]: capacity", "0", err,
+                                     sizeof err),
+                 HIRATE_ECAPACITY);
+    CHECK_EQ_STR(err, "bands[1]: capacity must be a whole number from 1 to 2^53-1, got 0");
+    CHECK_EQ_I64(hirate_range_errmsg(HIRATE_ERATE, NULL, "0", err, sizeof err), HIRATE_EINVAL);
+    CHECK_EQ_I64(hirate_range_errmsg(HIRATE_ECOST, NULL, NULL, err, sizeof err), HIRATE_EINVAL);
+    CHECK_EQ_I64(hirate_range_errmsg(HIRATE_ECOST, NULL, "-1", NULL, 0), HIRATE_ECOST);
+
+    CHECK_EQ_I64(hirate_check_cost(0, NULL, err, sizeof err), 0);
+    CHECK_EQ_I64(hirate_check_cost(HIRATE_EXACT_MAX, NULL, NULL, 0), 0);
+    CHECK_EQ_I64(hirate_check_cost(HIRATE_EXACT_MAX + 1, NULL, err, sizeof err), HIRATE_ECOST);
+    CHECK_EQ_STR(err, "cost must be a whole number from 0 to 2^53-1, got 9007199254740992");
+    CHECK_EQ_I64(hirate_check_cost(INT64_MIN, NULL, err, sizeof err), HIRATE_ECOST);
+    CHECK_EQ_STR(err, "cost must be a whole number from 0 to 2^53-1, got -9223372036854775808");
+    CHECK_EQ_I64(hirate_check_cost(-1, "item 3: cost", err, sizeof err), HIRATE_ECOST);
+    CHECK_EQ_STR(err, "item 3: cost must be a whole number from 0 to 2^53-1, got -1");
+
+    CHECK_EQ_I64(hirate_check_key(1, NULL, err, sizeof err), 0);
+    CHECK_EQ_I64(hirate_check_key(HIRATE_KEY_MAX, NULL, NULL, 0), 0);
+    CHECK_EQ_I64(hirate_check_key(0, NULL, err, sizeof err), HIRATE_EKEY);
+    CHECK_EQ_STR(err, "key is empty");
+    CHECK_EQ_I64(hirate_check_key(HIRATE_KEY_MAX + 1, NULL, err, sizeof err), HIRATE_EKEY);
+    CHECK_EQ_STR(err, "key is 513 bytes; the most is 512");
+    CHECK_EQ_I64(hirate_check_key(0, "item 2: key", err, sizeof err), HIRATE_EKEY);
+    CHECK_EQ_STR(err, "item 2: key is empty");
+    CHECK_EQ_I64(hirate_check_key(SIZE_MAX, NULL, NULL, 0), HIRATE_EKEY);
+}
+
 int main(void)
 {
     every_listed_code_is_negative_and_distinct();
@@ -137,5 +180,6 @@ int main(void)
     unknown_codes_are_unknown();
     each_source_has_its_name();
     the_version_is_the_header_s();
+    range_messages_are_the_core_s();
     return check_summary("test_errors");
 }

@@ -174,6 +174,22 @@ describe("bad calls on the memory backend", function()
     sweep(function() return hirate.new { capacity = 5, rate = 0.001 } end)
 end)
 
+describe("hirate.key_error and hirate.cost_error", function()
+    it("give the message a call raises, named as asked, and nil for what a call takes", function()
+        for _, c in ipairs(bad_keys) do
+            assert.equal(c[3], hirate.key_error(c[1]))
+            assert.equal("item 2: " .. c[3], hirate.key_error(c[1], "item 2: key"))
+        end
+        for _, c in ipairs(bad_costs) do
+            assert.equal(c[3], hirate.cost_error(c[1]))
+            assert.equal("item 2: " .. c[3], hirate.cost_error(c[1], "item 2: cost"))
+        end
+        assert.same({ nil, nil }, { hirate.key_error("k"), hirate.key_error(("k"):rep(512)) })
+        assert.same({ nil, nil, nil }, { hirate.cost_error(nil), hirate.cost_error(0),
+            hirate.cost_error(math.tointeger and math.tointeger(2 ^ 53 - 1) or 2 ^ 53 - 1) })
+    end)
+end)
+
 describe("bad calls on the Redis backend", function()
     local srv
     setup(function() srv = redis_server.start() end)

@@ -347,7 +347,8 @@ def test_every_python_front_end_shows_the_core_defaults():
     assert dict(_hirate.DEFAULTS) == dict(
         prefix="rl:", on_error="local", instances=1, connect_timeout=0.25, timeout=0.1,
         deny_cache=True, deny_cache_max=1.0, max_keys=1_000_000, pool_size=16,
-        tls_verify=True, functions=True, ipv6_subnet=64)
+        tls_verify=True, functions=True, ipv6_subnet=64,
+        forwarded_header="X-Forwarded-For")
     with pytest.raises(TypeError):
         _hirate.DEFAULTS["prefix"] = "x"   # read-only
     lim = hirate.Limiter(capacity=1, rate=1)
@@ -359,6 +360,8 @@ def test_every_python_front_end_shows_the_core_defaults():
                 assert params[name].default == value, (cls, name)
     assert inspect.signature(_http.ClientIP).parameters["ipv6_subnet"].default == 64
     assert _http.ClientIP().ipv6_subnet == 64
+    assert inspect.signature(_http.ClientIP).parameters["header"].default == "X-Forwarded-For"
+    assert _http.ClientIP().header == "X-Forwarded-For"
     for name, value in _hirate.DEFAULTS.items():
         if name in _http.SETTINGS:
             assert _http.SETTINGS[name][1] == value, name

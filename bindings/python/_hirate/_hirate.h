@@ -92,6 +92,11 @@ const char *short_name(int code);
 PyObject *error_obj(hstate *st, int code, const char *msg);
 PyObject *raise_code(hstate *st, int code, const char *msg);
 PyObject *raise_codef(hstate *st, int code, const char *fmt, ...);
+/* The core's message of a capacity or cost out of range (code
+ * HIRATE_ECAPACITY or HIRATE_ECOST; what as hirate_range_errmsg takes it),
+ * for a value shown as Python shows it (shown: a new reference, which it
+ * takes; NULL: the exception already set stands). Returns NULL. */
+PyObject *raise_range(hstate *st, int code, const char *what, PyObject *shown);
 void log_to_python(void *arg, int level, const char *msg);
 
 static inline PyObject *raise_closed(hstate *st)

@@ -119,7 +119,7 @@ int cost_value(hstate *st, PyObject *o, int64_t *out)
             return 0;
         }
     }
-    raise_codef(st, HIRATE_ECOST, "cost must be a whole number from 0 to 2^53-1, got %S", o);
+    raise_range(st, HIRATE_ECOST, NULL, PyObject_Str(o));
     return -1;
 }
 

@@ -108,6 +108,17 @@ PyObject *raise_codef(hstate *st, int code, const char *fmt, ...)
     return raise_obj(st, code, msg);
 }
 
+PyObject *raise_range(hstate *st, int code, const char *what, PyObject *shown)
+{
+    const char *text = shown ? PyUnicode_AsUTF8(shown) : NULL;
+    if (text) {
+        char why[HIRATE_ERRMSG_SIZE];
+        raise_code(st, hirate_range_errmsg(code, what, text, why, sizeof why), why);
+    }
+    Py_XDECREF(shown);
+    return NULL;
+}
+
 /* ---------------------------------------------------------- the core's log */
 
 /* The core's log callback: each event becomes a record of the standard
@@ -220,6 +231,22 @@ static PyObject *mod_error(PyObject *m, PyObject *args)
         return NULL;
     Py_INCREF(msg);
     return make_exc(state_of_module(m), code, msg);
+}
+
+/* check_cost(cost) -> int: cost as a decision takes it, or the ECOST error
+ * in the core's words (hirate_check_cost), for the integrations that check
+ * a declared cost before any decision is made. */
+static PyObject *mod_check_cost(PyObject *m, PyObject *cost)
+{
+    hstate *st = state_of_module(m);
+    int64_t v;
+    if (cost_value(st, cost, &v) < 0)
+        return NULL;
+    char why[HIRATE_ERRMSG_SIZE];
+    int rc = hirate_check_cost(v, NULL, why, sizeof why);
+    if (rc < 0)
+        return raise_code(st, rc, why);
+    return PyLong_FromLongLong(v);
 }
 
 /* parse_limits(text) -> [(capacity, rate, count, window_s), ...]: the core
@@ -368,6 +395,9 @@ static PyMethodDef module_methods[] = {
     {"function_name", mod_function_name, METH_NOARGS,
      "function_name() -> str: the name of its one function (and of the library), as FCALL "
      "names it."},
+    {"check_cost", mod_check_cost, METH_O,
+     "check_cost(cost) -> int: cost as a decision takes it, or the ConfigError (ECOST) a "
+     "decision would raise."},
     {"parse_limits", mod_parse_limits, METH_O,
      "parse_limits(text) -> list of (capacity, rate, count, window_s) tuples: the limits of a "
      "limit string such as '10/second; 1000/day' (hirate.parse_limits names the fields)."},
@@ -499,20 +529,21 @@ static int add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **slot, const c
 
 /* DEFAULTS: what a Limiter is made with when an argument is not given, as
  * hirate_options_init sets it (seconds for durations), and the client
- * address rules' ipv6_subnet: the signatures and settings of hirate's Python
+ * address rules' ipv6_subnet and header: the signatures and settings of hirate's Python
  * classes show these, and restate none of them. */
 static int add_defaults(PyObject *m)
 {
     hirate_options o;
     hirate_options_init(&o);
     PyObject *d = Py_BuildValue(
-        "{s:s,s:s,s:i,s:d,s:d,s:O,s:d,s:n,s:i,s:O,s:O,s:i}", "prefix", o.prefix, "on_error",
+        "{s:s,s:s,s:i,s:d,s:d,s:O,s:d,s:n,s:i,s:O,s:O,s:i,s:s}", "prefix", o.prefix, "on_error",
         hirate_on_error_name(o.on_error), "instances", o.instances, "connect_timeout",
         o.connect_timeout_ms / 1000.0, "timeout", o.timeout_ms / 1000.0, "deny_cache",
         o.deny_cache ? Py_True : Py_False, "deny_cache_max", o.deny_cache_max_ms / 1000.0,
         "max_keys", (Py_ssize_t)o.max_keys, "pool_size", o.pool_size, "tls_verify",
         o.tls_verify ? Py_True : Py_False, "functions", o.functions ? Py_True : Py_False,
-        "ipv6_subnet", HIRATE_IPV6_SUBNET_DEFAULT);
+        "ipv6_subnet", HIRATE_IPV6_SUBNET_DEFAULT, "forwarded_header",
+        hirate_client_ip_header(NULL));
     if (!d)
         return -1;
     PyObject *ro = PyDictProxy_New(d);

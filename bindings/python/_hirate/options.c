@@ -149,8 +149,7 @@ static int capacity_option(hstate *st, PyObject *o, int64_t *out)
 {
     int r = capacity_value(o, "capacity", out);
     if (r > 0)
-        raise_codef(st, HIRATE_ECAPACITY,
-                    "capacity must be a whole number from 1 to 2^53-1, got %R", o);
+        raise_range(st, HIRATE_ECAPACITY, NULL, PyObject_Repr(o));
     return r ? -1 : 0;
 }
 
@@ -235,9 +234,8 @@ static int band_item(hstate *st, PyObject *item, Py_ssize_t i, hirate_band *out)
     if (r < 0)
         return -1;
     if (r) {
-        raise_codef(st, HIRATE_ECAPACITY,
-                    "bands[%zd]: capacity must be a whole number from 1 to 2^53-1, got %R", i,
-                    cap);
+        snprintf(what, sizeof what, "bands[%zd]: capacity", i);
+        raise_range(st, HIRATE_ECAPACITY, what, PyObject_Repr(cap));
         return -1;
     }
     snprintf(what, sizeof what, "limits[%zd]: rate", i);

@@ -22,10 +22,8 @@ __all__ = ["Limit", "Result", "ClientIP", "key_header", "refill_seconds"]
 METHODS = frozenset(["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE",
                      "CONNECT"])
 
-# From hirate.h: a key is at most HIRATE_KEY_MAX bytes; capacity, cost and
-# every time in µs stay at most HIRATE_EXACT_MAX.
+# From hirate.h: a key is at most HIRATE_KEY_MAX bytes.
 KEY_MAX = _hirate.KEY_MAX
-EXACT_MAX = _hirate.EXACT_MAX
 # A scope is written into every key, before the client's identity; keeping it
 # short leaves the identity room enough not to need hashing.
 SCOPE_MAX = 200
@@ -49,7 +47,7 @@ SETTINGS = {
     "legacy_headers": ("LEGACY_HEADERS", False),
     "trusted_proxies": ("TRUSTED_PROXIES", ()),
     "proxy_hops": ("PROXY_HOPS", 0),
-    "forwarded_header": ("FORWARDED_HEADER", "X-Forwarded-For"),
+    "forwarded_header": ("FORWARDED_HEADER", _D["forwarded_header"]),
     "ipv6_subnet": ("IPV6_SUBNET", _D["ipv6_subnet"]),
     "prefix": ("PREFIX", _D["prefix"]),
     "instances": ("INSTANCES", _D["instances"]),
@@ -137,10 +135,7 @@ def _check_cost(cost):
         return cost
     if isinstance(cost, bool) or not isinstance(cost, numbers.Integral):
         raise TypeError("cost must be an int or a callable, got %s" % type(cost).__name__)
-    if not 0 <= cost <= EXACT_MAX:
-        raise _hirate._error(_hirate.ECOST,
-                             "cost must be a whole number from 0 to 2^53-1, got %d" % cost)
-    return int(cost)
+    return _hirate.check_cost(cost)
 
 
 def check_scope(scope, what="scope"):
@@ -464,7 +459,7 @@ class ClientIP:
 
     __slots__ = ("_rules", "header", "hops", "ipv6_subnet", "uses_header")
 
-    def __init__(self, trusted_proxies=(), proxy_hops=0, header="X-Forwarded-For",
+    def __init__(self, trusted_proxies=(), proxy_hops=0, header=_D["forwarded_header"],
                  ipv6_subnet=_D["ipv6_subnet"]):
         if isinstance(trusted_proxies, str):
             trusted_proxies = [trusted_proxies]

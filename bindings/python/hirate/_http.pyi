@@ -8,7 +8,6 @@ from . import Decision, Limiter
 __all__ = ["Limit", "Result", "ClientIP", "key_header", "refill_seconds"]
 
 KEY_MAX: int
-EXACT_MAX: int
 SCOPE_MAX: int
 METHODS: FrozenSet[str]
 SETTINGS: Dict[str, Tuple[str, Any]]

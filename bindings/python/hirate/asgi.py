@@ -167,7 +167,7 @@ class RateLimiter:
 
     def __init__(self, *, url=None, default_limits=(), routes=None, exempt=(), key=None,
                  on_error=_D["on_error"], headers=True, legacy_headers=False,
-                 trusted_proxies=(), proxy_hops=0, forwarded_header="X-Forwarded-For",
+                 trusted_proxies=(), proxy_hops=0, forwarded_header=_D["forwarded_header"],
                  ipv6_subnet=_D["ipv6_subnet"], prefix=_D["prefix"],
                  instances=_D["instances"], connect_timeout=_D["connect_timeout"],
                  timeout=_D["timeout"], body="json", on_refused=None, enabled=True,

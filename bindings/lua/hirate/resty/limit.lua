@@ -23,7 +23,7 @@ local format, sub, find, match, lower, gsub = string.format, string.sub, string.
     string.match, string.lower, string.gsub
 local floor = math.floor
 
-local EXACT_MAX = core.EXACT_MAX
+local cost_error = core.cost_error
 
 local _M = {}
 
@@ -102,7 +102,7 @@ local function compile(opts)
         c.cost = 1
     elseif type(cost) == "function" then
         c.cost_fn = cost
-    elseif type(cost) == "number" and cost == floor(cost) and cost >= 0 and cost <= EXACT_MAX then
+    elseif type(cost) == "number" and not cost_error(cost) then   -- the core's range
         c.cost = cost
     else
         limit_error("cost must be a whole number from 0 to 2^53-1 or a function, got "
