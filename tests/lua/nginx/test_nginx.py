@@ -742,11 +742,12 @@ class Api(unittest.TestCase):
     def test_a_reply_that_trickles_in_still_has_one_timeout(self):
         # The first byte comes at 0.75 s, within the 1 s timeout; the next
         # would come at 1.5 s. The reply's deadline ends the call at 1 s,
-        # not a fresh second for each read.
+        # not a fresh second for each read (which would end it at 1.75 s at
+        # the earliest): the bound between, with room for a loaded machine.
         r = get(S.port, f"/call/trickle?k={fresh('trickle')}")
         d = decision(json.loads(r.body)["value"])
         self.assertEqual((d["allowed"], d["source"], d["error"]), (True, "fail_open", "ETIMEDOUT"))
-        self.assertLess(r.elapsed, 1.3, "the deadline should be the reply's, not each read's")
+        self.assertLess(r.elapsed, 1.6, "the deadline should be the reply's, not each read's")
         self.assertGreater(r.elapsed, 0.9)
 
     def test_bad_options_raise_naming_the_option(self):
