@@ -1,48 +1,64 @@
 /*
- * The Redis backend: connection pool, handshake, and round trips shared by
- * the threads that wait for them.
+ * The Redis backend: connection pool, handshake, and requests pipelined by
+ * the threads that share a connection.
  *
  * A call takes an idle connection, or opens one when none is idle, and makes
  * its own round trip: a lone caller does nothing else (one look at the
- * queue's head, under the pool lock it takes anyway). A decision that finds
- * no connection idle while RIDE_OPEN are open does not open one of its
- * own: it queues (a `rider` on its own stack, with its own semaphore) and
- * rides the next round trip. When a connection comes free, the first queued
- * call is handed it and leads; before it unlocks, the leader takes the other
- * queued calls (up to RIDE_CALLS_MAX calls), then sends its calls and theirs
- * in one write, reads the replies in order into their own places (each
- * caller's arrays, and its message when one of its calls failed), and posts
- * each one's semaphore with no lock held (a rider that woke into the pool
- * lock would only sleep again on it).
- * So the replies of one write are matched to their callers by position, as
- * in one thread's batch, and proto.c's check of each reply's echoed key
- * still guards every one of them.
+ * queue's head, under the pool lock it takes anyway, and the bookkeeping of
+ * its turn). A decision that finds no connection idle while RIDE_OPEN are
+ * open does not open one of its own, nor wait for one to come free: its
+ * request goes on the wire of one in use, behind the requests already there
+ * (a `turn` on its caller's stack, linked at the connection's tail).
+ *
+ * Turns. The requests on a connection's wire are a queue of turns, in the
+ * order their bytes were sent, and the first reads. A turn's bytes are
+ * encoded and linked under the pool lock, so that bytes and turns are in
+ * one order; one thread at a time writes (`sending`): a turn that finds
+ * nobody writing writes its bytes itself, while others read; one that
+ * finds a writer leaves its bytes in the connection's `out`, which the
+ * writer sends after its own (a lone caller's write ends with one compare-
+ * and-swap when nothing came). The first turn reads its replies into its own
+ * places, as in one thread's batch, leaves the bytes after them (later
+ * turns' replies) in the buffer, and hands the connection to the next turn
+ * by its semaphore. So no thread waits for another's round trip to end
+ * before its request goes out, and proto.c's check of each reply's echoed
+ * key still guards every reply.
  *
  * What stays as it was:
- *  - each call's own timeout from its start: the leader's round trip ends by
- *    the earliest deadline of the calls it carries; a queued call whose time
- *    runs out leaves the queue with "no connection came free" (nothing
- *    was sent), and a call with less than RIDE_LEFT_MIN left is not taken;
+ *  - each call's own timeout from its start: a turn waiting behind others
+ *    waits until its own deadline; if its replies have not come by then, it
+ *    breaks the stream (shutdown(), which ends the reads of the turn ahead)
+ *    and returns ETIMEDOUT: its reply is in doubt, and so is every one
+ *    after it;
  *  - no call sent twice unless it provably did not run: after NOSCRIPT (or
  *    "Function not found") with the code first, after a refusal of Redis
  *    Functions by EVALSHA, in the same way as one thread's batch
- *    (round_trip());
- *  - a failure of the round trip (a timeout, a broken or out-of-step stream)
- *    closes that connection only, and every call it carried gets the failure:
- *    it may have run. The queued calls then try to open connections (the
- *    link's backoff lets one through and fails the rest fast);
+ *    (round_trip()); a turn goes again at the tail, and without the code
+ *    when a turn behind whose requests it went has sent it since (one EVAL
+ *    a connection after SCRIPT FLUSH);
+ *  - a failure of the stream (a timeout, a broken or out-of-step stream, a
+ *    write that failed) closes that connection only, and every turn on it
+ *    gets the failure: their calls may have run. A reply that says the
+ *    connection must go (READONLY, LOADING) lets the turns behind read
+ *    theirs, and the last closes it;
  *  - the deny cache and the breaker: decide.c sees each caller's calls
  *    answered as if its own round trip had answered them;
  *  - fork(): the pool lock is held across it; the child closes its copies of
- *    the connections quietly and forgets the queue (its threads are not
- *    there), as it forgets the idle list;
- *  - the pool bound: no connection is opened for a rider.
+ *    the connections quietly and forgets their turns and the queue (their
+ *    threads are not there), as it forgets the idle list;
+ *  - the pool bound: no connection is opened for a turn.
  *
- * The cost: a queued call waits for a round trip in flight to end, then
- * its own, where a connection each would have sent at once. On loopback,
- * where the CPU is the bound, batches cost less CPU a decision than a
- * connection each (measured at RIDE_OPEN); across a network whose round trip
- * dominates, a call waits up to two of them.
+ * Over TLS one SSL object must not be written by one thread while another
+ * reads it: there a decision that finds no connection idle queues (a
+ * `rider`, with its own semaphore) and rides the next round trip. When a
+ * connection comes free, the first queued call is handed it and leads;
+ * before it unlocks, the leader takes the other queued calls (up to
+ * RIDE_CALLS_MAX), sends its calls and theirs in one write, reads the replies
+ * in order into their places, and posts each one's semaphore with no lock
+ * held. A queued call whose time runs out leaves the queue with "no
+ * connection came free" (nothing was sent), and a call with less than
+ * RIDE_LEFT_MIN left is not taken. Plain connections use the queue only
+ * while none is open yet to go behind (the first ones being opened).
  */
 #define _GNU_SOURCE /* sem_clockwait: a rider's wait on the monotonic clock */
 #include <errno.h>
@@ -51,6 +67,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "errors.h"
@@ -59,11 +76,43 @@
 #include "redis.h"
 #include "transport.h"
 
+/* A thread's requests on the wire of a connection, in the order they were
+ * sent: the first reads its replies while the others wait their turn. */
+typedef struct turn {
+    struct turn *next;      /* atomic: the requests sent after these */
+    size_t n;               /* calls */
+    int64_t deadline;       /* its own: from its start */
+    int state;              /* atomic: T_WAIT, T_READ (its replies are next), T_FAILED */
+    int rc;                 /* with T_FAILED: the failure of the stream, its words in err */
+    uint64_t seq;           /* the place of its last request on the wire */
+    int io;                 /* the outcome of writing that request */
+    int fcall;              /* how that request was encoded */
+    uint8_t sends;          /* pipelines sent (again() sends a few more) */
+    uint8_t queued;         /* its first request went out when it was appended */
+    uint8_t owed;           /* it was put behind another turn: a post is owed it */
+    uint8_t sem_ready;
+    char *err;
+    size_t errlen;
+    sem_t wake;             /* posted once for each change to T_READ or T_FAILED */
+} turn;
+
+enum { T_WAIT, T_READ, T_FAILED };
+
 typedef struct conn {
     hirate_sock sock;
     int slot;               /* its place in the pool, and so its TLS session */
     int reads;              /* reads in this round trip */
     struct conn *next;      /* in the idle list */
+    /* Pipelining (under the pool lock but `sending`): the turns whose
+     * requests are on the wire, the one reading first. */
+    turn *head, *tail;
+    size_t calls;           /* calls on the wire */
+    uint64_t seq;           /* requests put on the wire, counted */
+    uint64_t load_seq;      /* atomic: the place of the last that had the code first */
+    int broken;             /* the stream failed: no more turns; the last out closes it */
+    int sending;            /* atomic: 0, 1 (a thread writes), 2 (and bytes wait in out) */
+    char *out;              /* bytes of later turns, for the thread that writes */
+    size_t outlen, outcap;
     size_t rstart, rlen;    /* unread replies are rbuf[rstart, rlen) */
     char rbuf[HIRATE_PROTO_MAX_REPLY];
 } conn;
@@ -95,14 +144,14 @@ struct hirate_redis {
 
 /* A decision opens a connection only while fewer than this many are open
  * (or being opened), and never more than pool_size; past that, finding none
- * idle, it rides the next round trip. So up to this many round trips are in
- * flight at once, each carrying the calls that queued while the others were
- * out: the server works on one while the replies of another come back.
- * Measured on one loopback redis-server (bench/suite, concurrent phase,
- * 100,000 keys; 2 cores, a round trip of 55 µs): against 1, 4 made 1.7
- * times the decisions a second with 8 threads and 1.6 times with 50, at a
- * lower p99 and less CPU a decision; 8 made no more than 4. Resets and
- * leases still use the whole pool. */
+ * idle, it goes behind the turns on one of them (over TLS: it rides the next
+ * round trip). Measured on one loopback redis-server (bench_threads, 100,000
+ * keys; 2 cores, a round trip of 55 µs), side by side: with pipelining 1, 2
+ * and 4 made the same decisions a second within the noise at 8 and 50
+ * threads, each 1.4-1.5 times what riding made at 8 threads; 4 keeps a call
+ * from waiting behind one slow reply more than 1 would. For riding, 4 made
+ * 1.7 times what 1 made with 8 threads and 1.6 times with 50; 8 no more
+ * than 4. Resets and leases still use the whole pool. */
 #define RIDE_OPEN 4
 /* A round trip carries at most this many calls of other threads... */
 #define RIDE_CALLS_MAX 256
@@ -133,6 +182,7 @@ typedef struct rider {
     struct rider *next;         /* in the queue, then among a leader's riders */
     struct rider *riders;       /* a leader's: the calls it carries */
     sem_t wake;                 /* posted once for each change to LEAD or DONE */
+    turn t;                     /* its turn on the connection it writes on */
 } rider;
 
 /* A rider's state is read without the lock once it is posted: the writes
@@ -153,6 +203,7 @@ static inline int get_state(rider *w)
 static void conn_close(hirate_redis *r, conn *c, int quiet)
 {
     hirate_sock_close(&c->sock, quiet, quiet ? NULL : &r->slots[c->slot].session);
+    free(c->out);
     free(c);
 }
 
@@ -402,6 +453,187 @@ static void forget(hirate_redis *r, conn *c)
     conn_close(r, c, 0);
 }
 
+/* ---- turns on one connection: requests pipelined behind those in flight ------------ */
+
+static inline void turn_set(turn *t, int state)
+{
+    __atomic_store_n(&t->state, state, __ATOMIC_RELEASE);
+}
+
+static inline int turn_get(turn *t)
+{
+    return __atomic_load_n(&t->state, __ATOMIC_ACQUIRE);
+}
+
+static inline turn *turn_next(turn *t)
+{
+    return __atomic_load_n(&t->next, __ATOMIC_ACQUIRE);
+}
+
+/* A connection taken whole (idle, new, or handed on): t is its one turn, it
+ * reads first, and its thread writes (under the lock). */
+static inline void own(conn *c, turn *t)
+{
+    __atomic_store_n(&t->next, NULL, __ATOMIC_RELAXED);
+    t->state = T_READ;
+    c->head = c->tail = t;
+    c->calls = t->n;
+    t->seq = ++c->seq;
+    __atomic_store_n(&c->sending, 1, __ATOMIC_RELAXED);
+}
+
+/* The stream of c cannot be trusted (under the lock): no more turns, and
+ * the reader's wait ends now; the last out closes it. */
+static void break_conn(conn *c)
+{
+    if (!c->broken) {
+        c->broken = 1;
+        shutdown(c->sock.fd, SHUT_RDWR);
+    }
+}
+
+/* Room in c->out for len more bytes (under the lock). */
+static int reserve(conn *c, size_t len)
+{
+    if (c->outlen + len <= c->outcap)
+        return 0;
+    size_t cap = c->outcap ? c->outcap : 1024;
+    while (cap < c->outlen + len)
+        cap *= 2;
+    char *p = realloc(c->out, cap);
+    if (!p)
+        return HIRATE_ENOMEM;
+    c->out = p;
+    c->outcap = cap;
+    return 0;
+}
+
+/* A turn's request, just linked at the tail (under the lock, room
+ * reserved): 1 when nobody writes on c, and its thread must; else 0, its
+ * bytes left in c->out for the thread that writes. */
+static int submit(conn *c, const char *buf, size_t len)
+{
+    int one = 1;
+    if (__atomic_compare_exchange_n(&c->sending, &one, 2, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED) || one == 2) {
+        memcpy(c->out + c->outlen, buf, len);
+        c->outlen += len;
+        return 0;
+    }
+    __atomic_store_n(&c->sending, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+static void drop(hirate_redis *r, conn *c);
+static int wait_sem(sem_t *sem, int64_t deadline);
+
+/* The thread that writes on c: its own bytes, then those that later turns
+ * left in c->out meanwhile, until none are left. `alone`: its turn reads
+ * first, so that nobody else closes c (the common case: one compare-and-
+ * swap when nothing came meanwhile). Returns its own bytes' outcome; a
+ * failure to write later ones breaks the stream, and their turns learn it
+ * from the reads. */
+static __attribute__((noinline)) int write_later(hirate_redis *r, conn *c, int rc,
+                                                 int64_t deadline)
+{
+    char why[HIRATE_ERRMSG_SIZE];
+    int later = 0;
+    pthread_mutex_lock(&r->lock);
+    while (rc == 0 && later == 0 && c->outlen) {
+        char *p = c->out;
+        size_t plen = c->outlen, pcap = c->outcap;
+        c->out = NULL;
+        c->outlen = c->outcap = 0;
+        __atomic_store_n(&c->sending, 1, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&r->lock);
+        later = conn_send(r, c, p, plen, deadline, why, sizeof why);
+        pthread_mutex_lock(&r->lock);
+        if (!c->out) {   /* the buffer again, for the next bytes */
+            c->out = p;
+            c->outcap = pcap;
+        } else {
+            free(p);
+        }
+    }
+    if (rc < 0 || later < 0) {
+        break_conn(c);
+        c->outlen = 0;
+    }
+    __atomic_store_n(&c->sending, 0, __ATOMIC_RELAXED);
+    if (c->broken && !c->head)   /* the reader failed meanwhile and left c to us */
+        drop(r, c);
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+static inline __attribute__((always_inline)) int
+write_turns(hirate_redis *r, conn *c, const char *buf, size_t len, int64_t deadline, int alone,
+            char *err, size_t errlen)
+{
+    int rc = len ? conn_send(r, c, buf, len, deadline, err, errlen) : 0, one = 1;
+    if (__builtin_expect(rc == 0 && alone, 1) &&
+        __atomic_compare_exchange_n(&c->sending, &one, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return 0;
+    return write_later(r, c, rc, deadline);
+}
+
+/* Waits until t's replies are next on c (0) or its stream failed (t->rc,
+ * its words in t->err). A turn whose own time runs out first breaks the
+ * stream (its reply is in doubt, and so is every one after it) and waits for
+ * the reader to let it go: ETIMEDOUT. */
+static int await_turn(hirate_redis *r, conn *c, turn *t)
+{
+    t->owed = 0;   /* the state can change before the post comes: wait for it */
+    if (wait_sem(&t->wake, t->deadline) != 0) {
+        pthread_mutex_lock(&r->lock);
+        if (turn_get(t) == T_WAIT)
+            break_conn(c);
+        pthread_mutex_unlock(&r->lock);
+        wait_sem(&t->wake, 0);   /* the post that lets it go (or came as it timed out) */
+        return hirate__fail(t->err, t->errlen, HIRATE_ETIMEDOUT, "no reply from Redis within %d ms",
+                            r->timeout_ms);
+    }
+    return turn_get(t) == T_FAILED ? t->rc : 0;
+}
+
+/* Another pipeline of t's (again()): behind the turns sent since its last,
+ * whose replies come before its own. Returns 1 when t's thread writes, 0
+ * when its bytes wait in c->out, < 0 when nothing could be sent. */
+static int requeue(hirate_redis *r, conn *c, turn *t, const char *buf, size_t len, int load)
+{
+    turn *next = NULL;
+    int rc;
+    pthread_mutex_lock(&r->lock);
+    if (c->broken) {
+        rc = hirate__fail(t->err, t->errlen, HIRATE_EIO, "the connection to Redis was dropped");
+    } else if ((rc = reserve(c, len)) < 0) {
+        hirate__fail(t->err, t->errlen, rc, "out of memory for a pipeline");
+    } else {
+        next = turn_next(t);
+        if (next) {   /* the next reads, and t goes to the tail */
+            c->head = next;
+            turn_set(next, T_READ);
+            __atomic_store_n(&t->next, NULL, __ATOMIC_RELAXED);
+            __atomic_store_n(&c->tail->next, t, __ATOMIC_RELEASE);
+            c->tail = t;
+            if (!t->sem_ready) {
+                sem_init(&t->wake, 0, 0);
+                t->sem_ready = 1;
+            }
+            turn_set(t, T_WAIT);
+            t->owed = 1;
+        }
+        t->seq = ++c->seq;
+        if (load)
+            __atomic_store_n(&c->load_seq, t->seq, __ATOMIC_RELAXED);
+        rc = submit(c, buf, len);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (next)
+        sem_post(&next->wake);
+    return rc;
+}
+
 /* ---- the queue of riders (under the lock) ------------------------------------ */
 
 static void queue_remove(hirate_redis *r, rider *w)
@@ -483,17 +715,17 @@ static void timespec_at(struct timespec *ts, int64_t us)
     ts->tv_nsec = (long)(us % 1000000) * 1000L;
 }
 
-/* Waits for a post of w->wake, by deadline (0: no limit): 0, or ETIMEDOUT. */
-static int wait_post(rider *w, int64_t deadline)
+/* Waits for a post of sem, by deadline (0: no limit): 0, or ETIMEDOUT. */
+static int wait_sem(sem_t *sem, int64_t deadline)
 {
     for (;;) {
         int rc;
         if (!deadline) {
-            rc = sem_wait(&w->wake);
+            rc = sem_wait(sem);
         } else {
             struct timespec until;
             timespec_at(&until, deadline);
-            rc = sem_clockwait(&w->wake, CLOCK_MONOTONIC, &until);
+            rc = sem_clockwait(sem, CLOCK_MONOTONIC, &until);
         }
         if (rc == 0)
             return 0;
@@ -516,7 +748,7 @@ static int ride(hirate_redis *r, rider *me, conn **out, char *err, size_t errlen
         r->qhead = me;
     r->qtail = me;
     pthread_mutex_unlock(&r->lock);
-    if (wait_post(me, me->deadline) != 0) {
+    if (wait_sem(&me->wake, me->deadline) != 0) {
         pthread_mutex_lock(&r->lock);
         if (get_state(me) == QUEUED) {   /* nothing was sent */
             queue_remove(r, me);
@@ -526,7 +758,7 @@ static int ride(hirate_redis *r, rider *me, conn **out, char *err, size_t errlen
          * of the calls it carries, or just given a connection: the post is
          * coming. */
         pthread_mutex_unlock(&r->lock);
-        wait_post(me, 0);
+        wait_sem(&me->wake, 0);
     }
     /* Posted: DONE (the leader's writes come before its post) or LEAD. */
     if (get_state(me) == DONE)
@@ -543,6 +775,23 @@ static int ride(hirate_redis *r, rider *me, conn **out, char *err, size_t errlen
 busy:
     return hirate__fail(err, errlen, HIRATE_ETIMEDOUT,
                         "no Redis connection came free within %d ms", r->timeout_ms);
+}
+
+/* The connection whose requests a decision's go behind, when none is idle
+ * and no more may be opened: one of plain TCP with turns on the wire and a
+ * stream still good, the fewest calls on it (under the lock). Over TLS one
+ * SSL object cannot be written by one thread while another reads it: those
+ * calls ride the next round trip instead. */
+static conn *appendable(hirate_redis *r)
+{
+    conn *best = NULL;
+    for (int i = 0, seen = 0; i < r->pool_size && seen < r->open; i++) {
+        conn *c = r->slots[i].c;
+        seen += r->slots[i].taken;
+        if (c && c->head && !c->broken && !c->sock.ssl && (!best || c->calls < best->calls))
+            best = c;
+    }
+    return best;
 }
 
 /* Takes an idle connection, opens a new one while the pool has room (when
@@ -567,8 +816,11 @@ static int acquire(hirate_redis *r, conn **out, rider *me, char *err, size_t err
                 forget(r, c);
                 continue;
             }
-            if (__builtin_expect(r->qhead != NULL, 0) && me)
-                collect(r, me);
+            if (me) {
+                if (__builtin_expect(r->qhead != NULL, 0))
+                    collect(r, me);
+                own(c, &me->t);
+            }
             *out = c;
             pthread_mutex_unlock(&r->lock);
             return 0;
@@ -594,6 +846,8 @@ static int acquire(hirate_redis *r, conn **out, rider *me, char *err, size_t err
                 r->slots[i].c = c;
                 if (me && r->qhead)
                     collect(r, me);
+                if (me)
+                    own(c, &me->t);
                 *out = c;
             }
             pthread_mutex_unlock(&r->lock);
@@ -604,13 +858,21 @@ static int acquire(hirate_redis *r, conn **out, rider *me, char *err, size_t err
                 me->deadline = hirate_monotonic_us() + (int64_t)r->timeout_ms * 1000;
                 sem_init(&me->wake, 0, 0);
             }
+            conn *c = appendable(r);
+            if (c) {
+                *out = c;
+                return 3;   /* with the lock held */
+            }
             int rc = ride(r, me, out, err, errlen);
             if (rc == 1)
                 return 1;   /* answered, and unlocked */
             if (rc == 2)
                 continue;
-            if (rc == 0 && r->qhead)
-                collect(r, me);
+            if (rc == 0) {
+                if (r->qhead)
+                    collect(r, me);
+                own(*out, &me->t);
+            }
             pthread_mutex_unlock(&r->lock);
             return rc;
         }
@@ -641,21 +903,97 @@ static int acquire(hirate_redis *r, conn **out, rider *me, char *err, size_t err
     }
 }
 
-/* Returns a healthy connection to the pool, or closes a failed one. */
-static inline __attribute__((always_inline)) void release(hirate_redis *r, conn *c,
-                                                           int healthy)
+/* Closes a failed connection, and lets the queued calls and resets try
+ * again (under the lock). */
+static void drop(hirate_redis *r, conn *c)
+{
+    forget(r, c);
+    if (r->qhead)
+        wake_all_to_open(r);
+    if (r->waiting)
+        pthread_cond_signal(&r->freed);
+}
+
+/* Returns a healthy connection to the pool, or closes a failed one (a
+ * reset's or a lease's: no turns). */
+static void release(hirate_redis *r, conn *c, int healthy)
 {
     pthread_mutex_lock(&r->lock);
-    if (healthy) {
+    if (healthy)
         hand_on(r, c);
-    } else {
-        forget(r, c);
-        if (r->qhead)
-            wake_all_to_open(r);
-        if (r->waiting)
-            pthread_cond_signal(&r->freed);
+    else
+        drop(r, c);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* The end of t's turn, its replies read (or its stream failed: io < 0, in
+ * the words of why). The next turn reads; when the stream failed, every turn
+ * behind gets the failure (whether their calls ran is in doubt too); a
+ * connection with no turns left goes back to the pool, or is closed once
+ * nobody writes on it. */
+static __attribute__((noinline)) void release_rest(hirate_redis *r, conn *c, turn *t,
+                                                  int healthy, int io, const char *why)
+{
+    turn *next = turn_next(t), *failed = NULL;
+    if (turn_get(t) == T_FAILED) {   /* let go already; c may be gone */
+        pthread_mutex_unlock(&r->lock);
+        return;
+    }
+    c->calls -= t->n < c->calls ? t->n : c->calls;
+    if (__builtin_expect(next != NULL, 0)) {
+        if (io < 0) {
+            break_conn(c);
+            failed = next;
+            next = NULL;
+        } else {
+            if (!healthy)   /* the turns behind read their replies; the last closes it */
+                c->broken = 1;
+            c->head = next;
+            turn_set(next, T_READ);
+            if (r->qhead && !c->broken)   /* room on the wire: queued calls go behind */
+                wake_all_to_open(r);
+        }
+    }
+    if (!next) {
+        c->head = c->tail = NULL;
+        c->calls = 0;
+        if (healthy && !c->broken)
+            hand_on(r, c);
+        else if (!__atomic_load_n(&c->sending, __ATOMIC_RELAXED))
+            drop(r, c);
+        /* else the thread writing on it closes it when done */
+        /* Let go under the lock, so that none of them, timing out, looks
+         * at c again; each is posted with no lock held. */
+        for (turn *w = failed; w; w = turn_next(w)) {
+            w->rc = io;
+            hirate__fail(w->err, w->errlen, io, "%s", why);
+            turn_set(w, T_FAILED);
+        }
     }
     pthread_mutex_unlock(&r->lock);
+    if (next) {
+        sem_post(&next->wake);
+        return;
+    }
+    for (turn *w = failed, *wn; w; w = wn) {
+        wn = turn_next(w);   /* w may be gone once it is posted */
+        sem_post(&w->wake);
+    }
+}
+
+static inline __attribute__((always_inline)) void release_turn(hirate_redis *r, conn *c, turn *t,
+                                                                int healthy, int io,
+                                                                const char *why)
+{
+    pthread_mutex_lock(&r->lock);
+    if (__builtin_expect(!turn_next(t) && healthy && t->state == T_READ && !c->broken, 1)) {
+        c->head = c->tail = NULL;   /* the common case: nobody went behind it */
+        c->calls = 0;
+        hand_on(r, c);
+        pthread_mutex_unlock(&r->lock);
+        return;
+    }
+    release_rest(r, c, t, healthy, io, why);   /* unlocks */
 }
 
 /* A call that did not run (rc NOSCRIPT or NOFUNC), sent by FCALL when fcall:
@@ -680,22 +1018,11 @@ not_run(hirate_redis *r, const hirate_reply *rep, int rc, int fcall, int refused
  * (FUNCTION LOAD before them, or the first as EVAL), answered in order. Each
  * answered call gets its rc; an I/O error, which leaves the stream's state
  * unknown, is every unanswered call's rc and the return value. */
-static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int select,
-                    int fcall, int load, const hirate_bucket_cfg *cfg, hirate_decision *ds,
-                    hirate_decision *per, hirate_bucket *states, int *rcs, char *msgs,
-                    int *healthy, int64_t deadline, char *err, size_t errlen)
+static int pipeline(hirate_redis *r, conn *c, turn *t, const hirate_call *calls, size_t n,
+                    int select, int fcall, int load, const hirate_bucket_cfg *cfg,
+                    hirate_decision *ds, hirate_decision *per, hirate_bucket *states, int *rcs,
+                    char *msgs, int *healthy, int64_t deadline, char *err, size_t errlen)
 {
-    char stackbuf[2048];
-    size_t total = hirate_proto_batch_bound(calls, n, rcs, select, fcall, load);
-    char *buf = total <= sizeof stackbuf ? stackbuf : malloc(total);
-    if (!buf) {
-        int rc = hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory for %zu calls", n);
-        for (size_t i = 0; i < n; i++)
-            if (!select || rcs[i] == select)
-                rcs[i] = rc;
-        return 0;   /* nothing was sent: the connection is fine */
-    }
-    size_t len = hirate_proto_encode_batch(buf, total, calls, n, rcs, select, fcall, load);
     /* Which calls this round trip carries (all, or those whose rc is
      * select), so that a failure of its stream reaches them and no other.
      * Without memory for the map, every call takes the failure. */
@@ -706,16 +1033,52 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
             carried[i] = rcs[i] == select;
     }
     int64_t started;
-    if (deadline) {
-        c->reads = 0;
-        started = hirate_monotonic_us();
-    } else {
-        deadline = begin_roundtrip(r, c);
+    int io;
+    if (t->queued) {   /* its request went out as it was appended (append()) */
+        t->queued = 0;
+        io = t->io;
         started = deadline - (int64_t)r->timeout_ms * 1000;
+    } else {
+        if (deadline) {
+            started = hirate_monotonic_us();
+        } else {
+            deadline = begin_roundtrip(r, c);
+            started = deadline - (int64_t)r->timeout_ms * 1000;
+        }
+        t->deadline = deadline;
+        char stackbuf[2048];
+        size_t total = hirate_proto_batch_bound(calls, n, rcs, select, fcall, load);
+        char *buf = total <= sizeof stackbuf ? stackbuf : malloc(total);
+        if (!buf) {
+            int rc = hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory for %zu calls", n);
+            for (size_t i = 0; i < n; i++)
+                if (!select || rcs[i] == select)
+                    rcs[i] = rc;
+            if (!t->sends++)   /* own(): it was to write first; the later turns' bytes go */
+                write_turns(r, c, NULL, 0, deadline, 1, err, errlen);
+            if (carried && carried != smallmap)
+                free(carried);
+            return 0;   /* nothing was sent: the connection is fine */
+        }
+        size_t len = hirate_proto_encode_batch(buf, total, calls, n, rcs, select, fcall, load);
+        if (__builtin_expect(!t->sends++, 1)) {   /* own(): it writes first */
+            io = write_turns(r, c, buf, len, deadline, 1, err, errlen);
+        } else {
+            io = requeue(r, c, t, buf, len, load);
+            if (io > 0)
+                io = write_turns(r, c, buf, len, deadline, turn_get(t) == T_READ, err, errlen);
+        }
+        if (buf != stackbuf)
+            free(buf);
     }
-    int io = conn_send(r, c, buf, len, deadline, err, errlen);
-    if (buf != stackbuf)
-        free(buf);
+    /* Its replies come after those of the turns ahead of it. */
+    if (__builtin_expect(t->owed, 0)) {
+        int w = await_turn(r, c, t);
+        if (io == 0)
+            io = w;
+    }
+    if (io == 0)
+        c->reads = 0;
 
     int sent_eval = 0, drop = 0, loaded = load, load_rc = 0;
     hirate_reply rep;
@@ -758,7 +1121,8 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
         if (rcs[i] < 0 && io == 0 && msgs)   /* its reply's own words */
             snprintf(msgs + i * HIRATE_ERRMSG_SIZE, HIRATE_ERRMSG_SIZE, "%s", err);
     }
-    if (io == 0 && (io = end_roundtrip(c, err, errlen)) < 0)
+    /* A byte nobody asked for is out of step, unless turns went behind. */
+    if (io == 0 && !turn_next(t) && (io = end_roundtrip(c, err, errlen)) < 0)
         for (size_t i = 0; i < n; i++)
             if (!select || !carried || carried[i])
                 rcs[i] = io;   /* out of step: none of this stream's replies can be trusted */
@@ -772,17 +1136,18 @@ static int pipeline(hirate_redis *r, conn *c, const hirate_call *calls, size_t n
 }
 
 /* The calls that provably did not run, again, as long as one of them is
- * left: after NOSCRIPT with the code first (FUNCTION LOAD, or EVAL), after
- * NOFUNC by EVALSHA. Each step is taken at most once, so there are at most
- * three more pipelines, and only on a server that has just started, lost
- * the code or refused Redis Functions. */
+ * left: after NOSCRIPT with the code first (FUNCTION LOAD, or EVAL) unless
+ * another turn on the connection has just sent it, after NOFUNC by EVALSHA.
+ * Each step is taken at most once, so there are at most four more
+ * pipelines, and only on a server that has just started, lost the code or
+ * refused Redis Functions. */
 static __attribute__((noinline, cold)) int
-again(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int fcall, const hirate_bucket_cfg *cfg,
+again(hirate_redis *r, conn *c, turn *t, const hirate_call *calls, size_t n, int fcall, const hirate_bucket_cfg *cfg,
       hirate_decision *ds, hirate_decision *per, hirate_bucket *states, int *rcs, char *msgs,
       int *healthy, int64_t deadline, char *err, size_t errlen)
 {
-    int rc = 0;
-    for (int pass = 0; rc == 0 && pass < 3; pass++) {
+    int rc = 0, reloaded = 0;
+    for (int pass = 0; rc == 0 && pass < 4; pass++) {
         int noscript = 0, nofunc = 0;
         for (size_t i = 0; i < n; i++) {
             noscript |= rcs[i] == HIRATE_PROTO_NOSCRIPT;
@@ -794,11 +1159,16 @@ again(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int fcall, c
                 if (rcs[i] == HIRATE_PROTO_NOSCRIPT)
                     rcs[i] = HIRATE_PROTO_NOFUNC;
             fcall = 0;
-            rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOFUNC, 0, 0, cfg, ds, per, states, rcs,
+            rc = pipeline(r, c, t, calls, n, HIRATE_PROTO_NOFUNC, 0, 0, cfg, ds, per, states, rcs,
                           msgs, healthy, deadline, err, errlen);
         } else if (noscript) {
-            rc = pipeline(r, c, calls, n, HIRATE_PROTO_NOSCRIPT, fcall, 1, cfg, ds, per, states,
-                          rcs, msgs, healthy, deadline, err, errlen);
+            /* The code first, unless a turn behind whose requests these
+             * went has sent it since: on one connection it runs before the
+             * calls sent after it, so that one NOSCRIPT costs one EVAL (or
+             * FUNCTION LOAD) a connection. */
+            int load = __atomic_load_n(&c->load_seq, __ATOMIC_RELAXED) <= t->seq || reloaded++;
+            rc = pipeline(r, c, t, calls, n, HIRATE_PROTO_NOSCRIPT, fcall, load, cfg, ds, per,
+                          states, rcs, msgs, healthy, deadline, err, errlen);
         } else {
             break;
         }
@@ -819,12 +1189,12 @@ again(hirate_redis *r, conn *c, const hirate_call *calls, size_t n, int fcall, c
  * EVALSHA as the server takes, then again() for those that did not run.
  * deadline 0: each pipeline's own timeout from its sending. */
 static inline __attribute__((always_inline)) int
-round_trip(hirate_redis *r, conn *c, const hirate_call *calls, size_t n,
+round_trip(hirate_redis *r, conn *c, turn *t, const hirate_call *calls, size_t n,
                       const hirate_bucket_cfg *cfg, hirate_decision *ds, hirate_decision *per, hirate_bucket *states, int *rcs,
                       char *msgs, int *healthy, int64_t deadline, char *err, size_t errlen)
 {
-    int fcall = __atomic_load_n(&r->link->functions, __ATOMIC_RELAXED);
-    int rc = pipeline(r, c, calls, n, 0, fcall, 0, cfg, ds, per, states, rcs, msgs, healthy,
+    int fcall = t->queued ? t->fcall : __atomic_load_n(&r->link->functions, __ATOMIC_RELAXED);
+    int rc = pipeline(r, c, t, calls, n, 0, fcall, 0, cfg, ds, per, states, rcs, msgs, healthy,
                       deadline, err, errlen);
     /* An answer is 0 or a negative code; only NOSCRIPT and NOFUNC, the
      * calls that did not run, are positive. */
@@ -832,7 +1202,7 @@ round_trip(hirate_redis *r, conn *c, const hirate_call *calls, size_t n,
     for (size_t i = 0; i < n; i++)
         more |= rcs[i] > 0;
     if (more && rc == 0)
-        return again(r, c, calls, n, fcall, cfg, ds, per, states, rcs, msgs, healthy, deadline,
+        return again(r, c, t, calls, n, fcall, cfg, ds, per, states, rcs, msgs, healthy, deadline,
                      err, errlen);
     /* The stream broke: those that were to go again get the failure too. */
     for (size_t i = 0; more && i < n; i++)
@@ -867,11 +1237,11 @@ static int carry(hirate_redis *r, conn *c, rider *me, const hirate_bucket_cfg *c
     int rc;
     if (!calls || !ds || (me->per && !per) || !states || !rcs || !msgs) {
         /* Nothing sent: each carries its own calls, one after the other. */
-        rc = round_trip(r, c, me->calls, me->n, cfg, me->ds, me->per, me->states, me->rcs,
+        rc = round_trip(r, c, &me->t, me->calls, me->n, cfg, me->ds, me->per, me->states, me->rcs,
                         me->msgs, healthy, deadline, me->err, me->errlen);
         for (rider *w = me->riders; w; w = w->next) {
             if (*healthy) {
-                w->ret = round_trip(r, c, w->calls, w->n, cfg, w->ds, w->per, w->states, w->rcs,
+                w->ret = round_trip(r, c, &me->t, w->calls, w->n, cfg, w->ds, w->per, w->states, w->rcs,
                                     w->msgs, healthy, deadline, w->err, w->errlen);
                 continue;
             }
@@ -888,7 +1258,7 @@ static int carry(hirate_redis *r, conn *c, rider *me, const hirate_bucket_cfg *c
             memcpy(calls + k, w->calls, w->n * sizeof *calls);
             k += w->n;
         }
-        rc = round_trip(r, c, calls, total, cfg, ds, per, states, rcs, msgs, healthy, deadline,
+        rc = round_trip(r, c, &me->t, calls, total, cfg, ds, per, states, rcs, msgs, healthy, deadline,
                         me->err, me->errlen);
         memcpy(me->ds, ds, me->n * sizeof *ds);
         if (me->msgs)
@@ -930,6 +1300,57 @@ static int carry(hirate_redis *r, conn *c, rider *me, const hirate_bucket_cfg *c
     return rc;
 }
 
+static inline void turn_init(turn *t, size_t n, char *err, size_t errlen)
+{
+    t->n = n;
+    t->sends = 0;
+    t->queued = 0;
+    t->owed = 0;
+    t->sem_ready = 0;
+    t->err = err;
+    t->errlen = errlen;
+}
+
+/* A decision's calls go behind the turns on c's wire (called with the pool
+ * lock held, which it lets go): encoded and linked under the lock, so that
+ * the bytes go out in the order of the turns; written by this thread when
+ * nobody writes on c, else by the one who does. 0 (its turn waits, and
+ * pipeline() reads its replies), or < 0 when nothing was sent. */
+static int append(hirate_redis *r, conn *c, rider *me, char *err, size_t errlen)
+{
+    turn *t = &me->t;
+    int fcall = __atomic_load_n(&r->link->functions, __ATOMIC_RELAXED);
+    char stackbuf[2048];
+    size_t total = hirate_proto_batch_bound(me->calls, me->n, me->rcs, 0, fcall, 0);
+    char *buf = total <= sizeof stackbuf ? stackbuf : malloc(total);
+    if (!buf || reserve(c, total) < 0) {
+        pthread_mutex_unlock(&r->lock);
+        if (buf != stackbuf)
+            free(buf);
+        return hirate__fail(err, errlen, HIRATE_ENOMEM, "out of memory for %zu calls", me->n);
+    }
+    size_t len = hirate_proto_encode_batch(buf, total, me->calls, me->n, me->rcs, 0, fcall, 0);
+    t->fcall = fcall;
+    t->queued = 1;
+    t->sends = 1;
+    t->deadline = me->deadline;
+    t->state = T_WAIT;
+    t->owed = 1;
+    sem_init(&t->wake, 0, 0);
+    t->sem_ready = 1;
+    t->next = NULL;
+    __atomic_store_n(&c->tail->next, t, __ATOMIC_RELEASE);
+    c->tail = t;
+    c->calls += me->n;
+    t->seq = ++c->seq;
+    int writes = submit(c, buf, len);
+    pthread_mutex_unlock(&r->lock);
+    t->io = writes ? write_turns(r, c, buf, len, t->deadline, 0, err, errlen) : 0;
+    if (buf != stackbuf)
+        free(buf);
+    return 0;
+}
+
 /* Everything but a lone caller's path: a call that may ride or lead. */
 static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate_call *calls,
                                                    size_t n, const hirate_bucket_cfg *cfg,
@@ -950,11 +1371,14 @@ static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate
     me.errlen = errlen;
     me.deadline = 0;
     me.riders = NULL;
+    turn_init(&me.t, n, err, errlen);
     int rc = acquire(r, &c, &me, err, errlen);
+    if (rc == 3)   /* behind the turns on c's wire */
+        rc = append(r, c, &me, err, errlen);
     if (rc == 0 && !me.riders) {
-        rc = round_trip(r, c, calls, n, cfg, ds, per, states, rcs, msgs, &healthy, me.deadline,
-                        err, errlen);
-        release(r, c, healthy);
+        rc = round_trip(r, c, &me.t, calls, n, cfg, ds, per, states, rcs, msgs, &healthy,
+                        me.deadline, err, errlen);
+        release_turn(r, c, &me.t, healthy, rc, err);
     } else if (rc == 0) {
         rc = carry(r, c, &me, cfg, &healthy);
         /* The riders left the queue: they are the leader's alone, and each
@@ -964,7 +1388,7 @@ static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate
             set_state(w, DONE);   /* its replies, ret and message before it */
             sem_post(&w->wake);
         }
-        release(r, c, healthy);
+        release_turn(r, c, &me.t, healthy, rc, err);
     } else if (rc == 1) {
         rc = me.ret;   /* a leader carried the calls and filled everything */
     } else {
@@ -973,6 +1397,8 @@ static __attribute__((noinline)) int decide_shared(hirate_redis *r, const hirate
     }
     if (me.deadline)
         sem_destroy(&me.wake);
+    if (me.t.sem_ready)
+        sem_destroy(&me.t.wake);
     return rc;
 }
 
@@ -1000,11 +1426,16 @@ int hirate_redis_decide_many(hirate_redis *r, const hirate_call *calls, size_t n
         rc = decide_shared(r, calls, n, cfg, ds, per, states, rcs, msgs, err, errlen);
     } else {
         r->idle = c->next;
+        turn t;
+        turn_init(&t, n, err, errlen);
+        own(c, &t);
         pthread_mutex_unlock(&r->lock);
         int healthy = 1;
-        rc = round_trip(r, c, calls, n, cfg, ds, per, states, rcs, msgs, &healthy, 0, err,
+        rc = round_trip(r, c, &t, calls, n, cfg, ds, per, states, rcs, msgs, &healthy, 0, err,
                         errlen);
-        release(r, c, healthy);
+        release_turn(r, c, &t, healthy, rc, err);
+        if (__builtin_expect(t.sem_ready, 0))
+            sem_destroy(&t.wake);
     }
     fill_msgs(rcs, n, msgs, err);
     return rc;

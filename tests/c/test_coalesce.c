@@ -20,6 +20,11 @@
  *   default pool:  with pool_size 16, the 64 threads' decisions ride the
  *                  four connections in flight: exactly the capacity is
  *                  admitted, at most four connections are opened;
+ *   read-only:     the server is a replica for a while: the READONLY
+ *                  replies close their connections once the calls behind
+ *                  them have read theirs; each thread's Redis decisions
+ *                  count down one by one, and the buckets hold what the
+ *                  answers said;
  *   kill, restart: Redis is killed and started again (empty) while every
  *                  thread decides its own key; every call returns a decision,
  *                  from Redis or the policy with an outage code; on each
@@ -236,6 +241,19 @@ static void own_keys(void)
     hirate_limiter_free(l);
 }
 
+/* Waits (3 s at most) until Redis has made 1000 more decisions than now,
+ * then stops the threads and joins them. */
+static void resumed_then_stop(atomic_long *redis, atomic_int *stop, pthread_t *t)
+{
+    long resumed = atomic_load(redis);
+    int64_t until = mono_us() + 3000000;
+    while (atomic_load(redis) < resumed + 1000 && mono_us() < until)
+        usleep(10000);
+    atomic_store(stop, 1);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+}
+
 /* ---- Redis stopped: each call within its own timeout --------------------------------- */
 
 enum { STOP_TIMEOUT_MS = 100 };
@@ -298,12 +316,7 @@ static void redis_stopped(void)
     /* The breaker's backoff (at most 100 ms) passes, a new connection is
      * made and Redis decides again. */
     long redis_resumed = atomic_load(&redis);
-    int64_t until = mono_us() + 3000000;
-    while (atomic_load(&redis) < redis_resumed + 1000 && mono_us() < until)
-        usleep(10000);
-    atomic_store(&stop, 1);
-    for (int i = 0; i < THREADS; i++)
-        pthread_join(t[i], NULL);
+    resumed_then_stop(&redis, &stop, t);
     int64_t worst = 0;
     for (int i = 0; i < THREADS; i++)
         worst = a[i].worst_us > worst ? a[i].worst_us : worst;
@@ -316,6 +329,95 @@ static void redis_stopped(void)
     hirate_counters_get(l, &c);
     CHECK(c.conns_dropped >= 1);   /* the connection whose replies were in doubt */
     CHECK(c.connects >= 3);        /* and new ones after */
+    hirate_limiter_free(l);
+}
+
+/* ---- read-only for a while: replies that close their connection ------------------------ */
+
+/* While the server is a replica (of a master it cannot reach: it keeps its
+ * data), every script call is refused with READONLY before it writes, and
+ * the connection that carried the reply is closed once the turns pipelined
+ * behind it have read theirs. Each thread's Redis decisions count down one
+ * by one from the capacity: no reply reached another caller, none was lost
+ * or taken twice. (Below 2^53 us to refill at NO_REFILL; a thread stops
+ * short of the bottom.) */
+enum { RO_CAPACITY = 9000, RO_FLOOR = 100 };
+
+typedef struct readonly {
+    hirate_limiter *l;
+    atomic_int *stop;
+    atomic_long *all_redis;
+    char key[32];
+    long redis, policy;
+} readonly;
+
+static void *readonly_worker(void *arg)
+{
+    readonly *a = arg;
+    while (!atomic_load(a->stop) && a->redis < RO_CAPACITY - RO_FLOOR) {
+        hirate_decision d;
+        int rc = hirate_allow(a->l, a->key, strlen(a->key), 1, &d);
+        if (rc != 0) {
+            FAIL("read-only: rc %d\n", rc);
+            continue;
+        }
+        if (d.source == HIRATE_SOURCE_REDIS) {
+            a->redis++;
+            atomic_fetch_add(a->all_redis, 1);
+            if (d.remaining != RO_CAPACITY - a->redis)
+                FAIL("read-only: %s has %lld left after %ld Redis decisions\n", a->key,
+                     (long long)d.remaining, a->redis);
+        } else if (d.source == HIRATE_SOURCE_FAIL_OPEN) {
+            a->policy++;
+        } else {
+            FAIL("read-only: source %d\n", (int)d.source);
+        }
+        usleep(200);
+    }
+    return NULL;
+}
+
+static void read_only(void)
+{
+    hirate_limiter *l = make("co:ro:", RO_CAPACITY, HIRATE_ON_ERROR_OPEN, 1000);
+    atomic_int stop = 0;
+    atomic_long redis = 0;
+    static readonly a[THREADS];
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        a[i] = (readonly){l, &stop, &redis, "", 0, 0};
+        snprintf(a[i].key, sizeof a[i].key, "ro%d", i);
+        CHECK_EQ_I64(pthread_create(&t[i], NULL, readonly_worker, &a[i]), 0);
+    }
+    usleep(100000);
+    long before = atomic_load(&redis);
+    redisReply *rep = rh_command(&S, "REPLICAOF 127.0.0.1 1");   /* nothing listens there */
+    CHECK(rep && rep->type == REDIS_REPLY_STATUS);
+    if (rep)
+        freeReplyObject(rep);
+    usleep(300000);
+    rep = rh_command(&S, "REPLICAOF NO ONE");
+    CHECK(rep && rep->type == REDIS_REPLY_STATUS);
+    if (rep)
+        freeReplyObject(rep);
+    long resumed = atomic_load(&redis);
+    resumed_then_stop(&redis, &stop, t);
+    long policy = 0;
+    for (int i = 0; i < THREADS; i++)
+        policy += a[i].policy;
+    printf("  read-only: %ld Redis decisions, %ld by the policy\n", atomic_load(&redis), policy);
+    CHECK(before > 0);
+    CHECK(policy > 0);
+    CHECK(atomic_load(&redis) >= resumed + 1000);
+    hirate_counters c;
+    hirate_counters_get(l, &c);
+    CHECK(c.conns_dropped >= 1);   /* each connection that carried a READONLY */
+    for (int i = 0; i < THREADS; i++) {   /* the buckets hold what the answers said */
+        hirate_decision d;
+        CHECK_EQ_I64(hirate_peek(l, a[i].key, strlen(a[i].key), 1, &d), 0);
+        CHECK_EQ_I64(d.source, HIRATE_SOURCE_REDIS);
+        CHECK_EQ_I64(d.remaining, RO_CAPACITY - a[i].redis);
+    }
     hirate_limiter_free(l);
 }
 
@@ -506,6 +608,9 @@ int main(void)
     t0 = mono_us();
     redis_stopped();
     printf("  redis stopped: %lld ms\n", (long long)((mono_us() - t0) / 1000));
+    t0 = mono_us();
+    read_only();
+    printf("  read-only: %lld ms\n", (long long)((mono_us() - t0) / 1000));
     t0 = mono_us();
     kill_restart();
     printf("  kill, restart: %lld ms\n", (long long)((mono_us() - t0) / 1000));

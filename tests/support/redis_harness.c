@@ -389,6 +389,21 @@ long long rh_info_int(rh_server *s, const char *field)
     return v;
 }
 
+long long rh_error_count(rh_server *s, const char *code)
+{
+    redisReply *r = rh_command(s, "INFO errorstats");
+    long long v = 0;
+    char name[64];
+    snprintf(name, sizeof name, "errorstat_%s:count=", code);
+    if (r && r->type == REDIS_REPLY_STRING) {
+        const char *at = strstr(r->str, name);
+        if (at)
+            v = strtoll(at + strlen(name), NULL, 10);
+    }
+    if (r) freeReplyObject(r);
+    return v;
+}
+
 /* ---- watchdog ---------------------------------------------------------------------- */
 
 /* What the SIGALRM handler needs, prepared beforehand: it may only make

@@ -71,4 +71,8 @@ void rh_watchdog(const rh_server *s, const char *program, unsigned seconds);
 /* An integer field of INFO, e.g. rh_info_int(s, "total_connections_received"); -1 if absent. */
 long long rh_info_int(rh_server *s, const char *field);
 
+/* How many error replies of this code the server gave (INFO errorstats,
+ * e.g. rh_error_count(s, "NOSCRIPT")); 0 if none. */
+long long rh_error_count(rh_server *s, const char *code);
+
 #endif
