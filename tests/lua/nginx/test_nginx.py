@@ -768,8 +768,10 @@ class Api(unittest.TestCase):
             "one, got number",
             'hirate.resty.limit: key must be "remote_addr", "header:<name>", '
             '"var:<nginx variable>" or a function, got "cookie:x"',
-            "hirate.resty.limit: cost must be a whole number from 0 to 2^53-1 or a function, "
-            "got -1",
+            "hirate.resty.limit: cost must be a whole number from 0 to 2^53-1, got -1 (or a "
+            "function that returns one)",
+            "hirate.resty.limit: cost must be a number or a function that returns one, got "
+            "string",
             "hirate.resty.limit: status must be an HTTP error status from 400 to 599, got 200",
             'hirate.resty.limit: name "café": a band\'s name must be printable ASCII (it is '
             "sent in headers)",

@@ -104,9 +104,10 @@ local function compile(opts)
         c.cost_fn = cost
     elseif type(cost) == "number" and not cost_error(cost) then   -- the core's range
         c.cost = cost
+    elseif type(cost) == "number" then   -- in the core's words
+        limit_error(cost_error(cost) .. " (or a function that returns one)")
     else
-        limit_error("cost must be a whole number from 0 to 2^53-1 or a function, got "
-            .. describe(cost))
+        limit_error("cost must be a number or a function that returns one, got " .. describe(cost))
     end
 
     local ok, ip = pcall(client_ip.compile, opts)
