@@ -17,7 +17,11 @@
  * nobody writing writes its bytes itself, while others read; one that
  * finds a writer leaves its bytes in the connection's `out`, which the
  * writer sends after its own (a lone caller's write ends with one compare-
- * and-swap when nothing came). The first turn reads its replies into its own
+ * and-swap when nothing came). A turn that finds another waiting already
+ * behind the reader leaves its bytes too, for the reader to send when it
+ * lets go (flush()):
+ * one write and one read by the server for many calls where the wire is
+ * deep, a write at once where it is not. The first turn reads its replies into its own
  * places, as in one thread's batch, leaves the bytes after them (later
  * turns' replies) in the buffer, and hands the connection to the next turn
  * by its semaphore. So no thread waits for another's round trip to end
@@ -110,7 +114,8 @@ typedef struct conn {
     uint64_t seq;           /* requests put on the wire, counted */
     uint64_t load_seq;      /* atomic: the place of the last that had the code first */
     int broken;             /* the stream failed: no more turns; the last out closes it */
-    int sending;            /* atomic: 0, 1 (a thread writes), 2 (and bytes wait in out) */
+    int sending;            /* atomic: 0, 1 (a thread writes), 2 (and bytes wait in out),
+                               3 (bytes wait in out for the reader to write) */
     char *out;              /* bytes of later turns, for the thread that writes */
     size_t outlen, outcap;
     size_t rstart, rlen;    /* unread replies are rbuf[rstart, rlen) */
@@ -510,18 +515,24 @@ static int reserve(conn *c, size_t len)
 
 /* A turn's request, just linked at the tail (under the lock, room
  * reserved): 1 when nobody writes on c, and its thread must; else 0, its
- * bytes left in c->out for the thread that writes. */
-static int submit(conn *c, const char *buf, size_t len)
+ * bytes left in c->out for the thread that writes, or (defer, or bytes
+ * deferred already, which must go first) for the reader to write when it
+ * lets go (flush()). */
+static int submit(conn *c, const char *buf, size_t len, int defer)
 {
-    int one = 1;
-    if (__atomic_compare_exchange_n(&c->sending, &one, 2, 0, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_RELAXED) || one == 2) {
-        memcpy(c->out + c->outlen, buf, len);
-        c->outlen += len;
-        return 0;
+    int seen = 1;
+    if (!__atomic_compare_exchange_n(&c->sending, &seen, 2, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_RELAXED) &&
+        seen == 0) {
+        if (!defer) {
+            __atomic_store_n(&c->sending, 1, __ATOMIC_RELAXED);
+            return 1;
+        }
+        __atomic_store_n(&c->sending, 3, __ATOMIC_RELAXED);
     }
-    __atomic_store_n(&c->sending, 1, __ATOMIC_RELAXED);
-    return 1;
+    memcpy(c->out + c->outlen, buf, len);
+    c->outlen += len;
+    return 0;
 }
 
 static void drop(hirate_redis *r, conn *c);
@@ -626,7 +637,7 @@ static int requeue(hirate_redis *r, conn *c, turn *t, const char *buf, size_t le
         t->seq = ++c->seq;
         if (load)
             __atomic_store_n(&c->load_seq, t->seq, __ATOMIC_RELAXED);
-        rc = submit(c, buf, len);
+        rc = submit(c, buf, len, 0);
     }
     pthread_mutex_unlock(&r->lock);
     if (next)
@@ -957,9 +968,15 @@ static __attribute__((noinline)) void release_rest(hirate_redis *r, conn *c, tur
     if (!next) {
         c->head = c->tail = NULL;
         c->calls = 0;
+        int writing = __atomic_load_n(&c->sending, __ATOMIC_RELAXED);
+        if (writing == 3) {   /* bytes left for this reader: nobody is to read their replies */
+            c->outlen = 0;
+            writing = 0;
+            __atomic_store_n(&c->sending, 0, __ATOMIC_RELAXED);
+        }
         if (healthy && !c->broken)
             hand_on(r, c);
-        else if (!__atomic_load_n(&c->sending, __ATOMIC_RELAXED))
+        else if (!writing)
             drop(r, c);
         /* else the thread writing on it closes it when done */
         /* Let go under the lock, so that none of them, timing out, looks
@@ -981,10 +998,26 @@ static __attribute__((noinline)) void release_rest(hirate_redis *r, conn *c, tur
     }
 }
 
+/* The bytes that turns left for the reader (submit()'s defer): written by
+ * the reader as it lets go. */
+static __attribute__((noinline)) void flush(hirate_redis *r, conn *c)
+{
+    pthread_mutex_lock(&r->lock);
+    int deferred = __atomic_load_n(&c->sending, __ATOMIC_RELAXED) == 3;
+    if (deferred)
+        __atomic_store_n(&c->sending, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&r->lock);
+    if (deferred)
+        write_later(r, c, 0, hirate_monotonic_us() + (int64_t)r->timeout_ms * 1000);
+}
+
 static inline __attribute__((always_inline)) void release_turn(hirate_redis *r, conn *c, turn *t,
                                                                 int healthy, int io,
                                                                 const char *why)
 {
+    if (__builtin_expect(turn_get(t) == T_READ &&
+                         __atomic_load_n(&c->sending, __ATOMIC_RELAXED) == 3, 0))
+        flush(r, c);
     pthread_mutex_lock(&r->lock);
     if (__builtin_expect(!turn_next(t) && healthy && t->state == T_READ && !c->broken, 1)) {
         c->head = c->tail = NULL;   /* the common case: nobody went behind it */
@@ -1064,6 +1097,10 @@ static int pipeline(hirate_redis *r, conn *c, turn *t, const hirate_call *calls,
         if (__builtin_expect(!t->sends++, 1)) {   /* own(): it writes first */
             io = write_turns(r, c, buf, len, deadline, 1, err, errlen);
         } else {
+            /* The turns behind hand on by requeue() must find their bytes
+             * sent, as release_turn() leaves them. */
+            if (__atomic_load_n(&c->sending, __ATOMIC_RELAXED) == 3)
+                flush(r, c);
             io = requeue(r, c, t, buf, len, load);
             if (io > 0)
                 io = write_turns(r, c, buf, len, deadline, turn_get(t) == T_READ, err, errlen);
@@ -1343,7 +1380,12 @@ static int append(hirate_redis *r, conn *c, rider *me, char *err, size_t errlen)
     c->tail = t;
     c->calls += me->n;
     t->seq = ++c->seq;
-    int writes = submit(c, buf, len);
+    /* Another turn waits already behind the reader (t is linked): the
+     * reader will write this one's bytes with any others' when it lets go,
+     * in one write, instead of a write each (and the server reads them in
+     * one read). */
+    turn *waiting = turn_next(c->head);
+    int writes = submit(c, buf, len, waiting && turn_next(waiting));
     pthread_mutex_unlock(&r->lock);
     t->io = writes ? write_turns(r, c, buf, len, t->deadline, 0, err, errlen) : 0;
     if (buf != stackbuf)
