@@ -1292,13 +1292,43 @@ static int decide_bands(lua_State *L, limiter_ud *u, const char *key, size_t key
     return emit_logs(L, u, 1);
 }
 
+/* A key of a length, or a cost of a value, that the core refuses: the
+ * decision goes to the core all the same, which counts the error
+ * (lim:stats().errors) as it counts every front end's, and then the
+ * argument's error is raised as check_key()'s or check_cost()'s. (A key or a
+ * cost of the wrong type never reaches the core, from any front end.) */
+static void count_refused(lua_State *L, limiter_ud *u, int spend)
+{
+    size_t keylen;
+    int64_t cost = 1;
+    const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tolstring(L, 2, &keylen) : NULL;
+    int typed = lua_isnoneornil(L, 3) || (lua_type(L, 3) == LUA_TNUMBER && hl_toint64(L, 3, &cost));
+    if (!key || !typed || u->closed ||
+        (hirate_check_key(keylen, NULL, NULL, 0) == 0 && hirate_check_cost(cost, NULL, NULL, 0) == 0))
+        return;
+    hirate_decision d;
+    if (spend == HIRATE_OP_REFUND)
+        hirate_refund(u->lim, key, keylen, cost, &d);
+    else if (spend)
+        hirate_allow(u->lim, key, keylen, cost, &d);
+    else
+        hirate_peek(u->lim, key, keylen, cost, &d);
+}
+
 /* lim:allow(key, cost), lim:peek(key, cost) and lim:refund(key, tokens) */
 static int decide(lua_State *L, int spend)
 {
     limiter_ud *u = check_limiter(L);
     size_t keylen;
-    const char *key = check_key(L, 2, 2, 0, &keylen);
-    int64_t cost = check_cost(L, 3, 3, 0);
+    int64_t cost = 1;
+    const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tolstring(L, 2, &keylen) : NULL;
+    if (!key || hirate_check_key(keylen, NULL, NULL, 0) < 0 ||
+        (!lua_isnoneornil(L, 3) && !(lua_type(L, 3) == LUA_TNUMBER && hl_toint64(L, 3, &cost) &&
+                                     hirate_check_cost(cost, NULL, NULL, 0) == 0))) {
+        count_refused(L, u, spend);
+        key = check_key(L, 2, 2, 0, &keylen);   /* these raise */
+        cost = check_cost(L, 3, 3, 0);
+    }
     if (u->closed)
         return push_closed(L);
     hirate_decision d;

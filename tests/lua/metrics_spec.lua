@@ -69,15 +69,22 @@ describe("lim:stats()", function()
         lim:close()
     end)
 
-    it("counts what a bad key or cost raises as nothing: the binding raises before the core",
+    it("counts a key or a cost the core refuses, as every front end's; not one of the wrong type",
         function()
-            local lim = hirate.new { capacity = 3, rate = 1 }
-            assert.is_false(pcall(lim.allow, lim, ""))
-            assert.is_false(pcall(lim.allow, lim, "k", -1))
+            local lim = hirate.new { capacity = 3, rate = 0.001 }
+            assert.has_error(function() lim:allow("") end, "bad argument #1 to 'allow' (key is empty)")
+            assert.has_error(function() lim:peek(string.rep("k", 1025)) end)
+            assert.has_error(function() lim:allow("k", -1) end,
+                "bad argument #2 to 'allow' (cost must be a whole number from 0 to 2^53-1, got -1)")
+            assert.has_error(function() lim:refund("k", -5) end)
+            assert.has_error(function() lim:allow({}) end)
+            assert.has_error(function() lim:allow("k", 1.5) end)
+            assert.has_error(function() lim:allow("k", "2") end)
             local s = lim:stats()
+            assert.same(errors { EKEY = 2, ECOST = 2 }, s.errors)
             assert.same(decisions {}, s.decisions)
-            assert.same(errors {}, s.errors)
             lim:close()
+            assert.has_error(function() lim:allow("") end)   -- closed: raised, not counted
         end)
 end)
 
