@@ -1292,20 +1292,13 @@ static int decide_bands(lua_State *L, limiter_ud *u, const char *key, size_t key
     return emit_logs(L, u, 1);
 }
 
-/* A key of a length, or a cost of a value, that the core refuses: the
- * decision goes to the core all the same, which counts the error
- * (lim:stats().errors) as it counts every front end's, and then the
- * argument's error is raised as check_key()'s or check_cost()'s. (A key or a
- * cost of the wrong type never reaches the core, from any front end.) */
-static void count_refused(lua_State *L, limiter_ud *u, int spend)
+/* A key of a length, or a cost of a value, that the core refuses goes to
+ * the core's decision all the same, which refuses and counts it
+ * (lim:stats().errors) as it counts every front end's; the binding raises
+ * the argument's error after. (A key or a cost of the wrong type never
+ * reaches the core, from any front end.) */
+static void refused(limiter_ud *u, const char *key, size_t keylen, int64_t cost, int spend)
 {
-    size_t keylen;
-    int64_t cost = 1;
-    const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tolstring(L, 2, &keylen) : NULL;
-    int typed = lua_isnoneornil(L, 3) || (lua_type(L, 3) == LUA_TNUMBER && hl_toint64(L, 3, &cost));
-    if (!key || !typed || u->closed ||
-        (hirate_check_key(keylen, NULL, NULL, 0) == 0 && hirate_check_cost(cost, NULL, NULL, 0) == 0))
-        return;
     hirate_decision d;
     if (spend == HIRATE_OP_REFUND)
         hirate_refund(u->lim, key, keylen, cost, &d);
@@ -1322,10 +1315,11 @@ static int decide(lua_State *L, int spend)
     size_t keylen;
     int64_t cost = 1;
     const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tolstring(L, 2, &keylen) : NULL;
-    if (!key || hirate_check_key(keylen, NULL, NULL, 0) < 0 ||
-        (!lua_isnoneornil(L, 3) && !(lua_type(L, 3) == LUA_TNUMBER && hl_toint64(L, 3, &cost) &&
-                                     hirate_check_cost(cost, NULL, NULL, 0) == 0))) {
-        count_refused(L, u, spend);
+    int typed = lua_isnoneornil(L, 3) || (lua_type(L, 3) == LUA_TNUMBER && hl_toint64(L, 3, &cost));
+    if (!key || !typed || hirate_check_key(keylen, NULL, NULL, 0) < 0 ||
+        hirate_check_cost(cost, NULL, NULL, 0) < 0) {
+        if (key && typed && !u->closed)
+            refused(u, key, keylen, cost, spend);
         key = check_key(L, 2, 2, 0, &keylen);   /* these raise */
         cost = check_cost(L, 3, 3, 0);
     }
