@@ -414,8 +414,10 @@ def test_a_loop_closed_without_shutting_down_leaves_no_connection_open(redis):
     base = clients(redis)
     loop = asyncio.new_event_loop()
     assert loop.run_until_complete(lim.allow("k")).remaining == 9
+    # uvloop closes a loop's transports with it; asyncio leaves them open.
+    kept = 0 if type(loop).__module__.startswith("uvloop") else 1
     loop.close()   # without loop.shutdown_asyncgens(): nobody told the pool
-    assert clients(redis) == base + 1
+    assert clients(redis) == base + kept
     # The next loop that uses the limiter ends the dead loop's connection.
     assert run(lim.allow("k")).remaining == 8
     deadline = time.monotonic() + 5
