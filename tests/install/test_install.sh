@@ -25,10 +25,12 @@ check() {   # check NAME COMMAND...: passes when the command succeeds
     fi
 }
 
-# The demo's burst: the sixth request is refused and told when to retry.
+# The demo's burst: the sixth request is refused and told when to retry:
+# 0.500 s, less what refilled since the first (0.499 once a millisecond has
+# passed: a loaded machine can stall the demo that long, or longer).
 demo_ran() {
     "$@" >"$work/demo.out" 2>&1 &&
-        grep -q "request 6              refused  retry in 0.500 s" "$work/demo.out"
+        grep -Eq "request 6              refused  retry in 0\.(4[0-9]{2}|500) s" "$work/demo.out"
 }
 
 prefix=$work/prefix

@@ -280,7 +280,7 @@ def test_a_tls_url_to_a_plain_port_is_tls_error(kind, on_error, redis, certs):
     url = f"rediss://:{CANARY}@127.0.0.1:{redis.port}"
     # The handshake waits out three quarters of the connect timeout before
     # the plain-Redis probe has the rest: 2 s leaves the probe 500 ms, which
-    # a machine running the suites of five Pythons at once can need (with 1 s
+    # a machine running the suites of four Pythons at once can need (with 1 s
     # a probe of 250 ms ran out once, and the call was an outage).
     check_tls_error(kind, url, on_error, "use redis://", connect_timeout=2.0, **ca(certs))
 
